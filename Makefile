@@ -1,0 +1,57 @@
+# Two commands on a fresh machine:  make demo   (the main job on the embedded local cluster)
+#                                   make test   (the test suite)
+# Both set everything up themselves: Debian packages (as root), .venv, pinned Python packages.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Extra pip arguments for torch (e.g. --index-url https://download.pytorch.org/whl/cpu on a machine
+# whose default index would give a CUDA build you do not want).
+TORCH_PIP_ARGS ?=
+PYTEST_ARGS ?=
+DEBIAN_PACKAGES := slurmctld slurmd slurm-client munge iproute2 util-linux chromium
+
+.PHONY: setup deps-debian demo test test-fast lab recipes cluster-up cluster-down clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml requirements/constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	@# torch first, so nothing else pulls a CUDA build of it
+	$(BIN)/python -m pip install -q torch==2.13.0 $(TORCH_PIP_ARGS)
+	$(BIN)/python -m pip install -q -c requirements/constraints.txt -e '.[dev]'
+	@touch $@
+	@echo "installed: $(BIN)/cookbook"
+
+deps-debian:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "Debian packages missing:$$missing (install them as root, or run make as root)"; exit 1; fi; \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+cluster-up: setup deps-debian
+	$(BIN)/cookbook cluster up
+
+cluster-down:
+	@test -x $(BIN)/cookbook && $(BIN)/cookbook cluster down || true
+
+demo: setup deps-debian
+	$(BIN)/python -m cookbook.demo
+
+test: setup deps-debian
+	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not cluster and not slow and not browser" $(PYTEST_ARGS)
+
+lab: setup
+	$(BIN)/python -m cookbook.lab
+
+recipes: setup
+	$(BIN)/cookbook generate-recipes slurm-recipes
+
+clean: cluster-down
+	rm -rf out .cluster

@@ -1,0 +1,5 @@
+import sys
+
+from cookbook.cli import main
+
+sys.exit(main())

@@ -1,0 +1,161 @@
+"""A small typed client over the Slurm commands (sbatch, squeue, scontrol, sacct, scancel).
+
+It honours ``SLURM_CONF`` and whatever the cluster's defaults are: nothing here assumes the local
+cluster. Slurm's own error text reaches the caller in :class:`SlurmError`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+TERMINAL_STATES = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+    "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED",
+})
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; the message is Slurm's own error text."""
+
+    def __init__(self, command: Sequence[str], returncode: int, stderr: str):
+        self.command, self.returncode, self.stderr = list(command), returncode, stderr.strip()
+        super().__init__(f"{command[0]} failed (exit {returncode}): {self.stderr or '(no message)'}")
+
+
+class JobTimeout(TimeoutError):
+    """``wait`` gave up before the job ended."""
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What Slurm knows about one job."""
+
+    job_id: str
+    state: str                 # e.g. PENDING, RUNNING, COMPLETED, TIMEOUT (CANCELLED by ... -> CANCELLED)
+    exit_code: str = ""        # "0:0" where known
+    nodes: str = ""            # node list, or the pending reason
+    source: str = "squeue"     # squeue, scontrol, sacct or jobcomp
+
+    @property
+    def done(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+class SlurmClient:
+    """Runs Slurm commands with one environment (``SLURM_CONF`` and PATH)."""
+
+    def __init__(self, env: Mapping[str, str] | None = None, timeout: float = 60):
+        base = dict(os.environ if env is None else env)
+        base["PATH"] = base.get("PATH", "") + ":/usr/sbin:/sbin"
+        self.env, self.timeout = base, timeout
+
+    # ------------------------------------------------------------------ plumbing
+    def run(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
+        """Run one Slurm command; raise :class:`SlurmError` with Slurm's message on failure."""
+        exe = shutil.which(args[0], path=self.env["PATH"])
+        if exe is None:
+            raise SlurmError(args, 127, f"{args[0]} not found: is this a Slurm login node? "
+                             "(locally: `cookbook cluster up` and `eval $(cookbook cluster env)`)")
+        try:
+            r = subprocess.run([exe, *args[1:]], capture_output=True, text=True, env=self.env,
+                               timeout=self.timeout, input=input)
+        except subprocess.TimeoutExpired as e:
+            raise SlurmError(args, 124, f"no answer within {self.timeout:.0f} s") from e
+        if check and r.returncode != 0:
+            raise SlurmError(args, r.returncode, r.stderr or r.stdout)
+        return r
+
+    # ------------------------------------------------------------------ verbs
+    def submit(self, script: str | os.PathLike, *sbatch_args: str, cwd: str | os.PathLike | None = None) -> str:
+        """``sbatch`` a script; return the job id."""
+        args = ["sbatch", "--parsable", *sbatch_args, str(Path(script).resolve())]
+        if cwd is not None:
+            args.insert(2, f"--chdir={Path(cwd).resolve()}")
+        out = self.run(*args).stdout.strip()
+        return out.split(";")[0].splitlines()[-1]
+
+    def test_only(self, script: str | os.PathLike, *sbatch_args: str) -> str:
+        """``sbatch --test-only``: Slurm checks the request without queueing it; returns its message."""
+        r = self.run("sbatch", "--test-only", *sbatch_args, str(script))
+        return (r.stderr or r.stdout).strip()
+
+    def cancel(self, job_id: str, signal: str | None = None) -> None:
+        self.run("scancel", *([f"--signal={signal}"] if signal else []), job_id)
+
+    def requeue(self, job_id: str) -> None:
+        self.run("scontrol", "requeue", job_id)
+
+    def state(self, job_id: str) -> JobInfo:
+        """State of a job: squeue while Slurm keeps it, then sacct, then the job-completion log."""
+        r = self.run("squeue", "-h", "-j", job_id, "-t", "all", "-o", "%T|%R", check=False)
+        if r.returncode == 0 and r.stdout.strip():
+            state, where = r.stdout.strip().splitlines()[0].split("|", 1)
+            info = JobInfo(job_id, state, "", where, "squeue")
+            return self._with_exit_code(info) if info.done else info
+        for source, flags in (("sacct", []), ("jobcomp", ["-c"])):
+            r = self.run("sacct", *flags, "-n", "-X", "-P", "-j", job_id, "-o", "JobID,State,ExitCode,NodeList",
+                         check=False)
+            rows = [ln.split("|") for ln in r.stdout.splitlines() if ln.startswith(job_id)]
+            if r.returncode == 0 and rows:
+                _, state, code, nodes = rows[-1][:4]
+                return JobInfo(job_id, state.split()[0], code, nodes, source)
+        raise SlurmError(["squeue", "-j", job_id], 1, f"job {job_id} is unknown to squeue, sacct and the "
+                         "job-completion log")
+
+    def _with_exit_code(self, info: JobInfo) -> JobInfo:
+        fields = self.show_job(info.job_id)
+        return JobInfo(info.job_id, info.state, fields.get("ExitCode", ""), fields.get("NodeList", info.nodes),
+                       info.source)
+
+    def show_job(self, job_id: str) -> dict[str, str]:
+        """``scontrol show job`` as a dict (empty once Slurm forgot the job)."""
+        r = self.run("scontrol", "show", "job", "-o", job_id, check=False)
+        if r.returncode != 0:
+            return {}
+        fields: dict[str, str] = {}
+        for token in r.stdout.split():
+            key, _, value = token.partition("=")
+            if value or key not in fields:
+                fields[key] = value
+        return fields
+
+    def output_path(self, job_id: str) -> Path | None:
+        """The job's standard output file, as Slurm resolved it."""
+        out = self.show_job(job_id).get("StdOut")
+        return Path(out) if out else None
+
+    def wait(self, job_id: str, timeout: float = 3600, poll: float = 1.0,
+             until: frozenset[str] = TERMINAL_STATES) -> JobInfo:
+        """Poll until the job reaches one of ``until`` (a terminal state by default)."""
+        end = time.monotonic() + timeout
+        while True:
+            info = self.state(job_id)
+            if info.state in until:
+                return info
+            if time.monotonic() > end:
+                raise JobTimeout(f"job {job_id} still {info.state} after {timeout:.0f} s")
+            time.sleep(poll)
+
+    def partitions(self) -> list[dict[str, str]]:
+        """Partitions with their nodes, CPUs and GPUs (``sinfo``)."""
+        r = self.run("sinfo", "-h", "-o", "%P|%D|%c|%G|%a|%l")
+        keys = ("partition", "nodes", "cpus", "gres", "avail", "timelimit")
+        return [dict(zip(keys, ln.split("|"))) for ln in r.stdout.splitlines() if ln.strip()]
+
+
+def read_output(path: str | os.PathLike, tail_lines: int | None = None) -> str:
+    """Text of a job's output file (the last ``tail_lines`` lines if given); '' if not there yet."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    if tail_lines is not None:
+        text = "\n".join(text.splitlines()[-tail_lines:])
+    return text

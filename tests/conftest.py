@@ -1,0 +1,61 @@
+"""Shared fixtures: the real local Slurm cluster and the tiny assets, each made once per test run.
+
+Under pytest-xdist several workers ask at once; a file lock makes the first one do the work and the
+others reuse it. The cluster stays up after the run (``make cluster-down`` stops it) so repeated
+runs start fast; tests that need their own cluster use another ``ClusterConfig(name=...)``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from filelock import FileLock
+
+from cookbook.paths import cache_dir, project_root
+
+LOCK_DIR = project_root() / ".cluster"
+
+
+def _locked(name: str) -> FileLock:
+    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(LOCK_DIR / f"{name}.lock"), timeout=900)
+
+
+@pytest.fixture(scope="session")
+def local_cluster():
+    """The shared local cluster `cookbook` (2 nodes), started if needed."""
+    from cookbook.slurm.local_cluster import ClusterConfig, LocalCluster
+
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm cluster needs root")
+    cluster = LocalCluster(ClusterConfig(name="cookbook", nodes=2))
+    with _locked("cookbook-up"):
+        if not cluster.status().up:
+            cluster.up()
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def slurm(local_cluster):
+    """A SlurmClient bound to the shared local cluster; also exports SLURM_CONF for subprocesses."""
+    from cookbook.slurm.client import SlurmClient
+
+    os.environ["SLURM_CONF"] = str(local_cluster.cfg.conf)
+    return SlurmClient(local_cluster.env())
+
+
+@pytest.fixture(scope="session")
+def tiny_assets():
+    """Tiny model, tokenizers and datasets (cached under .cache/tiny)."""
+    from cookbook.assets.tiny import ensure_tiny_assets
+
+    with _locked("tiny-assets"):
+        return ensure_tiny_assets()
+
+
+@pytest.fixture
+def job_dir(tmp_path: Path) -> Path:
+    """A per-test folder visible to the cluster's nodes (same filesystem)."""
+    return tmp_path
