@@ -42,7 +42,7 @@ demo: setup deps-debian
 	$(BIN)/python -m cookbook.demo
 
 test: setup deps-debian
-	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not cluster and not slow and not browser" $(PYTEST_ARGS)

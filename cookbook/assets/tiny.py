@@ -1,15 +1,24 @@
-"""Deterministic tiny assets for local-cpu runs (no hub needed). INTERFACE STUB: see DESIGN.md.
+"""Deterministic tiny assets for local-cpu runs (no hub needed), built in seconds and cached.
 
-Layout under ``root`` (default ``cache_dir()/"tiny"``); the field names are the contract the
-recipe engine's ``local-cpu`` variants use.
+Layout under ``root`` (default ``cache_dir()/"tiny"``); the property names are the contract the recipe
+engine's ``local-cpu`` variants use. ``ensure_tiny_assets`` builds into a temporary sibling folder and
+renames it into place, so a reader never sees a half-written tree; a ``VERSION`` marker holding
+:data:`ASSETS_VERSION` tells a complete, current build from a stale one.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from cookbook.paths import cache_dir
+
+# Bump when anything written below changes (sizes, rows, layout): cached copies are then rebuilt.
+ASSETS_VERSION = "tiny-assets-3"
+MARKER = "VERSION"
 
 
 @dataclass(frozen=True)
@@ -26,7 +35,7 @@ class TinyAssets:
 
     @property
     def special_tokens(self) -> Path:       # JSON with "added_tokens" (torchtune special_tokens_path)
-        return self.llama_dir / "tokenizer.json"
+        return self.llama_dir / "tokenizer.json"  # a full HF tokenizer.json: torchtune reads added_tokens
 
     @property
     def chat_sharegpt(self) -> Path:
@@ -52,7 +61,84 @@ class TinyAssets:
     def flux_dir(self) -> Path:             # ae.safetensors, t5/, clip/ (save_pretrained), cc12m/ (webdataset tars)
         return self.root / "flux"
 
+    @property
+    def flux_autoencoder(self) -> Path:     # --encoder.autoencoder_path
+        return self.flux_dir / "ae.safetensors"
+
+    @property
+    def flux_t5_dir(self) -> Path:          # --encoder.t5_encoder and --tokenizer.t5_tokenizer_path
+        return self.flux_dir / "t5"
+
+    @property
+    def flux_clip_dir(self) -> Path:        # --encoder.clip_encoder and --tokenizer.clip_tokenizer_path
+        return self.flux_dir / "clip"
+
+    @property
+    def cc12m_dir(self) -> Path:            # --dataloader.dataset cc12m-test --dataloader.dataset_path DIR
+        return self.flux_dir / "cc12m"
+
+    @property
+    def flux_prompts(self) -> Path:         # --inference.prompts_path
+        return self.flux_dir / "prompts.txt"
+
+    @property
+    def marker(self) -> Path:
+        return self.root / MARKER
+
+    def is_current(self) -> bool:
+        """True when a complete build of this :data:`ASSETS_VERSION` is in place."""
+        try:
+            return self.marker.read_text().strip() == ASSETS_VERSION
+        except OSError:
+            return False
+
+
+def default_root() -> Path:
+    return cache_dir() / "tiny"
+
+
+def build_tiny_assets(root: Path) -> TinyAssets:
+    """Write every asset under ``root`` (which should be empty). Deterministic: same bytes every time."""
+    from cookbook.assets import tiny_flux, tiny_llama, tiny_text
+
+    assets = TinyAssets(root)
+    pairs = tiny_text.chat_rows()
+    tiny_text.write_json(assets.chat_sharegpt, tiny_text.sharegpt_records(pairs))
+    tiny_text.write_json(assets.chat_openai, tiny_text.openai_records(pairs))
+    tiny_text.write_json(assets.alpaca, tiny_text.alpaca_records())
+    tiny_text.write_c4(assets.c4_dir)
+    ranks = tiny_llama.write_llama(assets.llama_dir, tiny_text.training_text())
+    tiny_llama.write_tokenizer_files(assets.hf_tokenizer_dir, ranks)
+    tiny_flux.write_flux(assets.flux_dir)
+    assets.marker.write_text(ASSETS_VERSION + "\n")
+    return assets
+
 
 def ensure_tiny_assets(root: Path | None = None) -> TinyAssets:
-    """Build the tiny assets if missing (cached, deterministic) and return their paths."""
-    raise NotImplementedError("cookbook.assets.tiny is being written")
+    """Build the tiny assets if missing or stale (cached, deterministic) and return their paths.
+
+    Safe against concurrent callers: each builds in its own temporary folder and renames it into place;
+    a caller that loses the race discards its copy and uses the winner's.
+    """
+    assets = TinyAssets(Path(root) if root is not None else default_root())
+    if assets.is_current():
+        return assets
+    parent = assets.root.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{assets.root.name}.building-", dir=parent))
+    try:
+        build_tiny_assets(tmp)
+        if assets.is_current():  # someone else finished first
+            return assets
+        if assets.root.exists():  # stale or incomplete: move it aside, then swap the new tree in
+            old = Path(tempfile.mkdtemp(prefix=f".{assets.root.name}.old-", dir=parent))
+            os.replace(assets.root, old / "tree")
+            shutil.rmtree(old, ignore_errors=True)
+        try:
+            os.replace(tmp, assets.root)
+        except OSError:
+            if not assets.is_current():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return assets

@@ -440,7 +440,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         """Kill job processes (slurmstepd, tasks) still living in a node's private mount namespace."""
         mnt_file = self.run_dir / f"slurmd-{node}.mntns"
         mnt = mnt_file.read_text().strip() if mnt_file.exists() else ""
-        if mnt and mnt not in {os.readlink("/proc/1/ns/mnt"), os.readlink("/proc/self/ns/mnt")}:
+        if mnt and mnt not in _host_mount_namespaces():
             for proc in Path("/proc").iterdir():
                 if proc.name.isdigit():
                     try:
@@ -449,6 +449,17 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                     except OSError:
                         continue
         mnt_file.unlink(missing_ok=True)
+
+
+def _host_mount_namespaces() -> set[str]:
+    """Mount namespaces that are not a node's own (never kill processes in those)."""
+    found = set()
+    for pid in ("1", "self"):
+        try:
+            found.add(os.readlink(f"/proc/{pid}/ns/mnt"))
+        except OSError:
+            continue
+    return found
 
 
 def _usable(state: str) -> bool:

@@ -1,0 +1,108 @@
+"""``cookbook recipes|render|submit|generate-recipes``: the recipe engine from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from cookbook.cli import UserError
+from cookbook.spec import PROFILES, JobSpec, SpecError, parse_overrides
+
+GENERATED_PROFILES = tuple(PROFILES)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    sub.add_parser("recipes", help="list the recipes").set_defaults(func=_list)
+    r = sub.add_parser("render", help="validate a job and write its sbatch script + configs")
+    r.add_argument("recipe")
+    r.add_argument("--nodes", type=int, default=None)
+    r.add_argument("--gpus-per-node", type=int, default=None)
+    r.add_argument("--cpus-per-task", type=int, default=None)
+    r.add_argument("--profile", default="generic", choices=sorted(PROFILES))
+    for opt in ("partition", "account", "qos", "time", "job-name", "log-dir", "run-dir", "container-image",
+                "venv"):
+        r.add_argument(f"--{opt}", default=None)
+    r.add_argument("--container-mount", action="append", default=[], metavar="SRC:DST[:ro]")
+    r.add_argument("--no-exclusive", action="store_true")
+    r.add_argument("--no-requeue", action="store_true")
+    r.add_argument("--signal-seconds", type=int, default=120)
+    r.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    r.add_argument("-o", "--output", required=True, help="script path; configs are written next to it")
+    r.set_defaults(func=_render)
+    s = sub.add_parser("submit", help="sbatch a rendered script; prints the job id")
+    s.add_argument("script")
+    s.set_defaults(func=_submit)
+    g = sub.add_parser("generate-recipes", help="(re)write slurm-recipes/: every recipe x profile")
+    g.add_argument("dir", nargs="?", default="slurm-recipes")
+    g.set_defaults(func=_generate)
+
+
+def _list(args: argparse.Namespace) -> int:
+    from cookbook.recipes import list_recipes
+
+    for r in list_recipes():
+        print(f"{r.name:20} {r.framework:11} {r.description}")
+    return 0
+
+
+def spec_from_args(args: argparse.Namespace) -> JobSpec:
+    """The JobSpec the ``render`` flags describe (profile-dependent defaults for local-cpu)."""
+    local = args.profile == "local-cpu"
+    try:
+        spec = JobSpec(
+            recipe=args.recipe, profile=args.profile,
+            nodes=args.nodes if args.nodes is not None else 2,
+            gpus_per_node=args.gpus_per_node if args.gpus_per_node is not None else (0 if local else 8),
+            cpus_per_task=args.cpus_per_task, partition=args.partition, account=args.account, qos=args.qos,
+            time=args.time or ("00:10:00" if local else "04:00:00"), job_name=args.job_name,
+            log_dir=args.log_dir or "logs", run_dir=args.run_dir, container_image=args.container_image,
+            container_mounts=args.container_mount, exclusive=not (args.no_exclusive or local),
+            requeue=not args.no_requeue, signal_seconds=args.signal_seconds if not local else 30,
+            env=parse_overrides(args.env), overrides=parse_overrides(args.overrides),
+            venv=args.venv or (sys.prefix if local and sys.prefix != sys.base_prefix else None))
+    except SpecError as e:
+        raise UserError(str(e)) from e
+    return spec
+
+
+def _render(args: argparse.Namespace) -> int:
+    from cookbook.render import render_job, write_job
+
+    spec = spec_from_args(args)
+    try:
+        for w in render_job(spec).warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        path = write_job(spec, args.output)
+    except SpecError as e:
+        raise UserError(str(e)) from e
+    print(path)
+    return 0
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from cookbook.render import log_dir_of
+    from cookbook.slurm.client import SlurmClient, SlurmError
+
+    script = Path(args.script).resolve()
+    if not script.is_file():
+        raise UserError(f"{args.script}: no such script (render one with `cookbook render RECIPE -o FILE`)")
+    log_dir = log_dir_of(script)
+    if log_dir is not None:
+        (log_dir if log_dir.is_absolute() else script.parent / log_dir).mkdir(parents=True, exist_ok=True)
+    client = SlurmClient({**os.environ, "RECIPE_DIR": str(script.parent)})
+    try:
+        print(client.submit(script, cwd=script.parent))
+    except SlurmError as e:
+        raise UserError(e.stderr or str(e)) from e
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from cookbook.render import generate_recipes
+
+    for path in generate_recipes(Path(args.dir)):
+        print(path)
+    return 0

@@ -1,0 +1,11 @@
+"""Compatibility shims, used only where a job needs them (``local-cpu``): see :mod:`cookbook.compat.cpu`."""
+
+from cookbook.compat.cpu import (
+    VERIFIED_VERSIONS,
+    CompatError,
+    apply_shims,
+    check_versions,
+    cpu_launch_args,
+)
+
+__all__ = ["VERIFIED_VERSIONS", "CompatError", "apply_shims", "check_versions", "cpu_launch_args"]

@@ -1,0 +1,103 @@
+"""Import torchtitan 0.3.0 on a machine without triton.
+
+What breaks: torchtitan imports ``triton`` at module level only to *define* GPU kernels
+(``torchtitan/distributed/minimal_async_ep/kernels.py:10 import triton``, on the import path of
+``torchtitan.trainer``; also ``overrides/fused_swiglu.py`` and ``overrides/fused_mla.py``). triton is an
+undeclared dependency and a 691 MB GPU-only wheel, so the CPU venv does not have it:
+``ModuleNotFoundError: No module named 'triton'``.
+
+What the shim does: let torch import its compiler stack first (so torch caches "no triton"), then put an
+inert ``triton`` / ``triton.language`` stand-in in ``sys.modules`` just while those torchtitan modules are
+imported, and remove it afterwards. A stand-in left in ``sys.modules`` would break torch, which then tries
+``triton.backends.compiler``. The GPU kernels are never called on CPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import types
+
+# torch modules that probe for triton at import time: import them while triton is really absent.
+_TORCH_MODULES_FIRST = (
+    "torch._dynamo",
+    "torch._inductor.utils",
+    "torch._inductor.runtime.triton_compat",
+    "torch._inductor.codecache",
+    "torch._inductor.compile_fx",
+    "torch._functorch.aot_autograd",
+    "torch._dynamo.backends.debugging",
+    "torch._dynamo.repro.after_dynamo",
+    "torch._higher_order_ops.flex_attention",
+    "torch.nn.attention.flex_attention",
+    "torch.distributed.tensor",
+    "torch.distributed.fsdp",
+)
+# torchtitan modules that `import triton` (directly or through their imports).
+TORCHTITAN_TRITON_IMPORTERS = (
+    "torchtitan.trainer",
+    "torchtitan.distributed.minimal_async_ep.kernels",
+    "torchtitan.overrides.fused_swiglu",
+    "torchtitan.overrides.fused_mla",
+)
+
+
+class _Inert:
+    """Any attribute, call or decorator use returns something harmless."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        if len(args) == 1 and callable(args[0]) and not kwargs:
+            return args[0]  # used as a bare decorator
+        return _Inert()
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Inert()
+
+
+def _module_getattr(name: str) -> object:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return _Inert()
+
+
+def _make_standin() -> tuple[types.ModuleType, types.ModuleType]:
+    triton = types.ModuleType("triton")
+    triton.jit = lambda fn=None, **kw: fn if fn is not None else (lambda f: f)  # type: ignore[attr-defined]
+    triton.autotune = triton.heuristics = lambda *a, **kw: (lambda f: f)  # type: ignore[attr-defined]
+    triton.Config = _Inert  # type: ignore[attr-defined]
+    triton.__getattr__ = _module_getattr  # type: ignore[attr-defined]
+    language = types.ModuleType("triton.language")
+    language.constexpr = _Inert()  # type: ignore[attr-defined]
+    language.__getattr__ = _module_getattr  # type: ignore[attr-defined]
+    triton.language = language  # type: ignore[attr-defined]
+    return triton, language
+
+
+def triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def import_torchtitan_without_triton() -> None:
+    """Import torchtitan's triton-importing modules; a no-op when triton is installed or already done."""
+    if triton_available() or all(m in sys.modules for m in TORCHTITAN_TRITON_IMPORTERS):
+        return
+    import torch
+    import torch.utils._triton as torch_triton
+
+    for name in _TORCH_MODULES_FIRST:
+        importlib.import_module(name)
+    torch_triton.has_triton_package()  # cache "no triton" before the stand-in appears
+    torch.compile(lambda x: x)  # loads the inductor backend entry point now
+    triton, language = _make_standin()
+    sys.modules["triton"], sys.modules["triton.language"] = triton, language
+    try:
+        for name in TORCHTITAN_TRITON_IMPORTERS:
+            importlib.import_module(name)
+    finally:
+        del sys.modules["triton"], sys.modules["triton.language"]

@@ -1,0 +1,388 @@
+"""Environment checks before the first job: Python, package versions, Slurm, every node, HF token.
+
+:func:`run_checks` returns a list of :class:`Check` (status pass/warn/fail, detail, what to do); the
+CLI prints it as a table and a notebook can show it as a DataFrame (:func:`to_frame`). The probe job
+(:func:`probe_nodes`) runs one task on every node of a partition and reports what each node sees.
+The HF token is only reported as present or absent.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import textwrap
+import uuid
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Literal, Sequence
+
+from cookbook.hub import token_status
+from cookbook.paths import output_dir
+from cookbook.slurm.client import JobTimeout, SlurmClient, SlurmError, read_output
+
+Status = Literal["pass", "warn", "fail"]
+PYTHON_RANGE = ((3, 11), (3, 12))
+#: The combination this cookbook is tested with: name -> (lowest, highest) accepted release.
+KNOWN_GOOD: dict[str, tuple[str, str]] = {
+    "torch": ("2.13.0", "2.13.0"),
+    "torchtune": ("0.6.1", "0.6.1"),
+    "torchao": ("0.13.0", "0.15.99"),
+    "torchtitan": ("0.3.0", "0.3.0"),
+}
+UNUSABLE_NODE_STATES = ("down", "drain", "drng", "fail", "maint", "unk", "npc", "resv", "futr", "inval")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's result."""
+
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "fail"
+
+
+# ------------------------------------------------------------------------------------------- local
+def check_python(version: tuple[int, int] | None = None) -> Check:
+    """Python 3.11-3.12 (TensorBoard and torchtitan bounds)."""
+    v = version or sys.version_info[:2]
+    text = f"{v[0]}.{v[1]} ({sys.executable})"
+    if PYTHON_RANGE[0] <= tuple(v) <= PYTHON_RANGE[1]:
+        return Check("python", "pass", text)
+    return Check("python", "fail", text, "create the venv with Python 3.11 or 3.12 (torchtitan needs >=3.11, "
+                 "TensorBoard breaks on newer), e.g. `uv venv -p 3.12` or `python3.12 -m venv .venv`")
+
+
+def _release(version: str) -> tuple[int, ...]:
+    base = version.split("+")[0]
+    parts = []
+    for p in base.split(".")[:3]:
+        digits = "".join(c for c in p if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def check_packages(installed: dict[str, str | None] | None = None) -> list[Check]:
+    """Installed torch / torchtune / torchao / torchtitan against :data:`KNOWN_GOOD` (metadata only, no import)."""
+    out = []
+    for name, (lo, hi) in KNOWN_GOOD.items():
+        if installed is not None:
+            have = installed.get(name)
+        else:
+            try:
+                have = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                have = None
+        want = lo if lo == hi else f"{lo.rsplit('.', 1)[0]}-{hi.rsplit('.', 2)[0]}.{hi.split('.')[1]}"
+        pin = f"{name}=={lo}" if lo == hi else f"'{name}>={lo},<{_release(hi)[0]}.{_release(hi)[1] + 1}'"
+        if have is None:
+            out.append(Check(name, "fail", f"not installed (known good: {want})", f"pip install {pin}"))
+        elif _release(lo) <= _release(have) <= _release(hi):
+            out.append(Check(name, "pass", have))
+        else:
+            out.append(Check(name, "warn", f"{have}, not the tested {want}",
+                             f"pip install {pin} (install torch first so torchtune/torchao do not pull another)"))
+    return out
+
+
+def check_token() -> Check:
+    """HF token present (the value is never shown)."""
+    st = token_status()
+    if st.present:
+        return Check("hf token", "pass", f"found ({st.source}); value not shown")
+    return Check("hf token", "warn", "not found (needed for gated models such as meta-llama/*)",
+                 "export HF_TOKEN=... or run `hf auth login`; request access on the model's Hub page")
+
+
+def check_disk(path: str | Path, need_bytes: int | None = None) -> Check:
+    """Free space where the model goes (the nearest existing parent of ``path``)."""
+    p = Path(path).expanduser().resolve()
+    while not p.exists():
+        p = p.parent
+    free = shutil.disk_usage(p).free
+    detail = f"{_size(free)} free at {p}"
+    if need_bytes:
+        detail += f"; model needs {_size(need_bytes)}"
+        if free < need_bytes:
+            return Check("disk", "fail", detail, "choose another --output-dir / free space")
+        if free < 3 * need_bytes:
+            return Check("disk", "warn", detail, "checkpoints are about model-sized each: keep room for a few")
+    return Check("disk", "pass", detail)
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def model_size(model_dir: str | Path) -> int | None:
+    """Bytes of weights in ``model_dir`` (None if it has none yet)."""
+    d = Path(model_dir)
+    if not d.is_dir():
+        return None
+    size = sum(f.stat().st_size for pat in ("*.safetensors", "*.bin", "*.pt", "*.pth") for f in d.rglob(pat))
+    return size or None
+
+
+# ------------------------------------------------------------------------------------------- slurm
+def check_slurm(client: SlurmClient, partition: str | None = None) -> list[Check]:
+    """Slurm reachable, the partition exists and is up, GPUs per node (sinfo)."""
+    try:
+        parts = client.partitions()
+    except SlurmError as e:
+        return [Check("slurm", "fail", " ".join(e.stderr.split()) if e.stderr else str(e),
+                      "run on the login node; export SLURM_CONF if the config is not in /etc/slurm "
+                      "(locally: eval $(cookbook cluster env))")]
+    names = [p["partition"].rstrip("*") for p in parts]
+    default = next((p["partition"].rstrip("*") for p in parts if p["partition"].endswith("*")), names[0] if names else None)
+    out = [Check("slurm", "pass", f"partitions: {', '.join(p['partition'] for p in parts)}")]
+    part = partition or default
+    if part not in names:
+        out.append(Check("partition", "fail", f"{part!r} not found", f"use one of: {', '.join(names)}"))
+        return out
+    nodes = partition_nodes(client, part)
+    usable = [n for n in nodes if n["usable"]]
+    bad = [f"{n['node']}({n['state']})" for n in nodes if not n["usable"]]
+    status: Status = "pass" if usable and not bad else ("warn" if usable else "fail")
+    out.append(Check("partition", status, f"{part}: {len(usable)}/{len(nodes)} nodes usable"
+                     + (f"; not usable: {', '.join(bad)}" if bad else ""),
+                     "" if not bad else "ask the admins, or `scontrol show node NAME` for the reason"))
+    gres = {n["node"]: n["gpus"] for n in nodes}
+    if any(gres.values()):
+        counts = sorted(set(gres.values()))
+        status = "pass" if len(counts) == 1 else "warn"
+        out.append(Check("gpus", status, ", ".join(f"{k}: {v}" for k, v in gres.items()),
+                         "" if status == "pass" else "nodes differ: set --gpus-per-node to the smallest"))
+    else:
+        out.append(Check("gpus", "warn", f"no GPU gres on {part} (CPU-only partition)",
+                         "fine for local-cpu runs; on a GPU cluster use a partition with gres/gpu"))
+    return out
+
+
+def partition_nodes(client: SlurmClient, partition: str) -> list[dict]:
+    """Nodes of ``partition``: name, state, GPUs (from gres), usable."""
+    r = client.run("sinfo", "-h", "-N", "-p", partition, "-o", "%N|%t|%G")
+    seen: dict[str, dict] = {}
+    for line in r.stdout.splitlines():
+        if not line.strip():
+            continue
+        node, state, gres = line.split("|")
+        seen[node] = {"node": node, "state": state, "gpus": _gpus(gres),
+                      "usable": not any(state.rstrip("*~#!%$@^-").startswith(s) for s in UNUSABLE_NODE_STATES)
+                      and not state.endswith("*")}
+    return list(seen.values())
+
+
+def _gpus(gres: str) -> int:
+    total = 0
+    for item in gres.split(","):
+        fields = item.split("(")[0].split(":")
+        if fields[0] == "gpu" and fields[-1].isdigit():
+            total += int(fields[-1])
+    return total
+
+
+# ------------------------------------------------------------------------------------------- probe
+PROBE_SH = r"""#!/bin/bash
+# cookbook doctor probe: one task per node, each writes node-<hostname>.txt (key=value lines) into the probe folder.
+# Contains no secrets: only presence checks.
+set -u
+dir="$1"; marker="$2"; shift 2
+host=$(hostname)
+gpus=-1; gpu_names=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+  gpu_names=$(nvidia-smi -L 2>/dev/null | tr '\n' ';'); gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+fi
+libs=$(ldconfig -p 2>/dev/null)
+nccl=$(echo "$libs" | grep -o 'libnccl\.so[.0-9]*' | head -1)
+[ -z "$nccl" ] && nccl=$(ls "$PYTHON_SITE"/nvidia/nccl/lib/libnccl.so* 2>/dev/null | head -1)
+efa=$(echo "$libs" | grep -o 'libfabric\.so[.0-9]*' | head -1)
+[ -d /opt/amazon/efa ] && efa="$efa /opt/amazon/efa"
+efa_dev=$(ls /dev/infiniband 2>/dev/null | tr '\n' ' ')
+seen=$(cat "$marker" 2>/dev/null || echo "")
+python_ok=no; [ -x "$PYTHON_EXE" ] && python_ok=yes
+{
+  echo "host=$host"; echo "gpus=$gpus"; echo "gpu_names=$gpu_names"; echo "nccl=$nccl"
+  echo "efa=$efa"; echo "efa_devices=$efa_dev"; echo "marker=$seen"; echo "python=$python_ok"
+  for p in "$@"; do
+    q="$p"; while [ ! -e "$q" ]; do q=$(dirname "$q"); done
+    echo "disk_kib:$p=$(df -Pk "$q" | awk 'NR==2{print $4}')"
+  done
+} > "$dir/node-$host.txt"
+"""
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """What one node saw in the probe job."""
+
+    host: str
+    gpus: int               # -1: no nvidia-smi
+    gpu_names: str
+    nccl: str
+    efa: str
+    efa_devices: str
+    marker_ok: bool
+    python_ok: bool
+    free_bytes: dict[str, int]
+
+
+def probe_nodes(client: SlurmClient, partition: str, *, shared_dir: str | Path | None = None,
+                disk_paths: Sequence[str | Path] = (), timeout: float = 180,
+                extra_sbatch: Sequence[str] = ()) -> tuple[str, list[NodeReport], list[str]]:
+    """Run the probe on every usable node of ``partition``; return (job id, reports, expected nodes)."""
+    nodes = [n["node"] for n in partition_nodes(client, partition) if n["usable"]]
+    if not nodes:
+        raise SlurmError(["sinfo"], 1, f"partition {partition} has no usable nodes")
+    work = Path(shared_dir or output_dir() / "doctor") / f"probe-{uuid.uuid4().hex[:8]}"
+    work.mkdir(parents=True, exist_ok=True)
+    token = uuid.uuid4().hex
+    (work / "marker").write_text(token)
+    (work / "probe.sh").write_text(PROBE_SH)
+    site = next((p for p in sys.path if p.endswith("site-packages")), "")
+    script = work / "probe.sbatch"
+    disks = " ".join(_q(str(Path(p).expanduser().resolve())) for p in disk_paths)
+    script.write_text(textwrap.dedent(f"""\
+        #!/bin/bash
+        #SBATCH --job-name=cookbook-doctor
+        #SBATCH --partition={partition}
+        #SBATCH --nodes={len(nodes)}
+        #SBATCH --ntasks-per-node=1
+        #SBATCH --cpus-per-task=1
+        #SBATCH --time=5
+        #SBATCH --output={work}/probe-%j.out
+        export PYTHON_EXE={_q(sys.executable)} PYTHON_SITE={_q(site)}
+        srun --ntasks-per-node=1 bash {_q(str(work / 'probe.sh'))} {_q(str(work))} {_q(str(work / 'marker'))} {disks}
+        """))
+    job = client.submit(script, *extra_sbatch)
+    try:
+        info = client.wait(job, timeout=timeout)
+    except JobTimeout:
+        client.cancel(job)
+        raise
+    reports = []
+    for f in sorted(work.glob("node-*.txt")):
+        d: dict[str, str] = {}
+        free: dict[str, int] = {}
+        for line in f.read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.startswith("disk_kib:"):
+                free[key[len("disk_kib:"):]] = int(value) * 1024 if value.isdigit() else 0
+            else:
+                d[key] = value.strip()
+        reports.append(NodeReport(d.get("host", f.stem[5:]), int(d.get("gpus") or -1), d.get("gpu_names", ""),
+                                  d.get("nccl", ""), d.get("efa", ""), d.get("efa_devices", ""),
+                                  d.get("marker") == token, d.get("python") == "yes", free))
+    if info.state != "COMPLETED" and not reports:
+        out = client.output_path(job) or work / f"probe-{job}.out"
+        raise SlurmError(["sbatch", str(script)], 1, f"probe job {job} ended {info.state}: "
+                         f"{read_output(out, tail_lines=5) or '(no output)'}")
+    return job, reports, nodes
+
+
+def _q(s: str) -> str:
+    import shlex
+
+    return shlex.quote(s)
+
+
+def probe_checks(job: str, reports: list[NodeReport], expected: list[str], *, need_bytes: int | None = None,
+                 want_gpus: bool | None = None) -> list[Check]:
+    """Turn the probe's node reports into checks."""
+    got = {r.host for r in reports}
+    missing = [n for n in expected if n not in got]
+    out = [Check("probe", "fail" if missing else "pass",
+                 f"job {job}: {len(got)}/{len(expected)} nodes answered" + (f"; silent: {', '.join(missing)}" if missing else ""),
+                 "check those nodes' slurmd (`scontrol show node NAME`)" if missing else "")]
+    no_fs = [r.host for r in reports if not r.marker_ok]
+    out.append(Check("shared fs", "fail" if no_fs else "pass",
+                     f"not visible on {', '.join(no_fs)}" if no_fs else "marker written here was read on every node",
+                     "put the checkout, venv, model and outputs on a filesystem mounted on all nodes" if no_fs else ""))
+    no_py = [r.host for r in reports if not r.python_ok]
+    out.append(Check("venv on nodes", "fail" if no_py else "pass",
+                     f"{sys.executable} missing on {', '.join(no_py)}" if no_py else f"{sys.executable} on every node",
+                     "create the venv on the shared filesystem" if no_py else ""))
+    gpus = {r.host: r.gpus for r in reports}
+    has_gpus = any(g > 0 for g in gpus.values())
+    if has_gpus or want_gpus:
+        uneven = len({g for g in gpus.values()}) > 1
+        out.append(Check("gpus visible", "warn" if uneven or not has_gpus else "pass",
+                         ", ".join(f"{h}: {g if g >= 0 else 'no nvidia-smi'}" for h, g in gpus.items()),
+                         "nodes differ: check drivers / CUDA_VISIBLE_DEVICES" if uneven else ""))
+        no_nccl = [r.host for r in reports if not r.nccl]
+        out.append(Check("nccl", "warn" if no_nccl else "pass",
+                         f"no libnccl on {', '.join(no_nccl)} (torch wheels bundle their own)" if no_nccl
+                         else ", ".join(sorted({r.nccl for r in reports}))))
+    else:
+        out.append(Check("gpus visible", "warn", "no GPUs on any node (nvidia-smi absent or none listed)",
+                         "expected on the local CPU cluster; on a GPU cluster check the drivers"))
+    efa = [r.host for r in reports if r.efa or r.efa_devices]
+    out.append(Check("efa/infiniband", "pass" if efa else "warn",
+                     f"libfabric/EFA/IB on {', '.join(efa)}" if efa else "no libfabric, /opt/amazon/efa or /dev/infiniband",
+                     "" if efa else "multi-node NCCL will use TCP sockets: slow; fine on one node / locally"))
+    for r in reports:
+        for path, free in r.free_bytes.items():
+            status: Status = "pass"
+            if need_bytes and free < need_bytes:
+                status = "fail"
+            out.append(Check(f"disk {r.host}", status, f"{_size(free)} free at {path}"
+                             + (f" (model {_size(need_bytes)})" if need_bytes else ""),
+                             "choose a bigger filesystem" if status == "fail" else ""))
+    return out
+
+
+# ------------------------------------------------------------------------------------------- all
+def run_checks(partition: str | None = None, *, probe: bool = False, model_dir: str | Path | None = None,
+               client: SlurmClient | None = None, shared_dir: str | Path | None = None,
+               probe_timeout: float = 180) -> list[Check]:
+    """Every check in order; ``probe=True`` also submits the probe job to every node of the partition."""
+    checks = [check_python(), *check_packages(), check_token()]
+    need = model_size(model_dir) if model_dir else None
+    if model_dir:
+        checks.append(check_disk(model_dir, need))
+    client = client or SlurmClient()
+    slurm = check_slurm(client, partition)
+    checks += slurm
+    part = next((c.detail.split(":")[0] for c in slurm if c.name == "partition"), None)
+    if probe:
+        if not all(c.ok for c in slurm) or part is None:
+            checks.append(Check("probe", "fail", "skipped: Slurm checks failed", "fix those first"))
+        else:
+            try:
+                job, reports, expected = probe_nodes(client, part, shared_dir=shared_dir,
+                                                     disk_paths=[model_dir] if model_dir else [],
+                                                     timeout=probe_timeout)
+                checks += probe_checks(job, reports, expected, need_bytes=need)
+            except JobTimeout as e:
+                checks.append(Check("probe", "fail", f"{e} (cancelled)", "the partition is busy: retry later, "
+                                    "or pick an idle partition with --partition"))
+            except SlurmError as e:
+                checks.append(Check("probe", "fail", str(e), "see the message; check the partition's limits"))
+    return checks
+
+
+def to_frame(checks: Sequence[Check]):
+    """The checks as a pandas DataFrame (for notebooks)."""
+    import pandas as pd
+
+    return pd.DataFrame([asdict(c) for c in checks])
+
+
+def render(checks: Sequence[Check], width: int = 60) -> str:
+    """A fixed-width table: check, status, detail, what to do."""
+    mark = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
+    name_w = max(len(c.name) for c in checks)
+    lines = [f"{'check':<{name_w}}  status  detail", "-" * (name_w + 8 + width)]
+    for c in checks:
+        detail = textwrap.wrap(c.detail, width) or [""]
+        lines.append(f"{c.name:<{name_w}}  {mark[c.status]:<6}  {detail[0]}")
+        lines += [f"{'':<{name_w}}  {'':<6}  {d}" for d in detail[1:]]
+        if c.fix:
+            lines += [f"{'':<{name_w}}  {'':<6}  -> {d}" for d in textwrap.wrap(c.fix, width - 3)]
+    n = {s: sum(c.status == s for c in checks) for s in mark}
+    lines.append(f"\n{n['pass']} pass, {n['warn']} warn, {n['fail']} fail")
+    return "\n".join(lines)

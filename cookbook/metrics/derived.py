@@ -1,0 +1,122 @@
+"""Numbers the frameworks do not print: MFU/TFLOPs from model FLOPs, tokens seen, ETA.
+
+MFU follows the PaLM definition torchtitan uses: achieved model FLOPs per second per GPU divided by
+the GPU's peak dense bf16 FLOPs. Model FLOPs per token = 6 * N (N = non-embedding parameters) plus
+attention 12 * layers * heads * head_dim * seq_len.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Mapping
+
+import pandas as pd
+
+# Peak dense (no sparsity) bf16 tensor-core TFLOPs per GPU, from NVIDIA's data sheets.
+# torchtitan itself uses 2250 for every Blackwell part, so its printed GB200 MFU is ~10% higher.
+GPU_PEAK_BF16_TFLOPS: dict[str, float] = {
+    "A100": 312.0,
+    "H100": 989.0,        # SXM
+    "H100-PCIE": 756.0,
+    "H100-NVL": 835.0,
+    "H200": 989.0,
+    "B200": 2250.0,
+    "GB200": 2500.0,
+}
+
+
+def peak_tflops(gpu: str) -> float:
+    """Peak dense bf16 TFLOPs of ``gpu`` (``"H100"``, ``"NVIDIA H100 80GB HBM3"``, ``"gb200"`` ...)."""
+    name = gpu.upper().replace("NVIDIA", "").strip()
+    for key in sorted(GPU_PEAK_BF16_TFLOPS, key=len, reverse=True):
+        if key in name.replace(" ", "-") or key in name:
+            return GPU_PEAK_BF16_TFLOPS[key]
+    raise KeyError(f"unknown GPU {gpu!r}; known: {', '.join(GPU_PEAK_BF16_TFLOPS)}")
+
+
+def transformer_flops_per_token(n_params: float, n_layers: int, n_heads: int, head_dim: int, seq_len: int,
+                                embedding_params: float = 0) -> float:
+    """Training FLOPs per token: 6 * (N - embeddings) + 12 * layers * heads * head_dim * seq_len."""
+    return 6 * (n_params - embedding_params) + 12 * n_layers * n_heads * head_dim * seq_len
+
+
+def hf_config_flops_per_token(config: Mapping | str | os.PathLike, seq_len: int) -> float:
+    """FLOPs per token of a Llama-style model from its Hugging Face ``config.json`` (dict or path)."""
+    if not isinstance(config, Mapping):
+        p = Path(config)
+        config = json.loads((p / "config.json" if p.is_dir() else p).read_text())
+    d, layers = config["hidden_size"], config["num_hidden_layers"]
+    heads = config["num_attention_heads"]
+    kv = config.get("num_key_value_heads", heads)
+    head_dim = config.get("head_dim") or d // heads
+    ffn, vocab = config["intermediate_size"], config["vocab_size"]
+    per_layer = d * heads * head_dim + 2 * d * kv * head_dim + heads * head_dim * d + 3 * d * ffn + 2 * d
+    # the output projection costs its matmul even when tied to the embedding, so it is always counted
+    n_params = layers * per_layer + d + vocab * d + vocab * d
+    return transformer_flops_per_token(n_params, layers, heads, head_dim, seq_len, embedding_params=vocab * d)
+
+
+def add_derived(df: pd.DataFrame, *, flops_per_token: float | None = None, flops_per_sample: float | None = None,
+                gpu: str | None = None, n_gpus: int = 1, tokens_per_step: float | None = None) -> pd.DataFrame:
+    """Copy of ``df`` with ``tflops``/``mfu_pct`` filled where missing or 0, and ``tokens_seen``.
+
+    ``samples_per_second`` (FSDP) is taken as the total over ``n_gpus``; ``tokens_per_second_per_gpu``
+    is per GPU. Printed non-zero values are kept.
+    """
+    out = df.copy()
+    tflops = None
+    if flops_per_token and "tokens_per_second_per_gpu" in out:
+        tflops = flops_per_token * out["tokens_per_second_per_gpu"] / 1e12
+    elif flops_per_sample and "samples_per_second" in out:
+        tflops = flops_per_sample * out["samples_per_second"] / n_gpus / 1e12
+    if tflops is not None:
+        have = out["tflops"] if "tflops" in out else pd.Series(float("nan"), index=out.index)
+        out["tflops"] = have.where(have.notna() & (have != 0), tflops)
+    if gpu and "tflops" in out:
+        mfu = 100 * out["tflops"] / peak_tflops(gpu)
+        have = out["mfu_pct"] if "mfu_pct" in out else pd.Series(float("nan"), index=out.index)
+        out["mfu_pct"] = have.where(have.notna() & (have != 0), mfu)
+    seen = tokens_seen(out, tokens_per_step=tokens_per_step, n_gpus=n_gpus)
+    if seen is not None:
+        out["tokens_seen"] = seen
+    return out
+
+
+def tokens_seen(df: pd.DataFrame, tokens_per_step: float | None = None, n_gpus: int = 1) -> pd.Series | None:
+    """Tokens processed up to each training row: step * tokens_per_step, or integrated throughput
+    (tokens/s/GPU * GPUs * seconds between logged rows, from ``time``)."""
+    if tokens_per_step:
+        return df["step"].astype(float) * tokens_per_step
+    if {"tokens_per_second_per_gpu", "time"} <= set(df.columns) and df["time"].notna().sum() > 1:
+        train = df["split"].eq("train") if "split" in df else pd.Series(True, index=df.index)
+        dt = df["time"].where(train).diff().dt.total_seconds().fillna(0)
+        return (df["tokens_per_second_per_gpu"].fillna(0) * n_gpus * dt).where(train).cumsum()
+    return None
+
+
+def eta(df: pd.DataFrame, total_steps: int | None = None, window: int = 20) -> timedelta | None:
+    """Time left until ``total_steps`` (tqdm logs carry their own total), from the recent pace."""
+    train = df[df["split"].eq("train")] if "split" in df else df
+    if train.empty:
+        return None
+    if total_steps is None and "total_steps" in train and train["total_steps"].notna().any():
+        total_steps = int(train["total_steps"].dropna().iloc[-1])
+    if not total_steps:
+        return None
+    last = int(train["step"].iloc[-1])
+    recent = train.tail(window)
+    per_step = None
+    if "time" in recent and recent["time"].notna().sum() > 1:
+        t = recent.dropna(subset=["time"])
+        steps = int(t["step"].iloc[-1] - t["step"].iloc[0])
+        if steps > 0:
+            per_step = (t["time"].iloc[-1] - t["time"].iloc[0]).total_seconds() / steps
+    if per_step is None and "seconds_per_step" in recent and recent["seconds_per_step"].notna().any():
+        per_step = float(recent["seconds_per_step"].dropna().iloc[-1])
+    if per_step is None or math.isnan(per_step):
+        return None
+    return timedelta(seconds=max(total_steps - last, 0) * per_step)

@@ -1,0 +1,141 @@
+"""Name known failures in a job log, each with a one-line hint of what to do.
+
+    for f in diagnose("slurm-12.out"):
+        print(f)          # "line 812: cuda_oom: CUDA out of memory ... -> lower batch_size ..."
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: str
+    pattern: str
+    hint: str
+
+
+# First matching rule wins for a line; order = most specific first.
+RULES: tuple[Rule, ...] = (
+    Rule("slurm_timeout", r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT",
+         "the job hit its --time limit: raise --time, or checkpoint more often and resubmit to resume"),
+    Rule("slurm_preempted", r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO PREEMPTION",
+         "preempted by a higher-priority job: submit with --requeue and resume from the last checkpoint"),
+    Rule("slurm_node_fail", r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO NODE FAIL|"
+         r"DUE TO NODE FAILURE|NODE_FAIL",
+         "a node died under the job: resubmit excluding it (--exclude=NODE) and resume from a checkpoint"),
+    Rule("slurm_cancelled", r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+",
+         "the job was cancelled (scancel or an admin); resubmit if that was not intended"),
+    Rule("cuda_oom", r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError: |CUBLAS_STATUS_ALLOC_FAILED",
+         "GPU memory exhausted: lower batch size or sequence length, enable activation checkpointing, "
+         "or shard over more GPUs (check the planner first)"),
+    Rule("host_oom", r"oom[-_]kill|Out of memory: Killed process|OUT_OF_MEMORY",
+         "the host ran out of RAM (Linux OOM killer): request more --mem, fewer dataloader workers, "
+         "no CPU offload"),
+    Rule("nccl_timeout", r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]ime(?:d )?out|"
+         r"NCCL.*timed out|Some NCCL operations have failed or timed out|collective operation timeout",
+         "a rank stopped joining collectives: find the first rank that failed or hung above; check the "
+         "network (NCCL_SOCKET_IFNAME, IB/EFA) and only raise the timeout for legitimately slow steps"),
+    Rule("nccl_error", r"NCCL WARN|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError|"
+         r"NCCL error",
+         "NCCL failed: rerun with NCCL_DEBUG=INFO and check NCCL_SOCKET_IFNAME / the fabric plugin "
+         "(aws-ofi-nccl on EFA)"),
+    Rule("gated_model", r"GatedRepoError|gated repo|401 Client Error|403 Client Error|"
+         r"Access to model \S+ is restricted|Cannot access gated repo",
+         "the model is gated: accept its licence on huggingface.co and export HF_TOKEN "
+         "(or `huggingface-cli login`) before submitting"),
+    Rule("hub_unreachable", r"Failed to download|LocalEntryNotFoundError|huggingface\.co.*(?:timed out|"
+         r"Max retries|ConnectError)|ReadTimeoutError.*huggingface|(?:httpx|httpcore|requests)\.\w*(?:ConnectError|"
+         r"ConnectionError|ConnectTimeout)",
+         "the Hugging Face hub is unreachable from the nodes: download on the login node first, then set "
+         "HF_HUB_OFFLINE=1 (or raise HF_HUB_ETAG_TIMEOUT)"),
+    Rule("rendezvous", r"RendezvousConnectionError|RendezvousTimeoutError|DistNetworkError|"
+         r"\[c10d\].*(?:Name or service not known|Temporary failure in name resolution|cannot be retrieved)|"
+         r"gai error|"
+         r"The server socket has failed to listen|[Cc]onnection refused.*(?:29500|rdzv|store)",
+         "workers could not reach the rendezvous host: use the first node of `scontrol show hostnames` "
+         "as the endpoint, make sure it resolves to a non-loopback address on every node, and that "
+         "MASTER_PORT is free"),
+    Rule("missing_tokenizer", r"(?:FileNotFoundError|No such file or directory|does not exist).*"
+         r"(?:tokenizer|\.model\b|tiktoken)",
+         "the tokenizer file is missing: set tokenizer.path= to the downloaded file "
+         "(e.g. original/tokenizer.model)"),
+    Rule("missing_checkpoint", r"(?:FileNotFoundError|No such file or directory|does not exist).*"
+         r"(?:checkpoint|\.safetensors|\.distcp|\.pt\b|\.bin\b|config\.json|ae\.safetensors)",
+         "a checkpoint file is missing: set checkpointer.checkpoint_dir= (torchtune ignores a top-level "
+         "checkpoint_dir=) and check the files were downloaded to a shared path"),
+    Rule("missing_file", r"FileNotFoundError",
+         "a path does not exist on the compute node: use a shared filesystem path, not a login-node one"),
+    Rule("loss_nan", r"\b[Ll]oss:\s*-?nan\b",
+         "loss became NaN: lower the learning rate, add warmup or gradient clipping, check the data"),
+    Rule("rank_failed", r"ChildFailedError|srun: error: \S+: task \d+: Exited with exit code",
+         "a worker process failed: the first traceback above (torchrun's 'Root Cause') says why"),
+)
+
+_COMBINED = re.compile("|".join(f"(?:{r.pattern})" for r in RULES).encode())
+_COMPILED = tuple((r, re.compile(r.pattern)) for r in RULES)
+_SLURM_JOB = re.compile(r"\*\*\* (?:JOB|STEP) (\S+) ON (\S+) CANCELLED AT (\S+)")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One recognised failure: its kind, where it first appeared, how often, and what to do."""
+
+    kind: str
+    line_number: int
+    line: str
+    hint: str
+    count: int = 1
+
+    def __str__(self) -> str:
+        times = f" (x{self.count})" if self.count > 1 else ""
+        return f"line {self.line_number}: {self.kind}{times}: {self.line[:160]}\n    -> {self.hint}"
+
+
+def diagnose(path: str | os.PathLike) -> list[Finding]:
+    """Known failures in the log at ``path``, in order of first appearance, one Finding per kind."""
+    p = Path(path)
+    with open(p, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return []
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return diagnose_bytes(data)
+
+
+def diagnose_text(text: str) -> list[Finding]:
+    """:func:`diagnose` for text in memory."""
+    return diagnose_bytes(text.encode("utf-8", errors="replace"))
+
+
+def diagnose_bytes(data: bytes | mmap.mmap) -> list[Finding]:
+    found: dict[str, Finding] = {}
+    line_no, counted, pos = 1, 0, 0
+    while (m := _COMBINED.search(data, pos)) is not None:
+        start = data.rfind(b"\n", 0, m.start()) + 1
+        end = data.find(b"\n", m.end())
+        end = len(data) if end == -1 else end
+        pos = end + 1                      # one finding per line at most
+        line = bytes(data[start:end]).decode("utf-8", errors="replace").strip()
+        rule = next((r for r, rx in _COMPILED if rx.search(line)), None)
+        if rule is None:
+            continue
+        if rule.kind in found:
+            f = found[rule.kind]
+            found[rule.kind] = Finding(f.kind, f.line_number, f.line, f.hint, f.count + 1)
+            continue
+        line_no += data[counted:start].count(b"\n")
+        counted = start
+        found[rule.kind] = Finding(rule.kind, line_no, line.split("\r")[-1], rule.hint)
+    return list(found.values())
+
+
+def slurm_end(text: str) -> dict[str, str] | None:
+    """The job id, node and time of a Slurm ``*** JOB N ON node CANCELLED AT t ... ***`` line."""
+    m = _SLURM_JOB.search(text)
+    return {"job_id": m[1], "node": m[2], "at": m[3]} if m else None

@@ -1,0 +1,95 @@
+"""Loss (raw + smoothed), throughput, memory and MFU against step, for one run or several overlaid.
+
+Returns a matplotlib ``Figure`` (no pyplot state), so a notebook cell shows it inline and scripts can
+save it: ``plot_runs({"bs8": "a.log", "bs16": "b.log"}, out="cmp.png")``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping, Sequence, Union
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from cookbook.metrics.parse import parse_log
+
+Run = Union[pd.DataFrame, str, os.PathLike]
+
+# panel title -> candidate columns (first present wins)
+PANELS: dict[str, tuple[str, ...]] = {
+    "loss": ("loss",),
+    "throughput": ("tokens_per_second_per_gpu", "samples_per_second"),
+    "memory": ("memory_gib",),
+    "mfu": ("mfu_pct",),
+}
+_LABELS = {"tokens_per_second_per_gpu": "tokens/s/GPU", "samples_per_second": "samples/s",
+           "memory_gib": "memory (GiB)", "mfu_pct": "MFU (%)", "loss": "loss"}
+
+
+def smooth(values: pd.Series, alpha: float = 0.1) -> pd.Series:
+    """Exponential moving average (TensorBoard-style, debiased) of a series."""
+    return values.ewm(alpha=alpha, adjust=True, ignore_na=True).mean()
+
+
+def _as_runs(runs: Run | Sequence[Run] | Mapping[str, Run]) -> dict[str, pd.DataFrame]:
+    if isinstance(runs, Mapping):
+        items = list(runs.items())
+    elif isinstance(runs, (pd.DataFrame, str, os.PathLike)):
+        items = [(None, runs)]
+    else:
+        items = [(None, r) for r in runs]
+    out: dict[str, pd.DataFrame] = {}
+    for i, (name, run) in enumerate(items):
+        df = run if isinstance(run, pd.DataFrame) else parse_log(run)
+        label = name or (Path(str(run)).name if not isinstance(run, pd.DataFrame)
+                         else Path(df.attrs.get("source", f"run {i + 1}")).name)
+        out[label] = df
+    return out
+
+
+def plot_runs(runs: Run | Sequence[Run] | Mapping[str, Run], out: str | os.PathLike | None = None,
+              panels: Sequence[str] | None = None, alpha: float = 0.1) -> Figure:
+    """One panel per metric present in any run (loss, throughput, memory, MFU); runs overlaid.
+
+    Loss is drawn raw (faint) and smoothed; validation rows are drawn as markers. ``out`` saves a PNG.
+    """
+    frames = _as_runs(runs)
+    wanted = list(panels or PANELS)
+    chosen: list[tuple[str, str]] = []
+    for title in wanted:
+        for col in PANELS[title]:
+            if any(col in df and df[col].notna().any() for df in frames.values()):
+                chosen.append((title, col))
+                break
+    if not chosen:
+        chosen = [("loss", "loss")]
+    fig = Figure(figsize=(6.0 * min(len(chosen), 2), 3.6 * ((len(chosen) + 1) // 2)), layout="constrained")
+    axes = fig.subplots((len(chosen) + 1) // 2, min(len(chosen), 2), squeeze=False).ravel()
+    for ax in axes[len(chosen):]:
+        ax.set_visible(False)
+    for ax, (title, col) in zip(axes, chosen):
+        for i, (label, df) in enumerate(frames.items()):
+            if col not in df or df.empty:
+                continue
+            color = f"C{i}"
+            split = df["split"] if "split" in df else pd.Series("train", index=df.index)
+            train = df[split.eq("train")].dropna(subset=[col])
+            if col == "loss":
+                ax.plot(train["step"], train[col], color=color, alpha=0.3, linewidth=1)
+                ax.plot(train["step"], smooth(train[col], alpha), color=color, linewidth=2, label=label)
+                val = df[~split.eq("train")].dropna(subset=[col])
+                if len(val):
+                    ax.plot(val["step"], val[col], "o--", color=color, markersize=4, label=f"{label} (validation)")
+            else:
+                ax.plot(train["step"], train[col], color=color, linewidth=1.5, label=label)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.set_ylabel(_LABELS.get(col, col))
+        ax.grid(alpha=0.3)
+        if len(frames) > 1 or col == "loss":
+            ax.legend(fontsize="small")
+    if out is not None:
+        fig.savefig(out, dpi=100)
+    return fig

@@ -1,0 +1,227 @@
+"""``plan()``: will a recipe fit on a job shape, how fast will it run, how long will it take."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from cookbook.planner.estimate import (
+    CHECKPOINTING_MODES, MemoryBreakdown, Settings, effective_mfu, estimate_memory, flops_per_sample,
+    samples_per_second_per_gpu, tokens_per_sample,
+)
+from cookbook.planner.hardware import GIB, GpuSpec, get_gpu
+from cookbook.planner.models import FluxShape, ModelShape, get_model
+from cookbook.planner.recipes import RecipeDefaults, get_recipe, ignorable_overrides, settings_overrides
+
+DEFAULT_MIN_MARGIN = 0.10  # suggest() wants 10% of GPU memory left free
+
+
+@dataclass(frozen=True)
+class Plan:
+    recipe: str
+    model: ModelShape | FluxShape
+    gpu: GpuSpec
+    nodes: int
+    gpus_per_node: int
+    settings: Settings
+    memory: MemoryBreakdown
+    samples_per_s_per_gpu: float
+    dataset_samples: float | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def capacity_gib(self) -> float:
+        return self.gpu.memory_gib
+
+    @property
+    def peak_gib(self) -> float:
+        return self.memory.total / GIB
+
+    @property
+    def live_gib(self) -> float:
+        """Peak tensor bytes without allocator overhead (torch "active"; torchtune's peak_memory_active)."""
+        return self.memory.live / GIB
+
+    @property
+    def margin_gib(self) -> float:
+        return self.capacity_gib - self.peak_gib
+
+    @property
+    def margin_fraction(self) -> float:
+        return self.margin_gib / self.capacity_gib
+
+    @property
+    def fits(self) -> bool:
+        return self.margin_gib >= 0
+
+    @property
+    def unit(self) -> str:
+        return "images" if isinstance(self.model, FluxShape) else "tokens"
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        """Tokens (LLM) or images (FLUX) per second per GPU."""
+        if isinstance(self.model, FluxShape):
+            return self.samples_per_s_per_gpu
+        return self.samples_per_s_per_gpu * tokens_per_sample(self.model, self.settings)
+
+    @property
+    def mfu(self) -> float:
+        return effective_mfu(self.gpu, self.settings, self.model)
+
+    @property
+    def samples_per_step(self) -> int:
+        """Global batch: micro-batch x gradient accumulation x data-parallel ranks."""
+        dp = max(1, self.world // self.settings.tp)
+        return self.settings.micro_batch * self.settings.grad_accum * dp
+
+    @property
+    def step_time_s(self) -> float:
+        return self.samples_per_step / (self.samples_per_s_per_gpu * self.world)
+
+    @property
+    def epoch_time_s(self) -> float | None:
+        if self.dataset_samples is None:
+            return None
+        return self.dataset_samples / (self.samples_per_s_per_gpu * self.world)
+
+    @property
+    def gpu_hours(self) -> float | None:
+        t = self.epoch_time_s
+        return None if t is None else t * self.world / 3600
+
+    def verdict(self) -> str:
+        word = "fits" if self.fits else "does not fit"
+        return (f"{word}: {self.peak_gib:.1f} of {self.capacity_gib:.1f} GiB per GPU "
+                f"(margin {self.margin_gib:+.1f} GiB, {100 * self.margin_fraction:+.0f}%)")
+
+    def render(self) -> str:
+        s = self.settings
+        lines = [
+            f"{self.recipe}: {self.model.name} on {self.nodes} x {self.gpus_per_node} {self.gpu.name}",
+            self.verdict(),
+            "",
+            f"{'memory per GPU':<22}{'GiB':>9}",
+        ]
+        lines += [f"  {name:<20}{gib:>9.2f}" for name, gib in self.memory.rows_gib()]
+        lines += [f"  {'total (peak)':<20}{self.peak_gib:>9.2f}   grads and activations never peak together", f"  {'GPU capacity':<20}{self.capacity_gib:>9.2f}", ""]
+        seq = (f"{tokens_per_sample(self.model, s)} tokens/image" if isinstance(self.model, FluxShape)
+               else f"seq {s.seq_len}")
+        lines.append(f"settings: micro-batch {s.micro_batch}, {seq}, grad accum {s.grad_accum}, AC {s.checkpointing}"
+                     f"{', act. offload' if s.activation_offloading else ''}, TP {s.tp}"
+                     f"{f', HSDP shard {s.shard_group}' if s.shard_group else ''}"
+                     f"{f', LoRA rank {s.lora_rank}' if s.lora_rank else ''}"
+                     f"{', FSDP CPU offload' if s.fsdp_cpu_offload else ''}"
+                     f"{', compile' if s.compile else ''}, {'fused' if s.fused_optimizer else 'foreach'} AdamW")
+        rate = self.tokens_per_s_per_gpu
+        lines.append(f"throughput: {rate:,.1f} {self.unit}/s per GPU at {100 * self.mfu:.0f}% MFU "
+                     f"({self.gpu.mfu_source}); {flops_per_sample(self.model, s) / 1e12:.2f} TFLOP per sample")
+        lines.append(f"step: {self.samples_per_step:,} samples, {self.step_time_s:.2f} s")
+        if self.epoch_time_s is not None:
+            lines.append(f"epoch: {self.epoch_time_s / 3600:.2f} h wall, {self.gpu_hours:,.0f} GPU-hours")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def plan(recipe: str, nodes: int | None = None, gpus_per_node: int | None = None, gpu: str | None = None,
+         *, dataset_tokens: float | None = None, dataset_samples: float | None = None,
+         **settings: Any) -> Plan:
+    """Plan ``recipe`` on ``nodes`` x ``gpus_per_node`` GPUs of kind ``gpu`` (recipe defaults if None).
+
+    ``settings`` are :class:`Settings` fields or the recipe's config keys (``batch_size=8``,
+    ``enable_activation_checkpointing=False``); values may be strings as typed on a command line.
+    ``dataset_tokens`` (LLM) or ``dataset_samples`` give the time per epoch and GPU-hours.
+    """
+    defaults = get_recipe(recipe)
+    nodes = defaults.nodes if nodes is None else int(nodes)
+    gpus_per_node = defaults.gpus_per_node if gpus_per_node is None else int(gpus_per_node)
+    if nodes < 1 or gpus_per_node < 1:
+        raise ValueError("nodes and gpus_per_node must be >= 1")
+    spec = get_gpu(gpu or defaults.gpu)
+    s = defaults.settings.with_overrides(**settings_overrides(settings))
+    s.validate()
+    world = nodes * gpus_per_node
+    if world % s.tp:
+        raise ValueError(f"tensor-parallel degree {s.tp} does not divide {world} GPUs")
+    model = get_model(defaults.model)
+    samples = dataset_samples
+    if samples is None and dataset_tokens is not None:
+        samples = dataset_tokens / tokens_per_sample(model, s)
+    notes = [defaults.source]
+    if isinstance(model, ModelShape) and model.experts > 1:
+        notes.append(f"MoE: {model.total_params / 1e9:.1f}B parameters stored, {model.active_params / 1e9:.1f}B"
+                     " active per token (FLOPs use the active count)")
+    return Plan(recipe, model, spec, nodes, gpus_per_node, s, estimate_memory(model, s, world),
+                samples_per_second_per_gpu(model, s, spec), samples, tuple(notes))
+
+
+def fit_warning(recipe: str, nodes: int | None, gpus_per_node: int | None, gpu: str | None,
+                overrides: Mapping[str, Any] | None = None) -> str | None:
+    """A one-line warning when ``recipe`` will not fit (or is within 5% of full); None when it fits.
+
+    ``overrides`` may hold any recipe override; keys that do not change memory are ignored, so the
+    renderer can pass the user's override dict as is. Unknown recipes/GPUs give no warning.
+    """
+    try:
+        p = plan(recipe, nodes, gpus_per_node, gpu, **ignorable_overrides(overrides or {}))
+    except (KeyError, ValueError):
+        return None
+    if not p.fits:
+        return (f"planner: {recipe} does not fit on {p.gpu.name}: needs ~{p.peak_gib:.0f} GiB per GPU of "
+                f"{p.capacity_gib:.0f} GiB; try `cookbook plan {recipe} --suggest`")
+    if p.margin_fraction < 0.05:
+        return f"planner: {recipe} is tight on {p.gpu.name}: {p.verdict()}"
+    return None
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    nodes: int
+    micro_batch: int
+    tp: int
+    checkpointing: str
+    plan: Plan
+
+    def describe(self) -> str:
+        p = self.plan
+        return (f"--nodes {self.nodes} --set micro_batch={self.micro_batch} --set tp={self.tp} "
+                f"--set checkpointing={self.checkpointing}: {p.peak_gib:.1f} GiB "
+                f"({100 * p.margin_fraction:.0f}% free), {p.tokens_per_s_per_gpu:,.0f} {p.unit}/s/GPU, "
+                f"step {p.step_time_s:.1f} s")
+
+
+def suggest(recipe: str, gpus_per_node: int | None = None, gpu: str | None = None, *, max_nodes: int = 32,
+            min_margin: float = DEFAULT_MIN_MARGIN, limit: int = 5, **settings: Any) -> list[Suggestion]:
+    """Job shapes that fit with ``min_margin`` free: fewest nodes first, then highest throughput.
+
+    Tries nodes 1, 2, 4 ... ``max_nodes``; tensor parallel 1, 2, 4, 8 (within a node); checkpointing
+    none/selective/full; micro-batch 1, 2, 4 ... 64 (FLUX up to 128).
+    """
+    defaults: RecipeDefaults = get_recipe(recipe)
+    gpn = gpus_per_node or defaults.gpus_per_node
+    fixed = settings_overrides(settings)
+    found: list[Suggestion] = []
+    node_counts = [n for n in (1, 2, 4, 8, 16, 32, 64, 128) if n <= max_nodes]
+    batches = (1, 2, 4, 8, 16, 32, 64, 128)
+    for nodes in node_counts:
+        for tp in (1, 2, 4, 8):
+            if tp > gpn or gpn % tp or (tp > 1 and get_model(defaults.model).kind == "flux"):
+                continue
+            for mode in CHECKPOINTING_MODES:
+                for mb in batches:
+                    kw = {**fixed, "tp": tp, "checkpointing": mode, "micro_batch": mb}
+                    if defaults.settings.shard_group and defaults.settings.shard_group > nodes * gpn:
+                        kw["shard_group"] = 0
+                    p = plan(recipe, nodes, gpn, gpu, **kw)
+                    if p.margin_fraction < min_margin:
+                        break  # larger micro-batches only need more memory
+                    found.append(Suggestion(nodes, mb, tp, mode, p))
+        if found:
+            break
+    found.sort(key=lambda x: (x.nodes, -round(x.plan.tokens_per_s_per_gpu, 6),
+                              CHECKPOINTING_MODES.index(x.checkpointing), x.tp, -x.micro_batch))
+    return found[:limit]

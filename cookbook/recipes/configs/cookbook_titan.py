@@ -1,0 +1,63 @@
+"""torchtitan 0.3.0 config functions for the cookbook's recipes (``--module cookbook_titan --config NAME``).
+
+torchtitan 0.3.0 has no TOML: a config is a Python function returning its Trainer.Config. These
+start from torchtitan's own registry functions and change only what the recipe needs; everything
+else stays overridable on the command line (``--section.key value``). Paths come from the
+environment the sbatch script sets (TINY_DIR for the local-cpu variants).
+"""
+
+import os
+
+
+def _checkpointed(cfg):
+    cfg.checkpoint.enable = True          # resume from the newest step-N after a requeue
+    return cfg
+
+
+def llama3_8b_c4():
+    """Llama-3.1-8B pretraining on C4 (the Crusoe / AWS seeds' job)."""
+    from torchtitan.models.llama3.config_registry import llama3_8b
+
+    cfg = llama3_8b()
+    cfg.dataloader.dataset = "c4"
+    return _checkpointed(cfg)
+
+
+def llama3_8b_c4_tiny():
+    """local-cpu: torchtitan's debug Llama on the tiny C4-like folder, a few steps."""
+    from torchtitan.models.llama3.config_registry import llama3_debugmodel
+
+    tiny = os.environ.get("TINY_DIR", ".cache/tiny")
+    cfg = llama3_debugmodel()
+    cfg.hf_assets_path = f"{tiny}/hf_tokenizer"
+    cfg.dataloader.dataset = "c4"
+    cfg.dataloader.dataset_path = f"{tiny}/c4"
+    cfg.training.local_batch_size = 2
+    cfg.training.seq_len = 128
+    cfg.training.steps = 4
+    cfg.validator.enable = False
+    cfg.checkpoint.interval = 2
+    return _checkpointed(cfg)
+
+
+def flux_schnell():
+    """FLUX.1-schnell training on cc12m (the Nebius seed's job)."""
+    from torchtitan.models.flux.config_registry import flux_schnell as base
+
+    return _checkpointed(base())
+
+
+def flux_schnell_tiny():
+    """local-cpu: torchtitan's debug FLUX with the tiny T5/CLIP/autoencoder and cc12m-like tars."""
+    from torchtitan.models.flux.config_registry import flux_debugmodel
+
+    flux = os.environ.get("TINY_DIR", ".cache/tiny") + "/flux"
+    cfg = flux_debugmodel()
+    cfg.encoder.autoencoder_path = f"{flux}/ae.safetensors"
+    cfg.tokenizer.t5_tokenizer_path = f"{flux}/t5"
+    cfg.tokenizer.clip_tokenizer_path = f"{flux}/clip"
+    cfg.dataloader.dataset_path = f"{flux}/cc12m"
+    cfg.training.local_batch_size = 2
+    cfg.training.steps = 4
+    cfg.validator.enable = False
+    return _checkpointed(cfg)

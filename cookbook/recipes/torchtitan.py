@@ -1,0 +1,162 @@
+"""torchtitan 0.3.0 recipes: Llama-3.1-8B on C4 and FLUX.1-schnell.
+
+Configs are Python functions in ``configs/cookbook_titan.py`` (copied next to the script and passed
+as ``--module cookbook_titan --config NAME``). Overrides are ``section.key=value`` and become
+``--section.key value``; they are checked by torchtitan's own parser (``ConfigManager`` + tyro)
+against the real config dataclasses. torchtitan imports triton at module level; validation imports
+it through :mod:`cookbook.compat.triton_standin` so no GPU stack is needed on the login node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import functools
+import io
+import os
+import sys
+from pathlib import Path
+
+from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, register_recipe
+from cookbook.spec import JobSpec
+
+CONFIG_MODULE = "cookbook_titan"
+_MODULE_FILE = Path(__file__).parent / "configs" / f"{CONFIG_MODULE}.py"
+
+
+@functools.cache
+def _import_torchtitan() -> None:
+    from cookbook.compat.triton_standin import import_torchtitan_without_triton
+
+    import_torchtitan_without_triton()
+    sys.path.insert(0, str(_MODULE_FILE.parent))
+
+
+def field_paths(obj: object, prefix: str = "") -> list[str]:
+    """Dotted names of every field of a (nested) config dataclass."""
+    out = []
+    for f in dataclasses.fields(obj):  # type: ignore[arg-type]
+        name = f"{prefix}{f.name}"
+        out.append(name)
+        value = getattr(obj, f.name, None)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            out += field_paths(value, name + ".")
+    return out
+
+
+def parse_config(config: str, overrides: dict[str, str], tiny_dir: str | None = None) -> tuple[object, str]:
+    """Run torchtitan's own parser on ``--module cookbook_titan --config CONFIG`` + overrides.
+
+    Returns ``(config object or None, error text)``.
+    """
+    _import_torchtitan()
+    from torchtitan.config.manager import ConfigManager
+
+    args = ["--module", CONFIG_MODULE, "--config", config]
+    for k, v in overrides.items():
+        args += [f"--{k}", v]
+    err = io.StringIO()
+    old = os.environ.get("TINY_DIR")
+    if tiny_dir:
+        os.environ["TINY_DIR"] = tiny_dir
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            return ConfigManager().parse_args(args), ""
+    except SystemExit:
+        return None, err.getvalue()
+    except Exception as e:  # noqa: BLE001  (torchtitan's own validation message)
+        return None, f"{type(e).__name__}: {e}"
+    finally:
+        if tiny_dir:
+            if old is None:
+                os.environ.pop("TINY_DIR", None)
+            else:
+                os.environ["TINY_DIR"] = old
+
+
+@functools.cache
+def _known_fields(config: str) -> tuple[str, ...]:
+    cfg, _ = parse_config(config, {})
+    return tuple(field_paths(cfg)) if cfg is not None else ()
+
+
+class TorchtitanRecipe(Recipe):
+    framework = "torchtitan"
+    config_fn: str              # function in cookbook_titan.py
+
+    def config_name(self, spec: JobSpec) -> str:
+        return self.config_fn + ("_tiny" if spec.profile == LOCAL_CPU else "")
+
+    def validate(self, spec: JobSpec) -> list[str]:
+        problems = []
+        name = self.config_name(spec)
+        known = _known_fields(name)
+        for key in spec.overrides:
+            if known and key not in known:
+                leaf = key.rsplit(".", 1)[-1]
+                hint = [k for k in known if k.rsplit(".", 1)[-1] == leaf] or difflib.get_close_matches(key, known, 3)
+                problems.append(f"override key {key!r} is not a torchtitan 0.3.0 config field"
+                                + (f": did you mean {' or '.join(hint[:3])}?" if hint else ""))
+        if problems:
+            return problems
+        cfg, err = parse_config(name, spec.overrides)
+        if cfg is None:
+            return [f"torchtitan rejects the overrides: {err.strip().splitlines()[-1] if err.strip() else err}"]
+        par = cfg.parallelism
+        tp, pp, cp = par.tensor_parallel_degree, par.pipeline_parallel_degree, par.context_parallel_degree
+        if tp > 1 and spec.procs_per_node % tp:
+            problems.append(f"parallelism.tensor_parallel_degree={tp} must divide GPUs per node "
+                            f"({spec.procs_per_node}): tensor parallelism stays inside a node")
+        fixed = tp * pp * cp
+        if spec.world_size % fixed:
+            problems.append(f"world size {spec.world_size} is not a multiple of tp*pp*cp = {fixed}: change the "
+                            "parallel degrees or the node count")
+        dp_shard = par.data_parallel_shard_degree
+        if dp_shard > 0 and fixed * dp_shard * max(par.data_parallel_replicate_degree, 1) != spec.world_size:
+            problems.append(f"dp_replicate*dp_shard*tp*pp*cp must equal the world size {spec.world_size}; "
+                            "set parallelism.data_parallel_shard_degree=-1 to fill the rest")
+        if cfg.training.local_batch_size < 1:
+            problems.append(f"training.local_batch_size={cfg.training.local_batch_size}: use a positive integer")
+        gb = cfg.training.global_batch_size
+        if gb > 0 and gb % (cfg.training.local_batch_size * max(spec.world_size // fixed, 1)):
+            problems.append(f"training.global_batch_size={gb} must be a multiple of local_batch_size x "
+                            "data-parallel size (gradient accumulation steps are whole)")
+        return problems
+
+    def files(self, spec: JobSpec) -> dict[str, str]:
+        return {f"{CONFIG_MODULE}.py": _MODULE_FILE.read_text()}
+
+    def command(self, spec: JobSpec) -> Launch:
+        args: list[str] = ["--module", CONFIG_MODULE, "--config", self.config_name(spec),
+                           "--dump_folder", "$RUN_DIR"]
+        for k, v in spec.overrides.items():
+            args += [f"--{k}", v]
+        if spec.profile == LOCAL_CPU:
+            from cookbook.paths import cache_dir
+
+            tiny = spec.assets_dir or str(cache_dir() / "tiny")
+            return Launch("torchrun", ("-m", "cookbook.compat.cpu", "torchtitan", *args), {"TINY_DIR": tiny})
+        return Launch("torchrun", ("-m", "torchtitan.train", *args))
+
+    def resume(self, spec: JobSpec) -> str:
+        """torchtitan loads the newest ``step-N`` under ``$RUN_DIR/checkpoint`` by itself (checkpoint.enable)."""
+        return ('if compgen -G "$RUN_DIR/checkpoint/step-*" > /dev/null; then\n'
+                '  echo "resuming from $(ls -d "$RUN_DIR"/checkpoint/step-* | sort -V | tail -n 1)"\n'
+                "fi")
+
+
+class Llama3_8BC4(TorchtitanRecipe):
+    name = "llama3_8b_c4"
+    description = "Llama-3.1-8B pretraining on C4, torchtitan (FSDP2 [+TP/PP/CP])"
+    config_fn = "llama3_8b_c4"
+
+
+class FluxSchnell(TorchtitanRecipe):
+    name = "flux_schnell"
+    description = "FLUX.1-schnell training on cc12m, torchtitan"
+    config_fn = "flux_schnell"
+
+
+register_recipe(Llama3_8BC4())
+register_recipe(FluxSchnell())

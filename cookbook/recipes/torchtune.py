@@ -1,0 +1,243 @@
+"""torchtune 0.6.1 recipes: Llama-3.3-70B full and LoRA finetuning, multi-node.
+
+The config is torchtune's own built-in YAML (loaded with OmegaConf from the installed package)
+plus the user's overrides; every override key must exist in it, be a parameter of the component
+it sits under, or be an optional key the recipe reads (``cfg.get("...")`` in the recipe source).
+The written YAML is the merged config, so the script's ``tune run`` needs no hidden overrides.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib
+import inspect
+import re
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, register_recipe
+from cookbook.spec import JobSpec
+
+_CONFIGS = Path(__file__).parent / "configs"
+TP_PLAN = "torchtune.models.llama3.base_llama_tp_plan"
+
+
+@functools.cache
+def _torchtune_root() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("recipes")            # torchtune ships its recipes as package `recipes`
+    if spec is None or spec.origin is None:
+        raise RuntimeError("torchtune's recipes are not installed: pip install torchtune==0.6.1")
+    return Path(spec.origin).parent
+
+
+def builtin_config(name: str) -> DictConfig:
+    """A torchtune built-in config (e.g. ``llama3_3/70B_lora``) as loaded by ``tune run``."""
+    return OmegaConf.load(_torchtune_root() / "configs" / f"{name}.yaml")
+
+
+@functools.cache
+def optional_keys(recipe_file: str) -> frozenset[str]:
+    """Top-level keys a torchtune recipe reads with ``cfg.get("key")`` (valid even when absent)."""
+    text = (_torchtune_root() / f"{recipe_file}.py").read_text()
+    return frozenset(re.findall(r'cfg\.get\(\s*"([A-Za-z_][A-Za-z0-9_]*)"', text))
+
+
+def leaf_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
+    """Every dotted key of ``cfg`` (leaves and sections)."""
+    keys = []
+    for k, v in cfg.items_ex(resolve=False) if hasattr(cfg, "items_ex") else cfg.items():
+        key = f"{prefix}{k}"
+        keys.append(key)
+        if isinstance(v, DictConfig):
+            keys += leaf_keys(v, key + ".")
+    return keys
+
+
+def _component_params(target: str) -> set[str] | None:
+    """Parameter names of a ``_component_`` callable; None when it takes ``**kwargs`` or cannot load."""
+    module, _, attr = target.rpartition(".")
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+        params = inspect.signature(fn).parameters.values()
+    except (ImportError, AttributeError, ValueError, TypeError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params}
+
+
+def suggest_key(key: str, keys: list[str]) -> list[str]:
+    """Likely intended keys: same leaf name deeper in the config, else close spellings."""
+    leaf = key.rsplit(".", 1)[-1]
+    same_leaf = [k for k in keys if k.rsplit(".", 1)[-1] == leaf and k != key]
+    return same_leaf or difflib.get_close_matches(key, keys, n=3, cutoff=0.6)
+
+
+def check_override_keys(cfg: DictConfig, overrides: dict[str, str], recipe_file: str) -> list[str]:
+    """Problems with override keys that the recipe would ignore or reject."""
+    keys, problems = leaf_keys(cfg), []
+    optional = optional_keys(recipe_file)
+    for key in overrides:
+        if key in keys or key.split(".")[0] in optional:
+            continue
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(cfg, parent) if parent else None
+        if isinstance(node, DictConfig) and "_component_" in node:
+            params = _component_params(str(node["_component_"]))
+            if params is None or leaf in params:
+                continue
+        hint = suggest_key(key, keys)
+        where = f"did you mean {' or '.join(hint)}?" if hint else f"see `tune cp` of the config for its keys"
+        problems.append(f"override key {key!r} is not in the config (the recipe would ignore it): {where}")
+    return problems
+
+
+def _path_problem(label: str, value: str) -> str | None:
+    """An error when a path given by the user is on this filesystem but missing."""
+    if "$" in value or not value.startswith("/"):
+        return None
+    top = Path("/", *Path(value).parts[1:2])
+    if top.exists() and not Path(value).exists():
+        return f"{label}={value} does not exist (download it first, e.g. `tune download ... --output-dir {value}`)"
+    return None
+
+
+class TorchtuneRecipe(Recipe):
+    """A torchtune distributed recipe from a built-in config; see the module docstring."""
+
+    framework = "torchtune"
+    recipe_file: str            # e.g. full_finetune_distributed
+    config_name: str            # built-in config, e.g. llama3_3/70B_full_multinode
+    tiny_config: str            # local-cpu config under recipes/configs/
+    defaults: dict[str, str] = {}
+
+    # ---------------------------------------------------------------- config
+    def base_config(self, spec: JobSpec) -> DictConfig:
+        if spec.profile == LOCAL_CPU:
+            cfg = OmegaConf.load(_CONFIGS / self.tiny_config)
+            self._set_tiny_paths(cfg)
+            return cfg
+        cfg = builtin_config(self.config_name)
+        for key, value in self.defaults.items():
+            OmegaConf.update(cfg, key, value, force_add=True)
+        return cfg
+
+    @staticmethod
+    def _set_tiny_paths(cfg: DictConfig) -> None:
+        from cookbook.assets.tiny import TinyAssets
+
+        t = TinyAssets(Path("${oc.env:TINY_DIR}"))
+        cfg.tokenizer.path = str(t.tokenizer_model)
+        cfg.tokenizer.special_tokens_path = str(t.special_tokens)
+        cfg.checkpointer.checkpoint_dir = str(t.llama_dir)
+        conv = cfg.dataset.get("conversation_style")
+        cfg.dataset.data_files = str(t.chat_sharegpt if conv == "sharegpt" else t.alpaca)
+
+    def config(self, spec: JobSpec) -> DictConfig:
+        """The merged config written next to the script (overrides applied, typed as YAML)."""
+        cfg = self.base_config(spec)
+        merged = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{k}={v}" for k, v in spec.overrides.items()]))
+        tp = int(merged.get("tensor_parallel_dim", 1) or 1)
+        if tp > 1 and merged.get("tensor_parallel_plan") is None:
+            merged.tensor_parallel_plan = {"_component_": TP_PLAN}
+        if tp > 1 and merged.optimizer.get("fused", False):
+            merged.optimizer.fused = False       # the recipe refuses fused AdamW with tensor parallelism
+        return merged
+
+    def config_file(self, spec: JobSpec) -> str:
+        return f"{self.name}.{spec.profile}.yaml"
+
+    # ---------------------------------------------------------------- Recipe
+    def validate(self, spec: JobSpec) -> list[str]:
+        base = self.base_config(spec)
+        problems = check_override_keys(base, spec.overrides, self.recipe_file)
+        if problems:
+            return problems
+        try:
+            cfg = self.config(spec)
+        except Exception as e:  # noqa: BLE001  (OmegaConf's message names the bad value)
+            return [f"overrides do not fit the config: {e}"]
+        tp = cfg.get("tensor_parallel_dim", 1) or 1
+        if not isinstance(tp, int) or tp < 1:
+            problems.append(f"tensor_parallel_dim={tp!r}: use a positive integer")
+        elif spec.procs_per_node % tp:
+            problems.append(f"tensor_parallel_dim={tp} must divide GPUs per node ({spec.procs_per_node}): tensor "
+                            "parallelism stays inside a node; use a divisor such as "
+                            + ", ".join(str(d) for d in range(1, spec.procs_per_node + 1) if spec.procs_per_node % d == 0))
+        elif spec.world_size % tp:
+            problems.append(f"world size {spec.world_size} is not a multiple of tensor_parallel_dim={tp}")
+        for key in ("batch_size", "gradient_accumulation_steps", "epochs"):
+            value = cfg.get(key)
+            if not isinstance(value, int) or value < 1:
+                problems.append(f"{key}={value!r}: use a positive integer")
+        if cfg.get("optimizer_in_bwd") and cfg.get("gradient_accumulation_steps", 1) != 1:
+            problems.append("optimizer_in_bwd=True needs gradient_accumulation_steps=1: set one of them back")
+        if spec.profile == LOCAL_CPU and cfg.get("device") != "cpu":
+            problems.append("profile local-cpu runs on CPU: leave device=cpu")
+        for key in ("checkpointer.checkpoint_dir", "tokenizer.path"):
+            if key in spec.overrides and (p := _path_problem(key, spec.overrides[key])):
+                problems.append(p)
+        return problems
+
+    def warnings(self, spec: JobSpec) -> list[str]:
+        if spec.profile == LOCAL_CPU:
+            return []
+        cfg = self.config(spec)
+        out = []
+        for key in ("checkpointer.checkpoint_dir", "tokenizer.path"):
+            value = str(OmegaConf.select(cfg, key))
+            if key not in spec.overrides and not Path(value).exists():
+                out.append(f"{key}={value} (the config's default) does not exist here; set it with "
+                           f"--set {key}=PATH if the model is elsewhere on the cluster")
+        return out
+
+    def files(self, spec: JobSpec) -> dict[str, str]:
+        header = (f"# {self.name}: torchtune {self.config_name if spec.profile != LOCAL_CPU else self.tiny_config}"
+                  f" + overrides, profile {spec.profile}. Generated by the cookbook recipe engine.\n"
+                  "# output_dir is set on the command line (the job's run folder).\n")
+        return {self.config_file(spec): header + OmegaConf.to_yaml(self.config(spec))}
+
+    def command(self, spec: JobSpec) -> Launch:
+        config = f"$RECIPE_DIR/{self.config_file(spec)}"
+        args = (self.recipe_file, "--config", config, "output_dir=$RUN_DIR")
+        if spec.profile == LOCAL_CPU:
+            tiny = spec.assets_dir or str(_default_tiny_dir())
+            return Launch("torchrun", ("-m", "cookbook.compat.cpu", "torchtune", *args), {"TINY_DIR": tiny})
+        return Launch("tune", args)
+
+    def resume(self, spec: JobSpec) -> str:
+        """torchtune 0.6.1 checkpoints at epoch ends (``RUN_DIR/epoch_N``) and finds the newest itself."""
+        return ('if compgen -G "$RUN_DIR/epoch_*" > /dev/null; then\n'
+                '  echo "resuming from $(ls -d "$RUN_DIR"/epoch_* | sort -V | tail -n 1)"\n'
+                "  RESUME_ARGS+=(resume_from_checkpoint=True)\n"
+                "fi")
+
+
+def _default_tiny_dir() -> Path:
+    from cookbook.paths import cache_dir
+
+    return cache_dir() / "tiny"
+
+
+class Llama33_70BFull(TorchtuneRecipe):
+    name = "llama3_3_70b_full"
+    description = "Llama-3.3-70B-Instruct full finetune, torchtune full_finetune_distributed (FSDP2 [+TP])"
+    recipe_file = "full_finetune_distributed"
+    config_name = "llama3_3/70B_full_multinode"
+    tiny_config = "tiny_full.yaml"
+
+
+class Llama33_70BLora(TorchtuneRecipe):
+    name = "llama3_3_70b_lora"
+    description = "Llama-3.3-70B-Instruct LoRA finetune, torchtune lora_finetune_distributed (FSDP2)"
+    recipe_file = "lora_finetune_distributed"
+    config_name = "llama3_3/70B_lora"
+    tiny_config = "tiny_lora.yaml"
+
+
+register_recipe(Llama33_70BFull())
+register_recipe(Llama33_70BLora())

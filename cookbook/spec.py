@@ -1,0 +1,220 @@
+"""The job a user asks for (:class:`JobSpec`) and the cluster profiles it runs under.
+
+A profile is the environment a kind of cluster needs (NCCL/EFA/InfiniBand, socket interface,
+backend). Every value says where it comes from; the rendered script carries that as a comment.
+:func:`check_spec` lists every problem with a spec at once; recipe-specific checks live in the
+recipe (:meth:`cookbook.recipes.base.Recipe.validate`), and :func:`cookbook.render.validate` runs both.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+SECRET_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")
+_TIME = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class SpecError(ValueError):
+    """A job spec that cannot run; ``problems`` lists each one with what to change."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("invalid job:\n" + "\n".join(f"  - {p}" for p in self.problems))
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One environment variable a profile sets, with where its value comes from."""
+
+    name: str
+    value: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one kind of cluster needs: backend, GPUs or not, and its environment."""
+
+    name: str
+    description: str
+    backend: Literal["nccl", "gloo"]
+    env: tuple[EnvVar, ...]
+    uses_gpus: bool = True
+
+
+_COMMON_GPU = (
+    EnvVar("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1",
+           "PyTorch docs (ProcessGroupNCCL): a failed collective aborts the job instead of hanging it"),
+    EnvVar("NCCL_DEBUG", "WARN", "NCCL docs (env vars); set INFO to see the transport NCCL picked"),
+    EnvVar("HF_HUB_ETAG_TIMEOUT", "60",
+           "huggingface_hub docs: default 10 s times out when hundreds of ranks hit the hub at once"),
+    EnvVar("HF_HUB_DOWNLOAD_TIMEOUT", "60", "huggingface_hub docs, same reason"),
+    EnvVar("OMP_NUM_THREADS", "1", "torchrun's own default per process; avoids CPU oversubscription"),
+)
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (
+    Profile("generic", "any Slurm cluster with NVIDIA GPUs; NCCL picks its transport", "nccl", _COMMON_GPU),
+    Profile("nebius", "Nebius Soperator: H100/H200 nodes with InfiniBand", "nccl", _COMMON_GPU + (
+        EnvVar("NCCL_SOCKET_IFNAME", "eth0",
+               "Nebius Soperator worker pods: eth0 is the routable interface (check: `ip -br addr` on a node)"),
+        EnvVar("NCCL_IB_HCA", "mlx5", "Nebius GPU hosts: InfiniBand HCAs are mlx5_* (check: `ibv_devices`)"),
+        EnvVar("UCX_NET_DEVICES", "eth0", "keeps UCX (if used by the MPI stack) off the IB ports NCCL uses"),
+    )),
+    Profile("crusoe", "Crusoe Cloud Slurm: H100/H200/GB200 nodes with InfiniBand", "nccl", _COMMON_GPU + (
+        EnvVar("NCCL_SOCKET_IFNAME", "eth0", "Crusoe VM images: eth0 is the VPC interface (check: `ip -br addr`)"),
+        EnvVar("NCCL_IB_HCA", "mlx5", "Crusoe IB nodes: HCAs are mlx5_* (check: `ibv_devices`)"),
+    )),
+    Profile("aws-efa", "AWS ParallelCluster / HyperPod p4d/p5 nodes with EFA", "nccl", _COMMON_GPU + (
+        EnvVar("FI_PROVIDER", "efa", "aws-ofi-nccl README: use the EFA libfabric provider"),
+        EnvVar("FI_EFA_USE_DEVICE_RDMA", "1", "AWS EFA docs: GPUDirect RDMA on p4d/p5"),
+        EnvVar("FI_EFA_SET_CUDA_SYNC_MEMOPS", "0", "aws-ofi-nccl README (p5 recommended setting)"),
+        EnvVar("NCCL_SOCKET_IFNAME", "^docker,lo,veth", "awsome-distributed-training: every interface but "
+               "loopback/containers (instance interface names differ: ens*, enp*)"),
+        EnvVar("NCCL_BUFFSIZE", "8388608", "awsome-distributed-training FSDP example (EFA tuning)"),
+        EnvVar("NCCL_P2P_NET_CHUNKSIZE", "524288", "awsome-distributed-training FSDP example (EFA tuning)"),
+    )),
+    Profile("local-cpu", "the embedded local cluster: tiny models on CPU, gloo", "gloo", (
+        EnvVar("OMP_NUM_THREADS", "1", "2-core machine: one thread per rank keeps both ranks responsive"),
+        EnvVar("CUDA_VISIBLE_DEVICES", "", "no GPU: make sure nothing tries one"),
+        EnvVar("HF_HUB_OFFLINE", "1", "tiny assets are local; never wait for the hub"),
+        EnvVar("HF_DATASETS_OFFLINE", "1", "same, for datasets"),
+        EnvVar("TOKENIZERS_PARALLELISM", "false", "no tokenizer thread pool next to the training threads"),
+    ), uses_gpus=False),
+)}
+
+
+@dataclass
+class JobSpec:
+    """Everything about one job that is not the recipe's own config.
+
+    ``overrides`` are recipe config ``key=value`` pairs (torchtune dotted YAML keys; torchtitan
+    ``section.key``); ``env`` is extra environment (never secrets: the script reads HF_TOKEN itself).
+    """
+
+    recipe: str
+    nodes: int = 2
+    gpus_per_node: int = 8
+    cpus_per_task: int | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str = "04:00:00"
+    exclusive: bool = True
+    job_name: str | None = None
+    log_dir: str = "logs"                      # one log per job: LOG_DIR/<job name>-<job id>.out
+    run_dir: str | None = None                 # checkpoints/metrics; default $RECIPE_DIR/runs/<job name>
+    recipe_dir: str | None = None              # where the script's configs live; default $SLURM_SUBMIT_DIR
+    container_image: str | None = None         # pyxis/enroot: --container-image
+    container_mounts: list[str] = field(default_factory=list)   # SRC:DST[:ro]
+    profile: str = "generic"
+    requeue: bool = True
+    signal_seconds: int = 120                  # --signal=B:USR1@N before the time limit
+    env: dict[str, str] = field(default_factory=dict)
+    overrides: dict[str, str] = field(default_factory=dict)
+    venv: str | None = None                    # a virtualenv to activate on every node (may use $RECIPE_DIR)
+    assets_dir: str | None = None              # local-cpu: tiny assets root (default .cache/tiny; may use $RECIPE_DIR)
+    port: int = 29500                          # rendezvous port on the head node
+
+    @property
+    def name(self) -> str:
+        return self.job_name or self.recipe.replace("_", "-")
+
+    @property
+    def profile_info(self) -> Profile:
+        return PROFILES[self.profile]
+
+    @property
+    def local_cpu(self) -> bool:
+        return self.profile == "local-cpu"
+
+    @property
+    def procs_per_node(self) -> int:
+        """Processes torchrun starts per node: one per GPU, one on CPU."""
+        return max(self.gpus_per_node, 1)
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    """``["a.b=1", "c=x=y"]`` -> ``{"a.b": "1", "c": "x=y"}``; SpecError for items without ``=``."""
+    out, bad = {}, []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            bad.append(f"override {item!r} is not KEY=VALUE (e.g. --set batch_size=4)")
+        else:
+            out[key.strip()] = value
+    if bad:
+        raise SpecError(bad)
+    return out
+
+
+def time_seconds(text: str) -> int:
+    """Slurm time (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH[:MM[:SS]]``) in seconds."""
+    days, _, rest = text.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:
+        h, m, s = (parts + [0, 0])[:3]
+    else:
+        h, m, s = {1: (0, parts[0], 0), 2: (0, *parts), 3: tuple(parts)}[len(parts)]
+    return int(days or 0) * 86400 + h * 3600 + m * 60 + s
+
+
+def check_spec(spec: JobSpec) -> list[str]:
+    """Every problem with the Slurm/profile side of ``spec``, each saying what to change."""
+    p: list[str] = []
+    if spec.profile not in PROFILES:
+        p.append(f"unknown profile {spec.profile!r}: use one of {', '.join(PROFILES)}")
+    if spec.nodes < 1:
+        p.append(f"nodes={spec.nodes}: need at least 1 node")
+    if spec.gpus_per_node < 0:
+        p.append(f"gpus_per_node={spec.gpus_per_node}: cannot be negative")
+    if spec.cpus_per_task is not None and spec.cpus_per_task < 1:
+        p.append(f"cpus_per_task={spec.cpus_per_task}: need at least 1 (or leave it unset)")
+    if not _TIME.match(spec.time):
+        p.append(f"time={spec.time!r}: use Slurm's format, e.g. 04:00:00, 90 (minutes) or 1-12:00:00")
+    elif spec.requeue and spec.signal_seconds >= time_seconds(spec.time):
+        p.append(f"signal_seconds={spec.signal_seconds} is not shorter than time={spec.time}: the warning "
+                 "signal would come before the job starts; lower it or raise the time limit")
+    if spec.signal_seconds < 0 or spec.signal_seconds > 65535:
+        p.append(f"signal_seconds={spec.signal_seconds}: Slurm accepts 0..65535")
+    if not 1024 <= spec.port <= 65535:
+        p.append(f"port={spec.port}: pick an unprivileged port (1024..65535)")
+    for label, value in (("job_name", spec.job_name), ("partition", spec.partition), ("account", spec.account),
+                         ("qos", spec.qos), ("log_dir", spec.log_dir), ("run_dir", spec.run_dir),
+                         ("recipe_dir", spec.recipe_dir), ("container_image", spec.container_image),
+                         ("venv", spec.venv), ("assets_dir", spec.assets_dir), *(("container_mounts", m) for m in spec.container_mounts),
+                         *((f"env {k}", v) for k, v in spec.env.items()),
+                         *((f"override {k}", v) for k, v in spec.overrides.items())):
+        if value is not None and _CONTROL.search(value):
+            p.append(f"{label}={value!r} contains a newline or control character: remove it")
+    if spec.log_dir and "%" in spec.log_dir:
+        p.append(f"log_dir={spec.log_dir!r}: give a folder; the file name is always <job name>-%j.out")
+    for name in spec.env:
+        if not _ENV_NAME.match(name):
+            p.append(f"env name {name!r} is not a valid variable name (letters, digits, _)")
+        if name.upper() in SECRET_NAMES:
+            p.append(f"env {name}: secrets are never written into scripts; export {name} before sbatch "
+                     "(Slurm passes your environment) or use its token file")
+    for m in spec.container_mounts:
+        if len(m.split(":")) not in (2, 3):
+            p.append(f"container mount {m!r}: use SRC:DST or SRC:DST:ro")
+    if spec.container_mounts and not spec.container_image:
+        p.append("container_mounts given without container_image: set --container-image too")
+    prof = PROFILES.get(spec.profile)
+    if prof is not None:
+        if prof.uses_gpus and spec.gpus_per_node < 1:
+            p.append(f"profile {prof.name} trains on GPUs: set gpus_per_node >= 1 (or use profile local-cpu)")
+        if not prof.uses_gpus and spec.gpus_per_node != 0:
+            p.append(f"profile {prof.name} has no GPUs: set gpus_per_node=0 (one CPU process per node)")
+        if prof.name == "aws-efa" and not spec.exclusive:
+            p.append("profile aws-efa: EFA devices are per node; set exclusive=True so no other job shares them")
+        if prof.name == "local-cpu" and spec.container_image:
+            p.append("profile local-cpu runs in the project venv: drop container_image")
+    return p

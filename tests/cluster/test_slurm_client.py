@@ -1,0 +1,115 @@
+"""The Slurm client against the real shared local cluster: multi-node jobs, cancel, timeouts, errors."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cookbook.slurm.client import SlurmError, read_output
+
+pytestmark = pytest.mark.cluster
+
+
+def _script(path: Path, body: str, *sbatch: str) -> Path:
+    header = "\n".join(f"#SBATCH {opt}" for opt in sbatch)
+    path.write_text(f"#!/bin/bash\n{header}\n{textwrap.dedent(body)}")
+    return path
+
+
+def test_two_node_job_sees_two_hosts_and_reaches_the_head_node_over_tcp(slurm, job_dir):
+    # What torchrun's c10d rendezvous needs: the second node opens a TCP connection to the first
+    # node's hostname. Node 0 listens, node 1 connects and sends its hostname.
+    probe = job_dir / "probe.py"
+    probe.write_text(textwrap.dedent("""
+        import os, socket, subprocess, sys, time
+        node = int(os.environ["SLURM_NODEID"])
+        head = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
+                              capture_output=True, text=True, check=True).stdout.split()[0]
+        print(f"node={node} host={socket.gethostname()} nnodes={os.environ['SLURM_JOB_NUM_NODES']} head={head}",
+              flush=True)
+        if node == 0:
+            srv = socket.create_server(("0.0.0.0", 29555))
+            srv.settimeout(60)
+            conn, _ = srv.accept()
+            print("head received:", conn.recv(100).decode(), flush=True)
+        else:
+            for _ in range(100):
+                try:
+                    c = socket.create_connection((head, 29555), timeout=2)
+                    break
+                except OSError:
+                    time.sleep(0.2)
+            else:
+                sys.exit("could not connect to the head node")
+            c.sendall(socket.gethostname().encode())
+            print("connected to head", flush=True)
+    """))
+    script = _script(job_dir / "two_nodes.sbatch", f"srun python3 {probe}\n",
+                     "--nodes=2", "--ntasks-per-node=1", f"--output={job_dir}/%j.out", "--time=2")
+    job = slurm.submit(script)
+    info = slurm.wait(job, timeout=120)
+    out = read_output(job_dir / f"{job}.out")
+    assert info.state == "COMPLETED", out
+    lines = sorted(ln for ln in out.splitlines() if ln.startswith("node="))
+    assert [ln.split()[0] for ln in lines] == ["node=0", "node=1"]
+    assert all("nnodes=2" in ln for ln in lines)
+    hosts = {ln.split()[1] for ln in lines}
+    assert len(hosts) == 2, lines
+    assert "connected to head" in out
+    node1_host = next(ln.split()[1] for ln in lines if ln.startswith("node=1")).removeprefix("host=")
+    assert f"head received: {node1_host}" in out
+
+
+def test_cancel_ends_a_running_job_cancelled(slurm, job_dir):
+    script = _script(job_dir / "sleep.sbatch", "echo started; sleep 300\n", f"--output={job_dir}/%j.out")
+    job = slurm.submit(script)
+    slurm.wait(job, timeout=60, until=frozenset({"RUNNING"}))
+    slurm.cancel(job)
+    info = slurm.wait(job, timeout=60)
+    assert info.state == "CANCELLED"
+
+
+def test_job_past_its_time_limit_ends_timeout(slurm, job_dir):
+    script = _script(job_dir / "long.sbatch", "sleep 600\n", "--time=1", f"--output={job_dir}/%j.out")
+    job = slurm.submit(script)
+    info = slurm.wait(job, timeout=180, poll=2)
+    assert info.state == "TIMEOUT"
+    assert "DUE TO TIME LIMIT" in read_output(job_dir / f"{job}.out")
+
+
+def test_bad_sbatch_option_gives_slurms_own_error(slurm, job_dir):
+    script = _script(job_dir / "ok.sbatch", "true\n")
+    with pytest.raises(SlurmError, match="unrecognized option"):
+        slurm.submit(script, "--no-such-option")
+    with pytest.raises(SlurmError, match="Invalid --time specification"):
+        slurm.submit(script, "--time=abc")
+    with pytest.raises(SlurmError, match="invalid partition"):
+        slurm.submit(script, "--partition=nope")
+
+
+def test_oversized_request_is_rejected_at_submit_not_left_pending(slurm, job_dir):
+    script = _script(job_dir / "big.sbatch", "true\n")
+    with pytest.raises(SlurmError, match="Node count specification invalid"):
+        slurm.submit(script, "--nodes=5")
+
+
+def test_state_after_the_job_left_the_queue_comes_from_the_completion_log(slurm, job_dir):
+    script = _script(job_dir / "quick.sbatch", "exit 3\n", f"--output={job_dir}/%j.out")
+    job = slurm.submit(script)
+    info = slurm.wait(job, timeout=60)
+    assert info.state == "FAILED" and info.exit_code.startswith("3")
+    # sacct -c reads the job-completion log that real clusters without slurmdbd also keep
+    rows = slurm.run("sacct", "-c", "-n", "-X", "-P", "-j", job, "-o", "JobID,State").stdout
+    assert f"{job}|FAILED" in rows
+
+
+def test_output_path_is_what_slurm_resolved(slurm, job_dir):
+    script = _script(job_dir / "named.sbatch", "echo hello\n", "--job-name=hello",
+                     f"--output={job_dir}/%x-%j.out")
+    job = slurm.submit(script)
+    path = slurm.output_path(job)
+    slurm.wait(job, timeout=60)
+    assert path == job_dir / f"hello-{job}.out"
+    assert read_output(path).strip() == "hello"

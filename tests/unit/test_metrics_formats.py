@@ -1,0 +1,144 @@
+"""parse_log on the exact log lines users see (seeds) and on logs of real CPU runs (fixtures)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cookbook.metrics import parse_log, parse_text
+
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+
+
+def test_seed_torchtune_tqdm_keeps_each_steps_own_line():
+    df = parse_log(LOGS / "seed_torchtune_tqdm.log")
+    assert df["step"].tolist() == [1, 2]
+    assert df["loss"].tolist() == [1.849762201309204, 1.2548030614852905]
+    assert df["epoch"].tolist() == [1, 1]
+    assert df["total_steps"].tolist() == [1367, 1367]
+    # step 1's own line: 1/1367 [04:24<100:30:01, 264.86s/it]
+    assert df["elapsed_s"].tolist() == [264.0, 303.0]
+    assert df["seconds_per_step"].tolist() == [264.86, 131.58]
+    assert df.loc[0, "remaining_s"] == 100 * 3600 + 30 * 60 + 1
+    assert df.attrs["skipped"] == []
+
+
+def test_seed_torchtitan_flux_thousands_separators_and_zero_mfu():
+    df = parse_log(LOGS / "seed_torchtitan_flux.log")
+    assert df["step"].tolist() == [700, 8200, 8300]
+    assert df["loss"].tolist() == [0.7052, 0.5149, 0.5146]
+    assert df["tokens_per_second_per_gpu"].tolist() == [1541366, 1567390, 1555416]
+    assert df["memory_gib"].tolist() == [76.79, 76.90, 76.82]
+    assert df["memory_pct"].tolist() == [96.97, 97.11, 97.01]
+    assert df["tflops"].tolist() == [0, 0, 0] and df["mfu_pct"].tolist() == [0, 0, 0]
+    assert "grad_norm" not in df  # older line without grad_norm
+    assert df.loc[0, "time"] == pd.Timestamp("2025-06-10 21:58:27.008")
+
+
+@pytest.mark.parametrize("index, expected", [
+    (0, dict(step=100, loss=6.4277, grad_norm=2.9062, memory_gib=158.61, memory_pct=86.20,
+             tokens_per_second_per_gpu=17581, tflops=1018.20, mfu_pct=45.25)),
+    (1, dict(step=100, loss=8.2954, grad_norm=29.3788, tokens_per_second_per_gpu=17975, tflops=1040.99)),
+    (3, dict(step=10, loss=9.9256, grad_norm=9.2181, memory_gib=161.51, tokens_per_second_per_gpu=17441,
+             tflops=1010.08, mfu_pct=44.89)),
+])
+def test_seed_torchtitan_table_rows(index, expected):
+    line = (LOGS / "seed_torchtitan_table.md").read_text().splitlines()[index]
+    df = parse_text(line)
+    assert len(df) == 1
+    for key, value in expected.items():
+        assert df.loc[0, key] == pytest.approx(value), key
+
+
+def test_seed_fsdp_srun_prefix_and_nccl_noise():
+    df = parse_log(LOGS / "seed_fsdp_llama3_8b.log")
+    assert df["step"].tolist() == [0, 1, 2, 3, 4, 5]
+    assert df["loss"].tolist() == [11.61653, 11.64398, 10.58705, 15.01381, 11.78982, 14.34635]
+    assert df["samples_per_second"].tolist() == [4.88, 10.90, 11.09, 10.61, 10.18, 8.98]
+    assert df["lr"].tolist() == [0.0001] * 4 + [0.000099] * 2
+    assert df["rank"].tolist() == [0] * 6
+    assert df.loc[5, "time"] == pd.Timestamp("2025-06-17 16:25:08")
+    assert df.attrs["skipped"] == []
+
+
+@pytest.mark.parametrize("typo", [
+    "0: 2025-06-17 16:24:52 I [train.py:103] Batch 0 Loss: 11.6l653, Speed: 4.88 samples/sec, lr: 0.000100",
+    "[titan] 2025-06-10 21:58:27,008 - root - INFO - step: 700  loss:  0.7O52  memory: 76.79GiB(96.97%)  "
+    "tps: 1,541,366  tflops: 0.00  mfu: 0.00%",
+    "1|2|Loss: 1.2548030614852905:   0%|          | 2/1367 [05:03<49:53:19 131.58s/it]",
+    "Step 3 | loss:5.89x lr:0.001 tokens_per_second_per_gpu:11644.7",
+])
+def test_seed_line_with_a_typo_is_skipped_not_misread(typo):
+    good = "0: 2025-06-17 16:24:55 I [train.py:103] Batch 1 Loss: 11.64398, Speed: 10.90 samples/sec, lr: 0.000100"
+    df = parse_text("NCCL INFO noise\n" + typo + "\n" + good + "\n")
+    assert df["step"].tolist() == [1]
+    assert df.attrs["skipped"] == [(2, typo.strip())]
+
+
+def test_real_torchtitan_two_ranks_ansi_and_validation():
+    df = parse_log(LOGS / "torchtitan_debug_2rank.log")
+    assert df.attrs["ranks"] == [0, 1] and df.attrs["skipped"] == []
+    train, val = df[df["split"] == "train"], df[df["split"] == "validation"]
+    assert train["step"].tolist() == [1, 2, 3, 4, 5, 6]
+    assert train["loss"].tolist() == [7.98863, 7.74540, 7.13840, 6.18503, 5.42659, 5.06574]
+    assert train["grad_norm"].iloc[0] == 1.4093
+    assert (train["rank"] == 0).all()
+    assert train["memory_gib"].iloc[0] == 0.70 and train["memory_pct"].iloc[0] == 2.97  # rank 0's values
+    assert val["step"].tolist() == [1, 3, 6]
+    assert val["loss"].tolist() == [7.7111, 6.1221, 4.7843]
+    everything = parse_log(LOGS / "torchtitan_debug_2rank.log", ranks="all")
+    assert len(everything) == 18
+    rank1 = everything[(everything["rank"] == 1) & (everything["split"] == "train")]
+    assert rank1["memory_gib"].iloc[0] == 0.68
+
+
+def test_real_torchtitan_tensorboard_matches_its_log():
+    tb = parse_log(LOGS / "torchtitan_tb")
+    log = parse_log(LOGS / "torchtitan_debug_2rank.log")
+    assert tb["step"].tolist() == log["step"].tolist()
+    assert tb["split"].tolist() == log["split"].tolist()
+    assert (tb["loss"] - log["loss"]).abs().max() < 1e-4   # the log prints 4-5 decimals
+    assert tb["lr"].iloc[0] == pytest.approx(0.0004)
+    assert 0 < tb["mfu_pct"].iloc[0] < 0.01  # the log rounds it to 0.00%
+
+
+def test_real_torchtune_tqdm_disklogger_and_tensorboard_agree():
+    tqdm = parse_log(LOGS / "torchtune_tqdm.log")
+    disk = parse_log(LOGS / "torchtune_disklogger.txt")
+    tb = parse_log(LOGS / "torchtune_tb")
+    assert tqdm["step"].tolist() == disk["step"].tolist() == list(range(1, 17))
+    assert tqdm["loss"].tolist() == disk["loss"].tolist()
+    assert disk.loc[0, "loss"] == 6.229515552520752 and disk.loc[0, "lr"] == 0.001
+    assert disk.loc[0, "tokens_per_second_per_gpu"] == 6808.6650390625
+    assert tb["step"].tolist() == list(range(1, 17))
+    assert (tb["loss"] - disk["loss"]).abs().max() < 1e-6
+    assert tqdm.attrs["skipped"] == [] and tqdm["total_steps"].iloc[-1] == 16
+
+
+def test_noise_tracebacks_and_binary_bytes_are_never_fatal():
+    blob = (b"\xff\xfe\x00garbage NCCL INFO Channel 00/0 : 0[0] -> 1[1]\n"
+            b"Traceback (most recent call last):\n  File \"loss.py\", line 3, in <module>\n"
+            b"RuntimeError: loss exploded\n"
+            b"[rank0]:[titan] 2025-06-10 21:58:27,008 - root - INFO - step: 7  loss:  nan  memory: 1.00GiB(1.00%)"
+            b"  tps: 10  tflops: 0.00  mfu: N/A\n\x80\x81")
+    df = parse_text(blob)
+    assert df["step"].tolist() == [7]
+    assert df["loss"].isna().all()          # a NaN loss is shown as NaN, not dropped
+    assert "mfu_pct" not in df              # mfu: N/A is no number
+    assert df["rank"].tolist() == [0]
+
+
+def test_jsonl_and_resumed_run_keep_the_latest_value():
+    text = ('{"step": 1, "loss": 2.5, "lr": 0.1}\n{"step": 2, "loss": 2.0}\n'
+            "Step 2 | loss:1.5 lr:0.05 \n")  # resumed: step 2 logged again
+    df = parse_text(text)
+    assert df["step"].tolist() == [1, 2]
+    assert df["loss"].tolist() == [2.5, 1.5]
+
+
+def test_empty_file(tmp_path):
+    (tmp_path / "empty.log").write_bytes(b"")
+    df = parse_log(tmp_path / "empty.log")
+    assert df.empty and df.attrs["skipped"] == []

@@ -1,0 +1,87 @@
+"""Rendered scripts: golden text, shell quoting proven under bash, no secrets, slurm-recipes/ in sync."""
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cookbook.cli import main
+from cookbook.render import generated_files, quote_with_vars, render_job, write_job
+from cookbook.spec import JobSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden"
+EVIL = "my job 'x\" $(touch PWNED) `touch PWNED2` ${HOME}"
+
+GOLDEN_SPECS = {
+    "llama3_3_70b_full.generic.sbatch": JobSpec("llama3_3_70b_full", partition="gpu", account="acct",
+                                                cpus_per_task=96, recipe_dir="/shared/recipes"),
+    "llama3_3_70b_lora.local-cpu.sbatch": JobSpec("llama3_3_70b_lora", profile="local-cpu", gpus_per_node=0,
+                                                  exclusive=False, time="00:10:00", signal_seconds=30,
+                                                  recipe_dir="/r", assets_dir="/tiny", venv="/venv"),
+    "llama3_8b_c4.aws-efa.sbatch": JobSpec("llama3_8b_c4", profile="aws-efa", recipe_dir="/r",
+                                           container_image="nvcr.io#nvidia/pytorch:25.01-py3",
+                                           container_mounts=["/fsx:/fsx"], overrides={"training.steps": "50"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_SPECS))
+def test_golden(name):
+    text = render_job(GOLDEN_SPECS[name]).script
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"rendered text changed; if intended: UPDATE_GOLDEN=1 pytest {__file__}"
+
+
+def test_quoting_keeps_values_literal_under_bash(tmp_path):
+    quoted = quote_with_vars(EVIL + "/$RUN_DIR/x", ("RUN_DIR",))
+    out = subprocess.run(["bash", "-c", f"RUN_DIR=/runs; printf %s {quoted}"], cwd=tmp_path,
+                         capture_output=True, text=True, check=True).stdout
+    assert out == EVIL + "//runs/x"
+    assert not list(tmp_path.iterdir())
+
+
+def test_hostile_job_name_and_paths_are_never_executed(tmp_path):
+    spec = JobSpec("llama3_3_70b_lora", profile="local-cpu", gpus_per_node=0, exclusive=False, job_name=EVIL,
+                   log_dir=str(tmp_path / "log s"), run_dir=str(tmp_path / EVIL), time="10")
+    script = write_job(spec, tmp_path / "dir with space" / "job.sbatch")
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    # run every assignment/mkdir line before the first Slurm command, under bash, in tmp_path
+    lines = script.read_text().split("# --- cluster profile")[0].split("set -euo pipefail")[1]
+    subprocess.run(["bash", "-c", "set -euo pipefail; SLURM_SUBMIT_DIR=.;" + lines], cwd=tmp_path, check=True)
+    assert not (tmp_path / "PWNED").exists() and not (tmp_path / "PWNED2").exists()
+    assert (tmp_path / EVIL).is_dir()                          # RUN_DIR created with the literal name
+    sbatch_lines = [ln for ln in script.read_text().splitlines() if ln.startswith("#SBATCH --job-name")]
+    assert shlex.split(sbatch_lines[0].split("=", 1)[1]) == [EVIL]
+
+
+def test_hf_token_never_written(tmp_path, monkeypatch):
+    token = "hf_SECRETvalue1234567890"
+    monkeypatch.setenv("HF_TOKEN", token)
+    for name, spec in GOLDEN_SPECS.items():
+        write_job(spec, tmp_path / name)
+    files = list(tmp_path.iterdir())
+    assert len(files) > 3 and not any(token in f.read_text() for f in files)
+    assert main(["render", "llama3_3_70b_full", "--env", f"HF_TOKEN={token}", "-o", str(tmp_path / "x")]) == 2
+
+
+def test_cli_render_errors_exit_2(tmp_path, capsys):
+    out = tmp_path / "job.sbatch"
+    assert main(["render", "llama3_3_70b_full", "--gpus-per-node", "8", "--set", "tensor_parallel_dim=3",
+                 "-o", str(out)]) == 2
+    assert "must divide GPUs per node" in capsys.readouterr().err
+    assert main(["render", "llama3_3_70b_full", "--set", "checkpoint_dir=/x", "-o", str(out)]) == 2
+    assert "checkpointer.checkpoint_dir" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["render", "llama3_3_70b_full", "--set", "batch_size=2", "-o", str(out)]) == 0
+    assert "batch_size: 2" in (tmp_path / "llama3_3_70b_full.generic.yaml").read_text()
+
+
+def test_slurm_recipes_match_the_generator():
+    expected = generated_files()
+    root = ROOT / "slurm-recipes"
+    stale = [rel for rel, text in expected.items() if not (root / rel).is_file() or (root / rel).read_text() != text]
+    assert not stale, f"slurm-recipes/ drifted from the generator; run `cookbook generate-recipes`: {stale}"

@@ -1,0 +1,33 @@
+"""JobSpec validation: every problem reported at once, each saying what to change."""
+
+import pytest
+
+from cookbook.spec import JobSpec, SpecError, check_spec, parse_overrides, time_seconds
+
+
+def test_default_spec_is_valid():
+    assert check_spec(JobSpec("llama3_3_70b_full")) == []
+
+
+def test_all_problems_listed_together():
+    problems = check_spec(JobSpec("x", nodes=0, time="abc", profile="local-cpu", gpus_per_node=8,
+                                  env={"HF_TOKEN": "hf_x"}, job_name="a\nb"))
+    text = "\n".join(problems)
+    for expected in ("nodes=0", "time='abc'", "gpus_per_node=0", "secrets are never written", "newline"):
+        assert expected in text
+
+
+def test_gpu_profile_needs_gpus_and_efa_needs_exclusive():
+    assert any("gpus_per_node >= 1" in p for p in check_spec(JobSpec("x", gpus_per_node=0)))
+    assert any("exclusive" in p for p in check_spec(JobSpec("x", profile="aws-efa", exclusive=False)))
+
+
+def test_signal_must_come_before_time_limit():
+    assert any("signal_seconds" in p for p in check_spec(JobSpec("x", time="1", signal_seconds=120)))
+
+
+def test_parse_overrides_and_time():
+    assert parse_overrides(["a.b=1", "c=x=y"]) == {"a.b": "1", "c": "x=y"}
+    with pytest.raises(SpecError, match="KEY=VALUE"):
+        parse_overrides(["novalue"])
+    assert time_seconds("1-02:03:04") == 93784 and time_seconds("90") == 5400 and time_seconds("01:00:00") == 3600
