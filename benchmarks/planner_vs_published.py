@@ -16,7 +16,6 @@ from typing import Any, Callable
 
 from cookbook.planner import Plan, Settings, estimate_memory, get_gpu, get_model, plan
 from cookbook.planner.estimate import samples_per_second_per_gpu
-from cookbook.planner.hardware import GIB
 
 TORCHTITAN_PERF = "torchtitan docs/performance.md, Table 1 (8x H100 96GB, 500 W)"
 CRUSOE = "Crusoe torchtitan results table (seed 002; reference README)"

@@ -108,7 +108,8 @@ class Plan:
             f"{'memory per GPU':<22}{'GiB':>9}",
         ]
         lines += [f"  {name:<20}{gib:>9.2f}" for name, gib in self.memory.rows_gib()]
-        lines += [f"  {'total (peak)':<20}{self.peak_gib:>9.2f}   grads and activations never peak together", f"  {'GPU capacity':<20}{self.capacity_gib:>9.2f}", ""]
+        lines += [f"  {'total (peak)':<20}{self.peak_gib:>9.2f}   (grads and activations never peak together)",
+                  f"  {'GPU capacity':<20}{self.capacity_gib:>9.2f}", ""]
         seq = (f"{tokens_per_sample(self.model, s)} tokens/image" if isinstance(self.model, FluxShape)
                else f"seq {s.seq_len}")
         lines.append(f"settings: micro-batch {s.micro_batch}, {seq}, grad accum {s.grad_accum}, AC {s.checkpointing}"

@@ -20,6 +20,7 @@ _ITER_RE = re.compile(r"iteration_(\d+)$")
 _DIST_RANK_RE = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}\[\]]*?"rank"\s*:\s*(\d+)')
 _WORLD_RE = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}\[\]]*?"world_size"\s*:\s*(\d+)')
 _NAME_RANK_RE = re.compile(r"rank(\d+)[_.]")
+_NAME_ITER_RE = re.compile(r"_iter(\d+)\.")  # our own view-folder names
 _HEAD_BYTES = 64 * 1024
 
 
@@ -82,6 +83,8 @@ def find_traces(run_dir: str | Path) -> list[TraceFile]:
         if not is_trace_file(path):
             continue
         it = next((int(m.group(1)) for p in path.parents if (m := _ITER_RE.search(p.name))), None)
+        if it is None and (m := _NAME_ITER_RE.search(path.name)):
+            it = int(m.group(1))
         rank, world = trace_rank(path)
         if rank is None and (m := _NAME_RANK_RE.match(path.name)):
             rank = int(m.group(1))

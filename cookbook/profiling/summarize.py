@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from cookbook.profiling import intervals
 from cookbook.profiling.trace import GPU_CATS, HOST_CATS, STEP_PREFIX, Trace, load_trace
@@ -200,6 +201,7 @@ def plot_summary(summary: RunSummary) -> Figure:
     for rank, g in summary.steps.groupby("rank"):
         ax1.plot(g["training_step"], g["step_ms"], marker="o", label=f"rank {rank}")
     ax1.set(title="Step time (profiled steps)", xlabel="training step", ylabel="ms")
+    ax1.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax1.legend(fontsize="small")
     pr = summary.per_rank
     left = np.zeros(len(pr))
@@ -214,7 +216,9 @@ def plot_summary(summary: RunSummary) -> Figure:
     top = summary.top_kernels if not summary.top_kernels.empty else summary.top_ops
     col = "total_ms" if not summary.top_kernels.empty else "self_ms"
     top = top.head(10).iloc[::-1]
-    ax3.barh([n if len(n) <= 40 else n[:37] + "..." for n in top["name"]], top[col], color="tab:blue")
+    ypos = np.arange(len(top))  # positions, not names: two long names may shorten alike
+    ax3.barh(ypos, top[col], color="tab:blue")
+    ax3.set_yticks(ypos, [n if len(n) <= 40 else n[:37] + "..." for n in top["name"]])
     what = "GPU kernels" if not summary.top_kernels.empty else "operators by self time"
     ax3.set(title=f"Top {what} (rank {summary.slowest_rank})", xlabel="ms (all profiled steps)")
     ax3.tick_params(axis="y", labelsize=7)

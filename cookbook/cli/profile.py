@@ -1,0 +1,129 @@
+"""``cookbook profile collect|summary|view``: profiler traces of a run."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from cookbook.cli import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("profile", help="collect, summarize and view PyTorch profiler traces")
+    verbs = p.add_subparsers(dest="verb", required=True)
+
+    c = verbs.add_parser("collect", help="copy some ranks' traces of a run into a view folder")
+    c.add_argument("run_dir", type=Path, help="torchtune output_dir / torchtitan dump folder (or above)")
+    c.add_argument("--ranks", type=_int_list, default=None, help="e.g. 0,1,7 (default: all)")
+    c.add_argument("--iterations", type=_int_list, default=None, help="iteration_N folders (default: latest)")
+    c.add_argument("--out", type=Path, default=None, help="view folder (default: RUN_DIR/profile_view)")
+    c.set_defaults(func=_collect)
+
+    s = verbs.add_parser("summary", help="step time, top operators, compute/comm/idle per rank")
+    s.add_argument("path", type=Path, help="a trace file, or a folder of traces (latest iteration is used)")
+    s.add_argument("--plot", type=Path, default=None, help="write the summary plot here (PNG/SVG/PDF)")
+    s.add_argument("--top", type=int, default=15, help="rows in the operator table")
+    s.set_defaults(func=_summary)
+
+    v = verbs.add_parser("view", help="TensorBoard on a free port + ssh tunnel line + Perfetto pointer")
+    v.add_argument("dir", type=Path, help="view folder from `profile collect` (or any trace folder)")
+    v.add_argument("--logdir", type=Path, default=None, help="TensorBoard logdir (default: DIR)")
+    v.add_argument("--port", type=int, default=None)
+    v.add_argument("--login-node", default="LOGIN_NODE")
+    v.add_argument("--user", default=None)
+    v.add_argument("--no-tensorboard", action="store_true", help="only write the plot and print the pointers")
+    v.set_defaults(func=_view)
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.replace(",", " ").split()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 0,1,7 (got {text!r})") from None
+
+
+def _collect(args: argparse.Namespace) -> int:
+    from cookbook.profiling.collect import collect, find_traces, traces_table
+
+    try:
+        found = find_traces(args.run_dir)
+        out = args.out or args.run_dir / "profile_view"
+        copied = collect(args.run_dir, out, ranks=args.ranks, iterations=args.iterations)
+    except (FileNotFoundError, ValueError) as e:
+        raise UserError(str(e)) from e
+    table = traces_table(found)
+    print(f"Traces of {args.run_dir} ({len(found)} files, {table['size_mb'].sum():.1f} MB):")
+    print(table.drop(columns="path").to_string(index=False))
+    print(f"\nCopied {len(copied)} to {out} ({copied['size_mb'].sum():.2f} MB):")
+    print(copied[["iteration", "rank", "size_mb", "dest"]].to_string(index=False))
+    return 0
+
+
+def _trace_paths(path: Path) -> list[Path]:
+    from cookbook.profiling.collect import find_traces
+
+    if path.is_file():
+        return [path]
+    try:
+        traces = [t for t in find_traces(path) if t.has_steps]
+    except FileNotFoundError as e:
+        raise UserError(str(e)) from e
+    if not traces:
+        raise UserError(f"no profiler traces with steps under {path}")
+    its = [t.iteration for t in traces if t.iteration is not None]
+    latest = max(its) if its else None
+    return [t.path for t in traces if t.iteration == latest]
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from cookbook.profiling import memory
+    from cookbook.profiling.collect import find_memory_snapshots
+    from cookbook.profiling.summarize import plot_summary, summarize
+
+    paths = _trace_paths(args.path)
+    try:
+        summary = summarize(paths, n_top=args.top)
+    except ValueError as e:
+        raise UserError(str(e)) from e
+    print(f"{len(paths)} trace(s): " + ", ".join(p.name for p in paths) + "\n")
+    print(summary.render())
+    if args.plot:
+        plot_summary(summary).savefig(args.plot, dpi=110)
+        print(f"\nplot: {args.plot}")
+    snaps = find_memory_snapshots(args.path if args.path.is_dir() else args.path.parent)
+    if not snaps:
+        print("\n" + memory.CPU_NOTE)
+    for snap in snaps:
+        tl = memory.memory_timeline(memory.load_snapshot(snap))
+        print(f"\nmemory snapshot {snap.name}: peak {tl['allocated_bytes'].max() / 2**30:.2f} GiB allocated")
+        if args.plot:
+            dest = args.plot.with_name(f"{args.plot.stem}_{snap.stem}{args.plot.suffix}")
+            memory.plot_memory_timeline(tl, title=snap.name).savefig(dest, dpi=110)
+            print(f"plot: {dest}")
+    return 0
+
+
+def _view(args: argparse.Namespace) -> int:
+    from cookbook.profiling.summarize import plot_summary, summarize
+    from cookbook.profiling.view import start_tensorboard, viewing_instructions
+
+    paths = _trace_paths(args.dir)
+    plot = (args.dir if args.dir.is_dir() else args.dir.parent) / "summary.png"
+    plot_summary(summarize(paths)).savefig(plot, dpi=110)
+    print(f"summary plot: {plot}")
+    if args.no_tensorboard:
+        print(viewing_instructions(args.dir, login_node=args.login_node, user=args.user))
+        return 0
+    try:
+        tb = start_tensorboard(args.logdir or args.dir, port=args.port)
+    except (FileNotFoundError, RuntimeError, TimeoutError) as e:
+        raise UserError(str(e)) from e
+    with tb:
+        print(f"TensorBoard (scalars of --logdir) serving on port {tb.port}")
+        print(viewing_instructions(args.dir, port=tb.port, login_node=args.login_node, user=args.user))
+        print("Ctrl-C to stop.")
+        try:
+            tb.process.wait()
+        except KeyboardInterrupt:
+            pass
+    return 0

@@ -1,0 +1,167 @@
+"""Plain PyTorch FSDP2 recipes ``fsdp_<model>``: the AWS FSDP test case's models, our training script.
+
+The program is :mod:`cookbook.training.fsdp_train`, written next to the sbatch script as ``train.py``
+(self-contained: torch, transformers, datasets) and started by torchrun on every node. Overrides are
+the script's own flags (``--set max_steps=500`` -> ``--max_steps=500``), checked by its own argparse
+parser. Resuming needs no arguments: the script loads the newest complete ``step-N`` checkpoint from
+``--checkpoint_dir`` (default ``$RUN_DIR/checkpoints``).
+
+``local-cpu``: the tiny shape (``tiny_moe`` for Mixtral) on the tiny C4-like data and tokenizer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import functools
+import io
+from pathlib import Path
+
+from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, register_recipe
+from cookbook.spec import JobSpec
+
+TRAIN_FILE = Path(__file__).resolve().parent.parent / "training" / "fsdp_train.py"
+SCRIPT_NAME = "train.py"
+
+# (shape in fsdp_train.SHAPES, display name, max_steps default as in the AWS sbatch files)
+MODELS: tuple[tuple[str, str, int], ...] = (
+    ("llama2_7b", "Llama 2 7B", 100),
+    ("llama2_13b", "Llama 2 13B", 100),
+    ("llama2_70b", "Llama 2 70B", 100),
+    ("llama3_1_8b", "Llama 3.1 8B", 100),
+    ("llama3_1_70b", "Llama 3.1 70B", 100),
+    ("llama3_2_1b", "Llama 3.2 1B", 100),
+    ("llama3_2_3b", "Llama 3.2 3B", 100),
+    ("mistral_7b", "Mistral 7B", 5000),
+    ("mathstral_7b", "Mathstral 7B", 5000),
+    ("mixtral_8x7b", "Mixtral 8x7B", 5000),
+)
+# Flags the recipe owns: the model is the recipe's name; the rest come from the spec.
+_FIXED = {"model": "pick the recipe fsdp_<model> instead (cookbook recipes lists them)",
+          "backend": "the profile decides (nccl on GPUs, gloo on local-cpu)"}
+_GATED = ("meta-llama/", "mistralai/")
+
+
+@functools.cache
+def _train_module():
+    """The training script as a module (imported lazily: it imports torch)."""
+    from cookbook.training import fsdp_train
+
+    return fsdp_train
+
+
+def train_script_text() -> str:
+    """The text written as ``train.py`` next to every fsdp sbatch script."""
+    return TRAIN_FILE.read_text()
+
+
+def parse_train_args(args: list[str]) -> tuple[object | None, str]:
+    """Run the script's own parser on ``args``: ``(namespace, "")`` or ``(None, its error text)``."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            return _train_module().build_parser().parse_args(args), ""
+    except SystemExit:
+        return None, err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else "invalid arguments"
+
+
+@functools.cache
+def known_flags() -> tuple[str, ...]:
+    parser = _train_module().build_parser()
+    return tuple(a.dest for a in parser._actions if a.dest != "help")
+
+
+class FsdpRecipe(Recipe):
+    """``fsdp_<shape>``: FSDP2 pretraining of one model shape on C4 (or a local dataset)."""
+
+    framework = "fsdp"
+
+    def __init__(self, shape: str, title: str, max_steps: int):
+        self.shape, self.title, self.max_steps = shape, title, max_steps
+        self.name = f"fsdp_{shape}"
+        self.description = f"{title} pretraining on C4, plain PyTorch FSDP2 (the AWS FSDP test case)"
+
+    # -- arguments ---------------------------------------------------------------------------------
+    def base_args(self, spec: JobSpec) -> dict[str, str]:
+        """The script's flags before the user's overrides."""
+        if spec.profile == LOCAL_CPU:
+            return {"model": "tiny_moe" if self.shape.startswith("mixtral") else "tiny",
+                    "tokenizer": "$TINY_DIR/hf_tokenizer", "dataset": "$TINY_DIR/c4", "dataset_config": "en",
+                    "seq_len": "64", "train_batch_size": "2", "max_steps": "20", "warmup_steps": "2",
+                    "lr": "0.001", "min_lr": "0.0001", "shuffle_buffer": "64", "checkpoint_freq": "5",
+                    "checkpoint_dir": "$RUN_DIR/checkpoints", "bf16": "0", "backend": "gloo"}
+        return {"model": self.shape, "dataset": "allenai/c4", "dataset_config": "en",
+                "train_batch_size": "1", "max_steps": str(self.max_steps), "checkpoint_freq": "50",
+                "activation_checkpointing": "1", "bf16": "1", "lr": "0.0001", "min_lr": "0.00001",
+                "warmup_steps": "16", "weight_decay": "0.2", "grad_clip": "1.0", "seed": "42",
+                "checkpoint_dir": "$RUN_DIR/checkpoints", "backend": "nccl"}
+
+    def train_args(self, spec: JobSpec) -> dict[str, str]:
+        return {**self.base_args(spec), **spec.overrides}
+
+    # -- Recipe contract -----------------------------------------------------------------------------
+    def validate(self, spec: JobSpec) -> list[str]:
+        problems = []
+        known = known_flags()
+        for key in spec.overrides:
+            if key in _FIXED:
+                problems.append(f"override {key!r} is set by the recipe: {_FIXED[key]}")
+            elif key not in known:
+                hint = difflib.get_close_matches(key, known, 3)
+                problems.append(f"override key {key!r} is not a flag of the FSDP train.py"
+                                + (f": did you mean {' or '.join(hint)}?" if hint else
+                                   f" (flags: {', '.join(known)})"))
+        if problems:
+            return problems
+        ns, err = parse_train_args([f"--{k}={v}" for k, v in self.train_args(spec).items()])
+        if ns is None:
+            return [f"train.py rejects the overrides: {err}"]
+        for flag in ("train_batch_size", "max_steps", "checkpoint_freq", "logging_freq"):
+            if getattr(ns, flag) < 1:
+                problems.append(f"{flag}={getattr(ns, flag)}: use a positive integer")
+        shape = _train_module().SHAPES[ns.model]
+        if ns.seq_len is not None and ns.seq_len < 2:
+            problems.append(f"seq_len={ns.seq_len}: need at least 2 tokens per sample")
+        if spec.world_size > 1 and shape.heads % shape.kv_heads:
+            problems.append(f"{ns.model}: heads {shape.heads} not a multiple of kv heads {shape.kv_heads}")
+        return problems
+
+    def warnings(self, spec: JobSpec) -> list[str]:
+        out = []
+        args = self.train_args(spec)
+        tok = args.get("tokenizer") or _train_module().SHAPES[self.shape].tokenizer or ""
+        if spec.profile != LOCAL_CPU and tok.startswith(_GATED):
+            out.append(f"{tok} is gated: accept its licence on the Hub and export HF_TOKEN (or `huggingface-cli "
+                       "login`) before sbatch; or pass --set tokenizer=/shared/folder")
+        if spec.profile != LOCAL_CPU and args.get("dataset") == "allenai/c4":
+            out.append("C4 is streamed from the Hub by every rank: compute nodes need internet access "
+                       "(or --set dataset=/shared/c4/en for a local copy)")
+        if spec.container_image and not spec.container_mounts:
+            out.append("container: train.py ($RECIPE_DIR) and the checkpoints ($RUN_DIR) must be visible inside "
+                       "the container: add --container-mount /shared:/shared")
+        return out
+
+    def files(self, spec: JobSpec) -> dict[str, str]:
+        return {SCRIPT_NAME: train_script_text()}
+
+    def command(self, spec: JobSpec) -> Launch:
+        args = tuple(f"--{k}={v}" for k, v in self.train_args(spec).items())
+        variables = {}
+        if spec.profile == LOCAL_CPU:
+            from cookbook.paths import cache_dir
+
+            variables["TINY_DIR"] = spec.assets_dir or str(cache_dir() / "tiny")
+        return Launch("torchrun", (f"$RECIPE_DIR/{SCRIPT_NAME}", *args), variables)
+
+    def resume(self, spec: JobSpec) -> str:
+        """train.py resumes by itself; say which checkpoint it will pick."""
+        from cookbook.render import quote_with_vars
+
+        ckpt = quote_with_vars(self.train_args(spec)["checkpoint_dir"], ("RECIPE_DIR", "RUN_DIR"))
+        return (f"CKPT_DIR={ckpt}\n"
+                'LAST_CKPT=$(ls -d "$CKPT_DIR"/step-*/COMPLETE 2>/dev/null | sort -V | tail -n 1 || true)\n'
+                'if [[ -n "$LAST_CKPT" ]]; then echo "resuming from $(dirname "$LAST_CKPT")"; fi')
+
+
+for _shape, _title, _steps in MODELS:
+    register_recipe(FsdpRecipe(_shape, _title, _steps))

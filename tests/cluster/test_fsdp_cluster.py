@@ -1,0 +1,86 @@
+"""fsdp_<model> local-cpu on the real local cluster: 2 nodes train, checkpoint, get requeued mid-run and
+resume from the newest complete checkpoint with no step lost; the two ranks train on different data."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from cookbook.render import write_job
+from cookbook.slurm.client import read_output
+from cookbook.spec import JobSpec
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+BATCH = re.compile(r"Batch (\d+) Loss: ([\d.]+), Speed: [\d.]+ samples/sec, lr: [\d.]+, "
+                   r"tokens_per_second_per_gpu: [\d.]+, mfu: N/A")
+FIRST = re.compile(r"rank (\d) first batch sha256 (\w+) at step (\d+)")
+RESUMED = re.compile(r"Resumed from checkpoint \S*/step-(\d+) \(step (\d+)\)")
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def _runs(log: str) -> list[str]:
+    """The log split per start of train.py (the log is appended to across requeues)."""
+    parts = re.split(r"(?=HF token: )", log)
+    return [p for p in parts if "HF token: " in p]
+
+
+def test_fsdp_two_nodes_requeued_mid_run_resumes_without_losing_a_step(slurm, tiny_assets, job_dir: Path):
+    max_steps = 24
+    spec = JobSpec(recipe="fsdp_llama3_1_8b", profile="local-cpu", nodes=2, gpus_per_node=0, exclusive=False,
+                   time="00:10:00", signal_seconds=30, log_dir=str(job_dir / "logs"), run_dir=str(job_dir / "run"),
+                   assets_dir=str(tiny_assets.root), job_name="fsdp-resume-test",
+                   overrides={"max_steps": str(max_steps), "checkpoint_freq": "4", "keep_checkpoints": "0",
+                              "throttle_seconds": "0.4"})
+    script = write_job(spec, job_dir / "job.sbatch")
+    (job_dir / "logs").mkdir()
+    ckpts = job_dir / "run" / "checkpoints"
+    started = time.monotonic()
+    job = slurm.submit(script, cwd=job_dir)
+    log_path = job_dir / "logs" / f"fsdp-resume-test-{job}.out"
+
+    # kill it mid-run, once a checkpoint is complete (requeue: Slurm kills every rank, then restarts the job)
+    _wait_for(lambda: (ckpts / "step-8" / "COMPLETE").is_file(), 240, "checkpoint step-8")
+    slurm.requeue(job)
+    killed_at = max(int(p.parent.name[5:]) for p in ckpts.glob("step-*/COMPLETE"))
+    info = slurm.wait(job, timeout=400)
+    log = read_output(log_path)
+    assert info.state == "COMPLETED", f"{info}\n{log[-3000:]}"
+
+    runs = _runs(log)
+    assert len(runs) == 2, log[-3000:]
+    first, second = runs
+    first_steps = {int(s): float(v) for s, v in BATCH.findall(first)}
+    second_steps = {int(s): float(v) for s, v in BATCH.findall(second)}
+    assert 8 <= max(first_steps) < max_steps, "the first run was not cut mid-run"
+    resumed = RESUMED.search(second)
+    assert resumed, second[-2000:]
+    resume_step = int(resumed.group(1))
+    assert resume_step >= killed_at >= 8
+    # continues at checkpoint + 1, nothing missing, ends at max_steps
+    assert min(second_steps) == resume_step + 1
+    assert sorted(second_steps) == list(range(resume_step + 1, max_steps + 1))
+    assert set(range(1, max_steps + 1)) <= set(first_steps) | set(second_steps)
+    assert set(range(1, resume_step + 1)) <= set(first_steps)
+    # exact resume: steps trained twice (after the checkpoint, before the kill) give the same loss
+    for step in set(first_steps) & set(second_steps):
+        assert first_steps[step] == pytest.approx(second_steps[step], abs=1e-4), step
+    # each rank trains on its own data, in both runs
+    for run, step in ((first, 1), (second, resume_step + 1)):
+        firsts = {int(r): (h, int(s)) for r, h, s in FIRST.findall(run)}
+        assert set(firsts) == {0, 1}, run[-2000:]
+        assert firsts[0][0] != firsts[1][0]
+        assert firsts[0][1] == firsts[1][1] == step
+    assert (ckpts / f"step-{max_steps}" / "COMPLETE").is_file()
+    assert not list(ckpts.glob(".step-*"))
+    print(f"fsdp requeue test: {time.monotonic() - started:.0f} s, resumed from step-{resume_step}")
