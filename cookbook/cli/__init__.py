@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `cookbook ... | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
