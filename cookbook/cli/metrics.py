@@ -37,7 +37,7 @@ def format_rows(df: pd.DataFrame, header: bool = True) -> str:
     if df.empty or not cols:
         return ""
     view = df[cols].rename(columns=_SHORT)
-    return view.to_string(index=False, header=header, float_format=lambda v: f"{v:.6g}", na_rep="-")
+    return view.to_string(index=False, header=header, col_space=10, float_format=lambda v: f"{v:.6g}", na_rep="-")
 
 
 def _metrics(args: argparse.Namespace) -> int:

@@ -222,6 +222,9 @@ def _row_problems(spec: DatasetSpec, i: int, row: dict[str, Any], line: int | No
         col = spec.column(key)
         if col not in row and (spec.style, key) not in OPTIONAL_COLUMNS:
             hint = f"; map yours with --column-map {key}=YOUR_COLUMN" if len(row) else ""
+            other = {"sharegpt": ("messages", "openai"), "openai": ("conversations", "sharegpt")}.get(spec.style)
+            if other and other[0] in row:
+                hint = f"; it has '{other[0]}': use --style {other[1]}"
             yield RowProblem(i, col, f"missing (row has: {', '.join(map(str, row)) or 'nothing'}){hint}", line)
             return
     if spec.style in ("sharegpt", "openai"):

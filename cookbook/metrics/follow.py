@@ -52,10 +52,12 @@ class LogFollower:
             if len(self._partial) > _MAX_PARTIAL:   # not a log line (binary junk): drop it
                 self._partial = b""
             if cut:
-                rows, skipped = scan(data, 0, cut)
-                changed += self._table.add(rows)
+                frames, skipped = scan(data, 0, cut)
+                changed.append(self._table.add(frames))
                 self.lines_skipped += [text for _, text in skipped]
-        return self._table.frame(changed, ranks=self.ranks) if changed else self._table.frame([])
+        changed = [c for c in changed if len(c)]
+        return self._table.frame(pd.concat(changed, ignore_index=True) if changed else pd.DataFrame(),
+                                 ranks=self.ranks)
 
     def _read_new(self) -> Iterator[bytes]:
         try:

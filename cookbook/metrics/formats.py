@@ -238,19 +238,94 @@ def candidate_lines(buf: bytes | memoryview, start: int = 0, end: int | None = N
         pos = find(NEEDLE, line_end, end)
 
 
-def scan(buf: bytes, start: int = 0, end: int | None = None) -> tuple[list[Row], list[tuple[int, str]]]:
-    """All metrics rows in ``buf`` plus (byte offset, text) of lines that looked like metrics but
-    matched no format."""
+# Formats parsed in bulk: one multi-line regex over all candidate lines at once (no per-line Python).
+# Each pattern captures the srun/torch rank prefixes, an optional timestamp, then the format's fields.
+# Strict fast patterns for the standard layout; anything else (tables, odd prefixes) goes per line.
+_LINE_PREFIX = r"^(?:(?P<srun>\d+): )?(?:\[(?:rank|default)(?P<rank>\d+)\]:)?"
+_EOL_AHEAD = "(?=\n|\\Z)"
+_BULK: tuple[tuple[str, str, re.Pattern], ...] = (
+    ("torchtitan", "step:", re.compile(
+        _LINE_PREFIX + r"\[titan\] (?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(?P<ms>\d{3}) - [\w.]+ - INFO - "
+        r"(?P<validate>validate )?" + _TITAN.pattern[len(r"(?<![\w ])\s*"):].replace(r"\s", r"[ \t]")
+        .replace("$", _EOL_AHEAD), re.M)),
+    ("fsdp", "Batch ", re.compile(
+        _LINE_PREFIX + r"(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \w \[[^\]\n]*\] "
+        + _FSDP.pattern.replace(r"\s", r"[ \t]").replace("$", _EOL_AHEAD), re.M)),
+)
+
+
+def _bulk_frame(name: str, found: list[tuple], pattern: re.Pattern) -> "pd.DataFrame":
+    import pandas as pd
+
+    cols = list(pattern.groupindex)
+    df = pd.DataFrame(found, columns=cols, dtype=object).replace("", None)
+    out = pd.DataFrame(index=df.index)
+    for col in cols:
+        if col in ("srun", "rank", "time", "ms", "validate") or df[col].isna().all():
+            continue
+        values = df[col].str.replace(",", "", regex=False) if df[col].str.contains(",", regex=False).any() \
+            else df[col]
+        out[col] = pd.to_numeric(values, errors="coerce")
+    out["rank"] = pd.to_numeric(df["rank"].fillna(df["srun"]), errors="coerce")
+    if df["time"].notna().any():
+        out["time"] = df["time"] + ("." + df["ms"]).fillna("") if "ms" in df else df["time"]
+    out["split"] = df["validate"].notna().map({True: "validation", False: "train"}) if "validate" in df \
+        else "train"
+    out["format"] = name
+    return out
+
+
+def scan(buf: bytes, start: int = 0, end: int | None = None) -> tuple[list, list[tuple[int, str]]]:
+    """Metrics in ``buf[start:end]``: a list of DataFrames (raw columns) and (byte offset, text) of lines
+    that looked like metrics but matched no format.
+
+    The common big-log formats (torchtitan, FSDP) are matched in bulk by one regex over all candidate
+    lines; the remaining lines go through the per-line parsers.
+    """
+    import pandas as pd
+
+    offsets, raws = [], []
+    for off, raw in candidate_lines(buf, start, end):
+        offsets.append(off)
+        raws.append(raw)
+    if not raws:
+        return [], []
+    lines = b"\n".join(raws).decode("utf-8", errors="replace")
+    if "\x1b" in lines:
+        lines = _ANSI.sub("", lines)
+    lines = lines.split("\n")
+    frames: list = []
+    todo = list(range(len(lines)))
+    for name, marker, pattern in _BULK:
+        subset = [i for i in todo if marker in lines[i]]
+        if not subset:
+            continue
+        text = "\n".join(lines[i] for i in subset)
+        found = pattern.findall(text)          # tuples straight from C: the fast path
+        if len(found) == len(subset):           # every candidate line matched (the usual case)
+            done = set(subset)
+        else:                                   # some did not: find out which, by position
+            line_at, pos = {}, 0
+            for i in subset:
+                line_at[pos] = i
+                pos += len(lines[i]) + 1
+            matches = [m for m in pattern.finditer(text) if m.start() in line_at]
+            found = [m.groups() for m in matches]
+            done = {line_at[m.start()] for m in matches}
+        if found:
+            frames.append(_bulk_frame(name, found, pattern))
+            todo = [i for i in todo if i not in done]
     rows: list[Row] = []
     skipped: list[tuple[int, str]] = []
-    for offset, raw in candidate_lines(buf, start, end):
-        line = raw.decode("utf-8", errors="replace")
-        row, looks = parse_line(line)
+    for i in todo:
+        row, looks = parse_line(lines[i])
         if row is not None:
             rows.append(row)
         elif looks:
-            skipped.append((offset, line.strip()[:300]))
-    return rows, skipped
+            skipped.append((offsets[i], lines[i].strip()[:300]))
+    if rows:
+        frames.append(pd.DataFrame.from_records(rows))
+    return frames, skipped
 
 
 KEEP = {fmt.name: fmt.keep for fmt in FORMATS}

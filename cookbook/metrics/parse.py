@@ -23,6 +23,7 @@ TB_TAGS: dict[str, str] = {
     "n_tokens_seen": "tokens_seen",
 }
 _VAL_PREFIX = "validation_metrics/"
+_CHUNK = 64 << 20
 
 
 def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
@@ -36,26 +37,36 @@ def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
     if p.is_dir():
         return read_tensorboard(p)
     table = RowTable()
-    data = _map(p)
-    try:
-        rows, skipped = scan(data)
-        table.add(rows)
+    skipped: list[tuple[int, str]] = []
+    base, rest = 0, b""
+    with open(p, "rb") as f:       # big reads + bytes.find beat mmap.find by ~2x
+        while chunk := f.read(_CHUNK):
+            data = rest + chunk
+            cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+            frames, skips = scan(data, 0, cut)
+            table.add(frames)
+            skipped += [(base + off, text) for off, text in skips]
+            base, rest = base + cut, data[cut:]
+    if rest:
+        frames, skips = scan(rest)
+        table.add(frames)
+        skipped += [(base + off, text) for off, text in skips]
+    if skipped:
+        data = _map(p)
         table.skipped = with_line_numbers(data, skipped)
-    finally:
         if isinstance(data, mmap.mmap):
             data.close()
-    df = table.frame(ranks=ranks)
-    return _annotate(df, rows, table.skipped, str(p))
+    return _annotate(table, ranks, str(p))
 
 
 def parse_text(text: str | bytes, ranks: str = "first") -> pd.DataFrame:
     """Like :func:`parse_log` for log text already in memory (a notebook cell, a test)."""
     data = text.encode("utf-8", errors="replace") if isinstance(text, str) else text
-    rows, skipped = scan(data)
+    frames, skipped = scan(data)
     table = RowTable()
-    table.add(rows)
+    table.add(frames)
     table.skipped = with_line_numbers(data, skipped)
-    return _annotate(table.frame(ranks=ranks), rows, table.skipped, "<text>")
+    return _annotate(table, ranks, "<text>")
 
 
 def with_line_numbers(data: bytes | mmap.mmap, skipped: list[tuple[int, str]]) -> list[tuple[int, str]]:
@@ -76,12 +87,14 @@ def _map(path: Path) -> bytes | mmap.mmap:
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def _annotate(df: pd.DataFrame, rows: list, skipped: list, source: str) -> pd.DataFrame:
+def _annotate(table: RowTable, ranks: str, source: str) -> pd.DataFrame:
+    everything = table.frame(ranks="all")
+    df = everything if ranks == "all" else table.frame(ranks=ranks)
     df.attrs.update(
         source=source,
-        formats=sorted({r["format"] for r in rows}),
-        ranks=sorted({r["rank"] for r in rows if r.get("rank") is not None}),
-        skipped=list(skipped),
+        formats=sorted(set(everything["format"])) if "format" in everything else [],
+        ranks=sorted(int(r) for r in everything["rank"].dropna().unique()) if "rank" in everything else [],
+        skipped=list(table.skipped),
     )
     return df
 

@@ -17,53 +17,78 @@ _INT_COLUMNS = ("step", "epoch", "progress", "total_steps", "rank")
 
 
 class RowTable:
-    """Accumulates parsed rows, keyed by (split, step, rank); the format decides which duplicate wins.
+    """Accumulates parsed rows (DataFrames from :func:`~cookbook.metrics.formats.scan`).
 
-    ``add`` returns the keys it inserted or replaced, so a live follower can report only new rows.
+    Rows are keyed by (split, step, rank): a later row replaces an earlier one (a resumed run logs a
+    step again), except for formats that keep the first (tqdm prints a step's line twice).
     """
 
     def __init__(self) -> None:
-        self._rows: dict[tuple, Row] = {}
-        self._best_rank: dict[tuple, int | None] = {}   # (split, step) -> lowest rank seen
+        self._frames: list[pd.DataFrame] = []
+        self._first_keys: set[tuple] = set()   # keys already held by keep-first formats
+        self._n = 0
         self.skipped: list[tuple[int, str]] = []
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return self._n
 
     def clear(self) -> None:
-        self._rows.clear()
-        self._best_rank.clear()
+        self._frames.clear()
+        self._first_keys.clear()
+        self._n = 0
         self.skipped.clear()
 
-    def add(self, rows: Iterable[Row]) -> list[tuple]:
-        changed: list[tuple] = []
-        for row in rows:
-            key = (row.get("split", "train"), int(row["step"]), row.get("rank"))
-            if key in self._rows and KEEP.get(row.get("format", ""), "last") == "first":
+    def add(self, frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
+        """Add rows; return the ones that are new or replace earlier rows."""
+        added = []
+        for df in frames:
+            if df.empty:
                 continue
-            self._rows[key] = row
-            changed.append(key)
-            best = self._best_rank.get(key[:2], key[2])
-            if key[2] is not None and (best is None or key[2] < best):
-                best = key[2]
-            self._best_rank[key[:2]] = best
-        return changed
+            df = _with_keys(df)
+            first = df["format"].map(KEEP).eq("first")
+            if first.any():
+                keys = list(zip(df["split"], df["step"], df["rank"]))
+                seen = pd.Series([first.iloc[i] and k in self._first_keys for i, k in enumerate(keys)],
+                                 index=df.index)
+                dup_in_batch = first & df.duplicated(["split", "step", "rank"], keep="first")
+                df = df[~(seen | dup_in_batch)]
+                self._first_keys.update(k for k, f in zip(keys, first) if f)
+            if len(df):
+                added.append(df)
+        if not added:
+            return pd.DataFrame()
+        new = pd.concat(added, ignore_index=True)
+        self._frames.append(new)
+        self._n += len(new)
+        return new
 
-    def frame(self, keys: Iterable[tuple] | None = None, ranks: str = "first") -> pd.DataFrame:
-        """The rows (all, or those of ``keys``) as a DataFrame; ``ranks="all"`` keeps every rank's row."""
-        if keys is None:
-            rows = list(self._rows.values())
-        else:
-            keys = list(dict.fromkeys(keys))
-            if ranks == "first":
-                keys = [k for k in keys if k[2] == self._best_rank.get(k[:2], k[2])]
-            rows = [self._rows[k] for k in keys]
+    def frame(self, rows: pd.DataFrame | None = None, ranks: str = "first") -> pd.DataFrame:
+        """All rows (or ``rows``) as the canonical DataFrame; ``ranks="all"`` keeps every rank's row."""
+        if rows is None:
+            rows = pd.concat(self._frames, ignore_index=True) if self._frames else pd.DataFrame()
+            if len(rows):
+                rows = rows.drop_duplicates(["split", "step", "rank"], keep="last")
         return to_frame(rows, ranks=ranks)
 
 
-def to_frame(rows: list[Row], ranks: str = "first") -> pd.DataFrame:
-    """Canonical DataFrame from row dicts: sorted by split then step, known columns first."""
-    df = pd.DataFrame.from_records(rows) if rows else pd.DataFrame(columns=["step", "split", "loss"])
+def _with_keys(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    if "split" not in df:
+        df["split"] = "train"
+    df["split"] = df["split"].fillna("train")
+    df["step"] = pd.to_numeric(df["step"]).astype("int64")
+    df["rank"] = pd.to_numeric(df["rank"], errors="coerce").astype("Float64") if "rank" in df else \
+        pd.Series(pd.NA, index=df.index, dtype="Float64")
+    return df
+
+
+def to_frame(rows: list[Row] | pd.DataFrame, ranks: str = "first") -> pd.DataFrame:
+    """Canonical DataFrame from rows: sorted by split then step, known columns first."""
+    df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame.from_records(rows)
+    if df.empty:
+        return pd.DataFrame(columns=["step", "split", "loss"])
+    if "rank" in df.columns and df["rank"].isna().all():
+        df = df.drop(columns="rank")
     if "rank" in df.columns:
         if ranks == "first":
             df = df.sort_values("rank", kind="stable", na_position="last")

@@ -144,4 +144,20 @@ def collect(
             shutil.copyfile(t.path, dest)
         rows.append({"iteration": t.iteration, "rank": t.rank, "source": str(t.path), "dest": str(dest),
                      "size_mb": round(dest.stat().st_size / 1e6, 3)})
+    for snap in find_memory_snapshots(run_dir):  # GPU runs with memory=True only
+        rank, step = _snapshot_rank_step(snap)
+        if (ranks is None or rank in ranks) and (iterations is None or step in iterations):
+            dest = out / f"rank{rank}_iter{step}.memory_snapshot.pickle"
+            shutil.copyfile(snap, dest)
+            rows.append({"iteration": step, "rank": rank, "source": str(snap), "dest": str(dest),
+                         "size_mb": round(dest.stat().st_size / 1e6, 3)})
     return pd.DataFrame(rows, columns=["iteration", "rank", "source", "dest", "size_mb"])
+
+
+def _snapshot_rank_step(path: Path) -> tuple[int | None, int | None]:
+    """torchtune: iteration_N/rank{R}_memory_snapshot.pickle; torchtitan: step_N/{R:06d}_step_N.pickle."""
+    if m := re.fullmatch(r"(\d+)_step_(\d+)\.pickle", path.name):
+        return int(m.group(1)), int(m.group(2))
+    rank = int(m.group(1)) if (m := re.match(r"rank(\d+)", path.name)) else None
+    step = next((int(m.group(1)) for p in path.parents if (m := _ITER_RE.search(p.name))), None)
+    return rank, step

@@ -15,8 +15,8 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
-CPU_NOTE = ("No memory snapshot: snapshots come from torch.cuda.memory._record_memory_history and exist "
-            "only for GPU runs (enable with profiling_overrides(..., memory=True) on a CUDA cluster).")
+CPU_NOTE = ("No memory snapshot here: snapshots (torch.cuda.memory._record_memory_history) exist only for GPU "
+            "runs profiled with profiling_overrides(..., memory=True); a CPU run cannot record one.")
 
 
 def load_snapshot(path: str | Path) -> dict[str, Any]:

@@ -154,13 +154,18 @@ class RunSummary:
         lines.append(f"Slowest rank: {self.slowest_rank}")
         if self.straggler_rank is not None:
             lines.append(f"Least waiting on communication (others wait for it): rank {self.straggler_rank}")
-        lines += ["", f"Top operators by self time (rank {self.slowest_rank}):",
-                  self.top_ops.round(2).to_string(index=False)]
+        lines += ["", f"Top operators by self time (rank {self.slowest_rank}):", _table(self.top_ops)]
         if not self.top_kernels.empty:
-            lines += ["", f"Top GPU kernels (rank {self.slowest_rank}):", self.top_kernels.round(2).to_string(index=False)]
+            lines += ["", f"Top GPU kernels (rank {self.slowest_rank}):", _table(self.top_kernels)]
         else:
             lines += ["", "No GPU kernels in these traces (CPU run): shares are of the training thread's time."]
         return "\n".join(lines)
+
+
+def _table(df: pd.DataFrame, width: int = 70) -> str:
+    df = df.copy()
+    df["name"] = [n if len(n) <= width else n[: width - 3] + "..." for n in df["name"]]
+    return df.round(2).to_string(index=False)
 
 
 def _label(trace: Trace, i: int) -> int:

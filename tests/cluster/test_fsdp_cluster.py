@@ -4,6 +4,7 @@ resume from the newest complete checkpoint with no step lost; the two ranks trai
 from __future__ import annotations
 
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def test_fsdp_two_nodes_requeued_mid_run_resumes_without_losing_a_step(slurm, ti
     max_steps = 24
     spec = JobSpec(recipe="fsdp_llama3_1_8b", profile="local-cpu", nodes=2, gpus_per_node=0, exclusive=False,
                    time="00:10:00", signal_seconds=30, log_dir=str(job_dir / "logs"), run_dir=str(job_dir / "run"),
-                   assets_dir=str(tiny_assets.root), job_name="fsdp-resume-test",
+                   assets_dir=str(tiny_assets.root), job_name="fsdp-resume-test", venv=sys.prefix,
                    overrides={"max_steps": str(max_steps), "checkpoint_freq": "4", "keep_checkpoints": "0",
                               "throttle_seconds": "0.4"})
     script = write_job(spec, job_dir / "job.sbatch")
@@ -50,7 +51,13 @@ def test_fsdp_two_nodes_requeued_mid_run_resumes_without_losing_a_step(slurm, ti
     log_path = job_dir / "logs" / f"fsdp-resume-test-{job}.out"
 
     # kill it mid-run, once a checkpoint is complete (requeue: Slurm kills every rank, then restarts the job)
-    _wait_for(lambda: (ckpts / "step-8" / "COMPLETE").is_file(), 240, "checkpoint step-8")
+    def step8_or_ended() -> bool:
+        if (ckpts / "step-8" / "COMPLETE").is_file():
+            return True
+        assert not slurm.state(job).done, read_output(log_path)[-3000:]
+        return False
+
+    _wait_for(step8_or_ended, 240, "checkpoint step-8")
     slurm.requeue(job)
     killed_at = max(int(p.parent.name[5:]) for p in ckpts.glob("step-*/COMPLETE"))
     info = slurm.wait(job, timeout=400)

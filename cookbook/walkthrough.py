@@ -1,0 +1,339 @@
+"""The notebooks' steps: check a job against the cluster, submit it, wait for it, read its metrics.
+
+Every notebook cell is one call into this module (or the modules it builds on), so nothing a user
+would have to copy lives in a notebook. A check that fails raises :class:`NotebookStop`, which a
+notebook shows as one clear message (no traceback) and which stops the remaining cells.
+
+    spec = job_spec("llama3_3_70b_lora", profile="local-cpu")
+    check_job(spec)                       # NotebookStop with what to change, or a short report
+    job = submit(spec, "runs")            # renders into runs/<name>-<time>/ and sbatches it
+    job.wait()                            # progress lines; NotebookStop with the diagnosis on failure
+    job.plot()                            # loss / throughput against step
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from cookbook.slurm.client import JobInfo, SlurmClient, SlurmError, read_output
+from cookbook.spec import PROFILES, JobSpec, SpecError
+
+JOB_FILE = "job.json"
+LOCAL_CPU = "local-cpu"
+
+
+class NotebookStop(Exception):
+    """A check failed. In a notebook it shows as its message only (IPython's ``_render_traceback_``)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\033[1;31mSTOP\033[0m: {line}" if i == 0 else f"      {line}"
+                for i, line in enumerate(str(self).splitlines() or [""])]
+
+
+# ------------------------------------------------------------------------------------------ Slurm
+def slurm_client(profile: str | None = None) -> SlurmClient:
+    """A Slurm client for this login node. For ``local-cpu`` without ``SLURM_CONF`` set, the embedded
+    local cluster's configuration is used when that cluster is up."""
+    env = dict(os.environ)
+    if profile == LOCAL_CPU and "SLURM_CONF" not in env:
+        from cookbook.slurm.local_cluster import LocalCluster
+
+        cluster = LocalCluster()
+        if cluster.status().up:
+            env.update(cluster.env())
+    return SlurmClient(env)
+
+
+# ------------------------------------------------------------------------------------------ spec
+def job_spec(recipe: str, *, profile: str = "generic", nodes: int = 2, gpus_per_node: int | None = None,
+             partition: str | None = None, time: str | None = None, container_image: str | None = None,
+             job_name: str | None = None, overrides: dict[str, Any] | None = None,
+             **extra: Any) -> JobSpec:
+    """A :class:`JobSpec` with the profile's defaults filled in.
+
+    ``local-cpu`` (the embedded cluster): 0 GPUs, 10 minutes, nodes shared, this virtualenv on every
+    node. GPU profiles: 8 GPUs per node, 4 hours, whole nodes.
+    """
+    local = profile == LOCAL_CPU
+    kw: dict[str, Any] = dict(
+        recipe=recipe, profile=profile, nodes=nodes,
+        gpus_per_node=gpus_per_node if gpus_per_node is not None else (0 if local else 8),
+        partition=partition or None, time=time or ("00:10:00" if local else "04:00:00"),
+        container_image=container_image or None, job_name=job_name or None,
+        overrides={str(k): str(v) for k, v in (overrides or {}).items()})
+    if local:
+        kw.update(exclusive=False, signal_seconds=30)
+        if sys.prefix != sys.base_prefix:
+            kw["venv"] = sys.prefix
+    kw.update(extra)
+    return JobSpec(**kw)
+
+
+@dataclass
+class CheckReport:
+    """What :func:`check_job` verified (printed as one line per item)."""
+
+    lines: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return "\n".join([f"ok   {ln}" for ln in self.lines] + [f"note {w}" for w in self.warnings])
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))
+
+
+def _local_hint(spec: JobSpec) -> str:
+    return ("On the embedded local cluster run this notebook with the tiny recipe instead: "
+            "parameters profile='local-cpu', gpus_per_node=0 (`make demo` does that).")
+
+
+def check_job(spec: JobSpec, client: SlurmClient | None = None) -> CheckReport:
+    """Validate ``spec`` with the recipe engine and against the cluster this runs on.
+
+    Raises :class:`NotebookStop` naming what to change: invalid spec, no Slurm, unknown partition,
+    too few nodes, or too few GPUs per node.
+    """
+    from cookbook import doctor
+    from cookbook.render import render_job
+
+    report = CheckReport()
+    try:
+        job = render_job(spec)
+    except SpecError as e:
+        raise NotebookStop("the job is not valid:\n" + "\n".join(f"- {p}" for p in e.problems)) from None
+    report.lines.append(f"job valid: {spec.recipe}, {spec.nodes} node(s) x "
+                        f"{spec.gpus_per_node or 'CPU'}{' GPU(s)' if spec.gpus_per_node else ''}, profile {spec.profile}")
+    report.warnings += job.warnings
+    client = client or slurm_client(spec.profile)
+    try:
+        parts = client.partitions()
+    except SlurmError as e:
+        raise NotebookStop(f"Slurm is not reachable from here ({' '.join(e.stderr.split()) or e}).\n"
+                           "Run this notebook on the cluster's login node (`make lab` starts JupyterLab there). "
+                           + (_local_hint(spec) if spec.profile != LOCAL_CPU else
+                              "Start the local cluster first: `cookbook cluster up`.")) from None
+    names = [p["partition"].rstrip("*") for p in parts]
+    default = next((p["partition"].rstrip("*") for p in parts if p["partition"].endswith("*")),
+                   names[0] if names else None)
+    part = spec.partition or default
+    if part not in names:
+        raise NotebookStop(f"partition {part!r} does not exist here; use one of: {', '.join(names)}")
+    nodes = [n for n in doctor.partition_nodes(client, part) if n["usable"]]
+    if len(nodes) < spec.nodes:
+        raise NotebookStop(f"the job asks for {spec.nodes} node(s) but partition {part!r} has {len(nodes)} usable: "
+                           "lower nodes, or pick another partition")
+    gpus = min((n["gpus"] for n in nodes), default=0)
+    if spec.profile_info.uses_gpus and gpus < spec.gpus_per_node:
+        raise NotebookStop(
+            f"this job needs {spec.nodes} node(s) x {spec.gpus_per_node} GPUs, but the nodes of partition {part!r} "
+            f"have {gpus} GPU(s) each.\n" + (_local_hint(spec) if gpus == 0 else
+                                             f"Set gpus_per_node={gpus} (and check the parallel settings)."))
+    report.lines.append(f"partition {part}: {len(nodes)} usable node(s), {gpus} GPU(s) per node")
+    return report
+
+
+# ------------------------------------------------------------------------------------------ jobs
+@dataclass
+class Job:
+    """A submitted job: its script, log and run folder (recorded in ``job.json`` next to the script)."""
+
+    job_id: str
+    script: Path
+    log: Path
+    run_dir: Path
+    recipe: str
+    profile: str
+    name: str
+    submitted: str = ""
+    client: SlurmClient | None = field(default=None, repr=False, compare=False)
+
+    # --------------------------------------------------------------- persistence
+    def save(self) -> Path:
+        data = {k: str(v) for k, v in asdict(self).items() if k != "client"}
+        path = self.script.parent / JOB_FILE
+        path.write_text(json.dumps(data, indent=2) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike) -> "Job":
+        """The job recorded in ``folder/job.json`` (``folder`` may also be the file itself)."""
+        p = Path(folder)
+        data = json.loads((p if p.is_file() else p / JOB_FILE).read_text())
+        return cls(job_id=data["job_id"], script=Path(data["script"]), log=Path(data["log"]),
+                   run_dir=Path(data["run_dir"]), recipe=data["recipe"], profile=data["profile"],
+                   name=data["name"], submitted=data.get("submitted", ""))
+
+    @property
+    def slurm(self) -> SlurmClient:
+        if self.client is None:
+            self.client = slurm_client(self.profile)
+        return self.client
+
+    # --------------------------------------------------------------- Slurm
+    def state(self) -> JobInfo:
+        return self.slurm.state(self.job_id)
+
+    def cancel(self) -> None:
+        self.slurm.cancel(self.job_id)
+
+    def wait(self, timeout: float = 3600, poll: float = 2.0, every: float = 10.0,
+             echo: Callable[[str], None] = print) -> JobInfo:
+        """Wait for the job to end, printing its state and training progress at most every ``every`` s.
+
+        A job that does not end COMPLETED raises :class:`NotebookStop` with the log's diagnosis.
+        """
+        from cookbook.metrics import LogFollower, eta
+
+        follower = LogFollower(self.log)
+        start, last_print, last_state = time.monotonic(), 0.0, ""
+        while True:
+            info = self.state()
+            follower.poll()
+            now = time.monotonic()
+            if info.state != last_state and not info.done:
+                echo(f"job {self.job_id}: {info.state}" + (f" ({info.nodes})" if info.nodes else ""))
+                last_state = info.state
+            elif now - last_print >= every and not follower.df.empty:
+                echo(progress_line(follower.df, eta(follower.df)))
+                last_print = now
+            if info.done:
+                break
+            if now - start > timeout:
+                raise NotebookStop(f"job {self.job_id} still {info.state} after {timeout:.0f} s; it keeps running "
+                                   f"(cancel with job.cancel()); log: {self.log}")
+            time.sleep(poll)
+        follower.poll()
+        if not follower.df.empty:
+            echo(progress_line(follower.df, None))
+        echo(f"job {self.job_id}: {info.state} (exit {info.exit_code or '?'}) after {time.monotonic() - start:.0f} s; "
+             f"log {self.log}")
+        if info.state != "COMPLETED":
+            raise NotebookStop(f"job {self.job_id} ended {info.state}.\n{self.explain()}")
+        return info
+
+    # --------------------------------------------------------------- outputs
+    def tail(self, lines: int = 20) -> str:
+        """The last lines of the log (progress-bar redraws collapsed to the latest)."""
+        return tail_text(self.log, lines)
+
+    def diagnose(self) -> list:
+        from cookbook.metrics import diagnose
+
+        return diagnose(self.log) if self.log.exists() else []
+
+    def explain(self) -> str:
+        """Known failures found in the log with their hints, else the log's last lines."""
+        found = self.diagnose()
+        if found:
+            return "\n".join(str(f) for f in found) + f"\nlog: {self.log}"
+        return f"last lines of {self.log}:\n{self.tail(15)}"
+
+    def metrics(self) -> pd.DataFrame:
+        """One row per training step (see :func:`cookbook.metrics.parse_log`)."""
+        from cookbook.metrics import parse_log
+
+        return parse_log(self.log)
+
+    def plot(self, save: bool = True) -> Any:
+        """Loss (raw + smoothed) and throughput against step; saved as ``metrics.png`` next to the script."""
+        from cookbook.metrics import plot_runs
+
+        out = self.script.parent / "metrics.png" if save else None
+        return plot_runs({self.name: self.metrics()}, out=out)
+
+    def outputs(self) -> pd.DataFrame:
+        """Files the run wrote (checkpoints, adapters, logs), with sizes."""
+        rows = [{"file": str(p.relative_to(self.run_dir)), "MB": round(p.stat().st_size / 1e6, 3)}
+                for p in sorted(self.run_dir.rglob("*")) if p.is_file()]
+        return pd.DataFrame(rows, columns=["file", "MB"])
+
+
+def submit(spec: JobSpec, root: str | os.PathLike = "runs", client: SlurmClient | None = None) -> Job:
+    """Render ``spec`` into a fresh folder ``root/<job name>-<time>/`` and sbatch it.
+
+    A fresh folder per submission: re-running a notebook starts a new run instead of resuming the last
+    one (resubmitting the same script resumes, see the recipe's resume logic).
+    """
+    from cookbook.render import write_job
+
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
+    folder = (Path(root) / f"{spec.name}-{stamp}").resolve()
+    script = write_job(spec, folder / "job.sbatch")
+    (folder / spec.log_dir).mkdir(parents=True, exist_ok=True)
+    client = client or slurm_client(spec.profile)
+    try:
+        job_id = client.submit(script, cwd=folder)
+    except SlurmError as e:
+        raise NotebookStop(f"sbatch refused the job: {e.stderr or e}") from None
+    log_dir = Path(spec.log_dir)
+    run_dir = Path(spec.run_dir) if spec.run_dir else folder / "runs" / spec.name
+    job = Job(job_id=job_id, script=script, log=(log_dir if log_dir.is_absolute() else folder / log_dir)
+              / f"{spec.name}-{job_id}.out", run_dir=run_dir, recipe=spec.recipe, profile=spec.profile,
+              name=spec.name, submitted=datetime.now().isoformat(timespec="seconds"), client=client)
+    job.save()
+    return job
+
+
+# ------------------------------------------------------------------------------------------ text
+def tail_text(path: str | os.PathLike, lines: int = 20) -> str:
+    """Last ``lines`` lines of a log, with carriage-return redraws (tqdm) collapsed to the last one."""
+    text = read_output(path)
+    out = [ln.rsplit("\r", 1)[-1] if "\r" in ln.rstrip("\r") else ln.rstrip("\r") for ln in text.split("\n")]
+    while out and not out[-1].strip():
+        out.pop()
+    return "\n".join(out[-lines:])
+
+
+def progress_line(df: pd.DataFrame, remaining: timedelta | None) -> str:
+    """``step 12/16  loss 5.94  tokens/s/GPU 310  ETA 0:00:03`` from a metrics frame."""
+    train = df[df["split"].eq("train")] if "split" in df else df
+    if train.empty:
+        return "no training step logged yet"
+    last = train.iloc[-1]
+    total = last.get("total_steps") if "total_steps" in train else None
+    parts = [f"step {int(last['step'])}" + (f"/{int(total)}" if total is not None and pd.notna(total) else "")]
+    if "loss" in train and pd.notna(last.get("loss")):
+        parts.append(f"loss {last['loss']:.4f}")
+    for col, label in (("tokens_per_second_per_gpu", "tokens/s/GPU"), ("samples_per_second", "samples/s")):
+        if col in train and pd.notna(last.get(col)):
+            parts.append(f"{label} {last[col]:,.0f}")
+            break
+    if remaining is not None:
+        parts.append(f"ETA {str(remaining).split('.')[0]}")
+    return "  ".join(parts)
+
+
+def run_summary(df: pd.DataFrame) -> str:
+    """A few numbers worth reading first: steps, loss first -> last, median throughput."""
+    train = df[df["split"].eq("train")] if "split" in df else df
+    if train.empty or "loss" not in train:
+        return "no training steps in the log"
+    loss = train["loss"].dropna()
+    lines = [f"steps logged: {len(train)} (last step {int(train['step'].iloc[-1])})",
+             f"loss: {loss.iloc[0]:.4f} -> {loss.iloc[-1]:.4f} "
+             f"({'down' if loss.iloc[-1] < loss.iloc[0] else 'NOT down'} {abs(loss.iloc[0] - loss.iloc[-1]):.4f})"]
+    for col, label in (("tokens_per_second_per_gpu", "tokens/s/GPU"), ("samples_per_second", "samples/s"),
+                       ("mfu_pct", "MFU %"), ("memory_gib", "memory GiB")):
+        if col in train and train[col].notna().any():
+            lines.append(f"{label}: median {train[col].median():,.2f}")
+    return "\n".join(lines)
+
+
+def require(condition: bool, message: str) -> None:
+    """Stop the notebook with ``message`` unless ``condition`` holds."""
+    if not condition:
+        raise NotebookStop(message)
+
+
+__all__ = ["CheckReport", "Job", "NotebookStop", "check_job", "job_spec", "progress_line", "require",
+           "run_summary", "slurm_client", "submit", "tail_text", "PROFILES"]

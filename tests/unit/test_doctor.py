@@ -1,0 +1,64 @@
+"""cookbook.doctor checks that need no cluster."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from cookbook import doctor
+from cookbook.slurm.client import SlurmClient
+
+
+def test_python_bounds():
+    assert doctor.check_python((3, 11)).status == "pass"
+    assert doctor.check_python((3, 12)).status == "pass"
+    bad = doctor.check_python((3, 13))
+    assert bad.status == "fail" and "3.11 or 3.12" in bad.fix
+
+
+def test_installed_packages_are_the_known_good_set():
+    checks = {c.name: c for c in doctor.check_packages()}
+    assert set(checks) == {"torch", "torchtune", "torchao", "torchtitan"}
+    assert all(c.status == "pass" for c in checks.values()), checks
+
+
+def test_package_versions_outside_known_good():
+    checks = {c.name: c for c in doctor.check_packages(
+        {"torch": "2.14.1+cu130", "torchtune": "0.6.1", "torchao": "0.16.0", "torchtitan": None})}
+    assert checks["torch"].status == "warn" and "torch==2.13.0" in checks["torch"].fix
+    assert checks["torchao"].status == "warn" and "0.13" in checks["torchao"].detail
+    assert checks["torchtune"].status == "pass"
+    assert checks["torchtitan"].status == "fail"
+
+
+def test_token_presence_without_value(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    assert doctor.check_token().status == "warn"
+    monkeypatch.setenv("HF_TOKEN", "hf_doctorSECRET42")
+    c = doctor.check_token()
+    assert c.status == "pass" and "hf_doctorSECRET42" not in c.detail + c.fix
+
+
+def test_slurm_unreachable_is_a_failed_check(tmp_path):
+    client = SlurmClient({"PATH": "/usr/bin:/bin", "SLURM_CONF": str(tmp_path / "nope.conf")}, timeout=20)
+    checks = doctor.check_slurm(client)
+    assert checks[0].name == "slurm" and checks[0].status == "fail" and "SLURM_CONF" in checks[0].fix
+
+
+def test_gres_parsing():
+    assert doctor._gpus("gpu:h100:8(S:0-1)") == 8
+    assert doctor._gpus("gpu:4,gpu:a100:2") == 6
+    assert doctor._gpus("(null)") == 0
+
+
+def test_render_and_frame():
+    checks = [doctor.Check("a", "pass", "fine"), doctor.Check("b", "fail", "broken", "fix it")]
+    text = doctor.render(checks)
+    assert "FAIL" in text and "-> fix it" in text and "1 pass, 0 warn, 1 fail" in text
+    assert list(doctor.to_frame(checks).columns) == ["name", "status", "detail", "fix"]
+
+
+def test_disk_check(tmp_path):
+    assert doctor.check_disk(tmp_path / "not" / "yet").status == "pass"
+    assert doctor.check_disk(tmp_path, need_bytes=10**18).status == "fail"
