@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -61,7 +62,8 @@ def job_spec(recipe: str, *, profile: str = "generic", nodes: int = 2, gpus_per_
     """A :class:`JobSpec` with the profile's defaults filled in.
 
     ``local-cpu`` (the embedded cluster): 0 GPUs, 10 minutes, nodes shared, this virtualenv on every
-    node. GPU profiles: 8 GPUs per node, 4 hours, whole nodes.
+    node, a random rendezvous port (jobs share nodes). GPU profiles: 8 GPUs per node, 4 hours, whole
+    nodes.
     """
     local = profile == LOCAL_CPU
     kw: dict[str, Any] = dict(
@@ -71,7 +73,8 @@ def job_spec(recipe: str, *, profile: str = "generic", nodes: int = 2, gpus_per_
         container_image=container_image or None, job_name=job_name or None,
         overrides={str(k): str(v) for k, v in (overrides or {}).items()})
     if local:
-        kw.update(exclusive=False, signal_seconds=30)
+        # nodes are shared on the local cluster: a fixed rendezvous port would collide between jobs
+        kw.update(exclusive=False, signal_seconds=30, port=random.randint(20000, 39999))
         if sys.prefix != sys.base_prefix:
             kw["venv"] = sys.prefix
     kw.update(extra)
@@ -238,11 +241,15 @@ class Job:
             return "\n".join(str(f) for f in found) + f"\nlog: {self.log}"
         return f"last lines of {self.log}:\n{self.tail(15)}"
 
+    def metrics_files(self) -> list[Path]:
+        """Logs with metrics: the Slurm log, plus torchtune's DiskLogger files (they carry throughput)."""
+        return [self.log, *sorted(self.run_dir.glob("logs/log_*.txt"))]
+
     def metrics(self) -> pd.DataFrame:
-        """One row per training step (see :func:`cookbook.metrics.parse_log`)."""
+        """One row per training step, from every metrics file (see :func:`cookbook.metrics.parse_log`)."""
         from cookbook.metrics import parse_log
 
-        return parse_log(self.log)
+        return merge_metrics([parse_log(p) for p in self.metrics_files() if p.exists()])
 
     def plot(self, save: bool = True) -> Any:
         """Loss (raw + smoothed) and throughput against step; saved as ``metrics.png`` next to the script."""
@@ -284,7 +291,124 @@ def submit(spec: JobSpec, root: str | os.PathLike = "runs", client: SlurmClient 
     return job
 
 
+# ------------------------------------------------------------------------------------------ steps
+def model_overrides(recipe: str, model_dir: str | None) -> dict[str, str]:
+    """Overrides pointing a torchtune recipe at a downloaded model: checkpoint folder AND tokenizer.
+
+    (The seeds' top-level ``checkpoint_dir=`` is ignored by the 70B configs; these are the keys read.)
+    """
+    from cookbook.recipes import get_recipe
+
+    if not model_dir or get_recipe(recipe).framework != "torchtune":
+        return {}
+    d = str(model_dir).rstrip("/")
+    return {"checkpointer.checkpoint_dir": d, "tokenizer.path": f"{d}/original/tokenizer.model"}
+
+
+def plan_for(spec: JobSpec, gpu: str = "H100") -> str:
+    """The planner's memory / throughput estimate for ``spec`` (for local-cpu: of the real recipe)."""
+    from cookbook.planner import plan
+
+    try:
+        if spec.profile == LOCAL_CPU:
+            text = plan(spec.recipe, gpu=gpu).render()
+            return ("local-cpu trains a tiny model; this is the estimate for the real recipe it stands for:\n"
+                    + text)
+        return plan(spec.recipe, spec.nodes, spec.gpus_per_node, gpu).render()
+    except (ValueError, KeyError) as e:
+        return f"no estimate: {e}"
+
+
+def profiling_overrides(recipe: str, profile: str, steps: int = 2, warmup: int = 1,
+                        start_step: int = 3) -> dict[str, str]:
+    """Overrides that turn the profiler on for ``recipe`` (CPU activities only on local-cpu)."""
+    from cookbook.profiling.enable import profiling_overrides as flags
+    from cookbook.recipes import get_recipe
+
+    fw = get_recipe(recipe).framework
+    out: dict[str, str] = {}
+    for item in flags(fw, device="cpu" if profile == LOCAL_CPU else "cuda", steps=steps, warmup=warmup,
+                      start_step=start_step):
+        key, sep, value = item.lstrip("-").partition("=")
+        out[key] = value if sep else "True"
+    return out
+
+
+def setup_checks(profile: str, partition: str | None = None, probe: bool = True,
+                 model_dir: str | None = None) -> list:
+    """``cookbook doctor``'s checks (printed as a table); stops the notebook when one fails or when a GPU
+    profile finds no GPU on the partition."""
+    from cookbook import doctor
+
+    existing = model_dir if model_dir and Path(model_dir).exists() else None
+    checks = doctor.run_checks(partition, probe=probe, model_dir=existing, client=slurm_client(profile))
+    print(doctor.render(checks))
+    failed = [c for c in checks if c.status == "fail"]
+    if failed:
+        raise NotebookStop("some checks failed:\n" + "\n".join(f"- {c.name}: {c.detail}" + (f" -> {c.fix}" if c.fix else "")
+                                                             for c in failed))
+    gpus = next((c for c in checks if c.name == "gpus"), None)
+    if PROFILES[profile].uses_gpus and (gpus is None or gpus.status != "pass"):
+        raise NotebookStop(f"profile {profile!r} trains on GPUs, but {gpus.detail if gpus else 'no GPU was found'}.\n"
+                           "On the embedded local cluster use profile='local-cpu' (`make demo` does that).")
+    return checks
+
+
+def prepare_model(profile: str, repo_id: str, model_dir: str, download: bool = False) -> Any:
+    """The model a run needs: tiny assets for ``local-cpu``; else the Hub download of ``repo_id`` into
+    ``model_dir`` (``download=True``), or a plan of what it would fetch. Hub problems stop the notebook
+    with what to do (the token is never shown)."""
+    from cookbook import hub
+
+    if profile == LOCAL_CPU:
+        from cookbook.assets.tiny import ensure_tiny_assets
+
+        assets = ensure_tiny_assets()
+        print(f"tiny assets (Llama-3 architecture model, tokenizers, datasets, FLUX encoders): {assets.root}")
+        return assets
+    print(f"HF token: {hub.token_status()}")
+    try:
+        if download:
+            path = hub.download(repo_id, model_dir)
+            print(f"downloaded {repo_id} into {path}")
+            return path
+        files = hub.plan(repo_id, model_dir)
+    except hub.HubError as e:
+        raise NotebookStop(str(e)) from None
+    table = pd.DataFrame([{"file": f.path, "GB": round(f.size / 1e9, 2), "to fetch": f.will_download} for f in files])
+    print(f"{repo_id}: {len(files)} files, {table['GB'].sum():.1f} GB; set download=True to fetch them into {model_dir}")
+    return table
+
+
+def check_dataset(source: str, style: str, model_dir: str, column_map: dict[str, str] | None = None,
+                  max_seq_len: int = 2048, split: str = "train") -> Any:
+    """Check a dataset with the model's real tokenizer (:func:`cookbook.data.check_dataset`); problems
+    (missing model, bad rows, wrong columns) stop the notebook naming the row and what to change."""
+    from cookbook.data import DataError, DatasetSpec, TokenizerSpec
+    from cookbook.data import check_dataset as check
+
+    require(Path(model_dir).is_dir(), f"no model at {model_dir}: download it first (00_setup, or "
+            f"`cookbook download REPO --output-dir {model_dir}`), or set model_dir")
+    try:
+        spec = DatasetSpec(source, style, column_map=dict(column_map or {}), split=split)
+        return check(spec, TokenizerSpec.from_model_dir(model_dir), max_seq_len=max_seq_len, model_dir=model_dir)
+    except (DataError, ValueError) as e:
+        raise NotebookStop(str(e)) from None
+
+
 # ------------------------------------------------------------------------------------------ text
+def merge_metrics(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Rows of several sources of one run joined on (split, step); earlier frames win per cell."""
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame(columns=["step", "split", "loss"])
+    out = frames[0].set_index(["split", "step"])
+    for f in frames[1:]:
+        out = out.combine_first(f.set_index(["split", "step"]))
+    out = out.reset_index().sort_values(["split", "step"], kind="stable").reset_index(drop=True)
+    return out[["step", "split", *[c for c in out.columns if c not in ("step", "split")]]]
+
+
 def tail_text(path: str | os.PathLike, lines: int = 20) -> str:
     """Last ``lines`` lines of a log, with carriage-return redraws (tqdm) collapsed to the last one."""
     text = read_output(path)
@@ -335,5 +459,6 @@ def require(condition: bool, message: str) -> None:
         raise NotebookStop(message)
 
 
-__all__ = ["CheckReport", "Job", "NotebookStop", "check_job", "job_spec", "progress_line", "require",
-           "run_summary", "slurm_client", "submit", "tail_text", "PROFILES"]
+__all__ = ["CheckReport", "Job", "NotebookStop", "check_dataset", "check_job", "job_spec", "merge_metrics",
+           "model_overrides", "plan_for", "prepare_model", "profiling_overrides", "progress_line", "require",
+           "run_summary", "setup_checks", "slurm_client", "submit", "tail_text"]

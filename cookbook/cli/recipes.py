@@ -30,6 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--signal-seconds", type=int, default=120)
     r.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
     r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    r.add_argument("--gpu", default="h100", help="GPU kind for the planner's will-it-fit check "
+                   "(a100-40, a100-80, h100, h200, b200, gb200; ignored for local-cpu)")
     r.add_argument("-o", "--output", required=True, help="script path; configs are written next to it")
     r.set_defaults(func=_render)
     s = sub.add_parser("submit", help="sbatch a rendered script; prints the job id")
@@ -73,8 +75,16 @@ def _render(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     try:
-        for w in render_job(spec).warnings:
-            print(f"warning: {w}", file=sys.stderr)
+        warnings = list(render_job(spec).warnings)
+    except SpecError as e:
+        raise UserError(str(e)) from e
+    if spec.profile != "local-cpu":
+        from cookbook.planner import fit_warning
+
+        warnings.append(fit_warning(spec.recipe, spec.nodes, spec.gpus_per_node, args.gpu, spec.overrides))
+    for w in filter(None, warnings):
+        print(f"warning: {w}", file=sys.stderr)
+    try:
         path = write_job(spec, args.output)
     except SpecError as e:
         raise UserError(str(e)) from e

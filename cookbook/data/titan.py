@@ -51,7 +51,7 @@ def write_c4(texts: Iterable[str], out_dir: str | Path, *, shard_rows: int = 10_
             name = out / "en" / f"c4-{split}.{k:05d}-of-{len(parts):05d}.json.gz"
             with gzip.open(name, "wt", encoding="utf-8") as f:
                 for j, text in enumerate(part):
-                    f.write(json.dumps({"text": text, "timestamp": "", "url": f"local://{split}/{k}/{j}"}) + "\n")
+                    f.write(json.dumps({"text": text, "url": f"local://{split}/{k}/{j}"}) + "\n")
     (out / "README.md").write_text(C4_README.format(path=out.resolve()))
     return out
 

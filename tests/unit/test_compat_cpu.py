@@ -153,7 +153,9 @@ def test_torchtune_full_finetune_distributed_and_resume(tiny_assets: TinyAssets,
     # Interrupted after epoch 0: drop epoch 1's output, resume, and get epoch 1's losses again exactly.
     shutil.rmtree(out / "epoch_1")
     shutil.move(out / "logs", tmp_path / "first_logs")
-    torchrun([*launch, "--config", str(cfg), "resume_from_checkpoint=True"], cwd=tmp_path)
+    # torchtune 0.6.1 reads a full-finetune resume's checkpoint_files relative to output_dir.
+    torchrun([*launch, "--config", str(cfg), "resume_from_checkpoint=True",
+              "checkpointer.checkpoint_files=[epoch_0/model-00001-of-00001.safetensors]"], cwd=tmp_path)
     resumed = disk_logger_losses(out / "logs")
     assert resumed == {4: losses[4], 5: losses[5], 6: losses[6]}
 

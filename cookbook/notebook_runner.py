@@ -1,0 +1,242 @@
+"""Run the walkthrough notebooks with papermill: one notebook, the local quickstart, or a sweep.
+
+    run_notebook("03_llama3_3_70b_lora", out_dir, local_parameters("03_llama3_3_70b_lora"))
+    sweep("03_llama3_3_70b_lora.ipynb", {"rank 8": {"model.lora_rank": 8}, ...}).plot()
+
+Executed notebooks are written under ``out/notebooks/`` (git-ignored) unless told otherwise. Each run
+gets its own working folder, so its jobs' files never mix with another run's. ``MPLBACKEND`` is
+removed from the kernel's environment (``Agg`` there would keep plots out of the notebook).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import pandas as pd
+
+from cookbook.paths import output_dir, project_root
+
+LOCAL_CPU = "local-cpu"
+_ENV_LOCK = threading.Lock()
+
+
+def notebook_dir() -> Path:
+    """The folder with the walkthrough notebooks."""
+    return project_root() / "notebooks"
+
+
+def notebooks() -> list[str]:
+    """Names (no suffix) of every walkthrough notebook, in order."""
+    return sorted(p.stem for p in notebook_dir().glob("[0-9][0-9]_*.ipynb"))
+
+
+def _path(notebook: str | os.PathLike) -> Path:
+    p = Path(notebook)
+    if p.suffix != ".ipynb":
+        p = p.with_suffix(".ipynb")
+    return p if p.is_absolute() or p.exists() else notebook_dir() / p.name
+
+
+# ------------------------------------------------------------------------------------ parameters
+_CLUSTER_LOCAL = {"profile": LOCAL_CPU, "gpus_per_node": 0, "time_limit": "00:10:00"}
+
+
+def local_parameters(notebook: str, assets: Any = None) -> dict[str, Any]:
+    """Parameters that run ``notebook`` on the embedded local cluster with the tiny assets."""
+    name = _path(notebook).stem[:2]     # "03", "03_llama3_3_70b_lora" and "03_....ipynb" alike
+    if name == "00":
+        return {"profile": LOCAL_CPU, "probe": True}
+    if name == "07":
+        return {"ranks": [4, 16], "base_parameters": local_parameters("03_llama3_3_70b_lora")}
+    params: dict[str, Any] = dict(_CLUSTER_LOCAL)
+    if name == "01":
+        if assets is None:
+            from cookbook.assets.tiny import ensure_tiny_assets
+
+            assets = ensure_tiny_assets()
+        params.update(model_dir=str(assets.llama_dir), dataset=str(assets.chat_sharegpt), style="sharegpt",
+                      max_seq_len=256)
+    elif name in ("02", "03", "05"):
+        params["model_dir"] = None         # the tiny config points at the tiny model itself
+    return params
+
+
+# ------------------------------------------------------------------------------------ one run
+class NotebookStopped(RuntimeError):
+    """A notebook ended early at a failed cell; ``ename``/``evalue`` are the error's, ``path`` the output."""
+
+    def __init__(self, path: Path, ename: str, evalue: str, cell: int | None):
+        self.path, self.ename, self.evalue, self.cell = path, ename, evalue, cell
+        super().__init__(f"{path.name} stopped at cell {cell}: {ename}: {evalue}")
+
+
+@contextmanager
+def kernel_environment(extra: Mapping[str, str] | None = None) -> Iterator[None]:
+    """The environment the kernel inherits: no MPLBACKEND, plus ``extra`` (restored afterwards)."""
+    with _ENV_LOCK:
+        saved = dict(os.environ)
+        os.environ.pop("MPLBACKEND", None)
+        os.environ.update(extra or {})
+        try:
+            yield
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+def run_notebook(notebook: str | os.PathLike, out_dir: str | os.PathLike | None = None,
+                 parameters: Mapping[str, Any] | None = None, *, cwd: str | os.PathLike | None = None,
+                 name: str | None = None, timeout: int = 1200, env: Mapping[str, str] | None = None,
+                 log_output: bool = False) -> Path:
+    """Execute ``notebook`` with papermill into ``out_dir/NAME.ipynb``; returns the executed path.
+
+    ``cwd`` (default: a folder ``NAME.work`` next to the output) is where its jobs are written.
+    Raises :class:`NotebookStopped` when a cell fails (the executed notebook is written anyway).
+    """
+    import papermill as pm
+    from papermill.exceptions import PapermillExecutionError
+
+    src = _path(notebook)
+    out = Path(out_dir) if out_dir is not None else output_dir() / "notebooks"
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / f"{name or src.stem}.ipynb"
+    work = Path(cwd) if cwd is not None else out / f"{target.stem}.work"
+    work.mkdir(parents=True, exist_ok=True)
+    with kernel_environment(env):
+        try:
+            pm.execute_notebook(str(src), str(target), parameters=dict(parameters or {}), cwd=str(work),
+                                kernel_name="python3", progress_bar=False, log_output=log_output,
+                                execution_timeout=timeout, request_save_on_cell_execute=False)
+        except PapermillExecutionError as e:
+            raise NotebookStopped(target, e.ename, _strip_ansi(e.evalue), e.cell_index) from None
+    return target
+
+
+def _strip_ansi(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def error_output(executed: str | os.PathLike) -> dict[str, Any] | None:
+    """The error output of an executed notebook (``ename``, ``evalue``, ``traceback``), if any."""
+    import nbformat
+
+    nb = nbformat.read(str(executed), as_version=4)
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "error":
+                return {"ename": o["ename"], "evalue": o["evalue"],
+                        "traceback": [_strip_ansi(t) for t in o.get("traceback", [])]}
+    return None
+
+
+def jobs_in(folder: str | os.PathLike) -> list:
+    """Jobs a notebook run submitted (every ``job.json`` under ``folder``), oldest first."""
+    from cookbook.walkthrough import Job
+
+    return sorted((Job.load(p) for p in Path(folder).rglob("job.json")), key=lambda j: (j.submitted, int(j.job_id)))
+
+
+# ------------------------------------------------------------------------------------ sweep
+@dataclass
+class SweepRun:
+    label: str
+    overrides: dict[str, Any]
+    executed: Path
+    work: Path
+    error: str | None = None
+
+    @property
+    def job(self) -> Any:
+        jobs = jobs_in(self.work)
+        return jobs[-1] if jobs else None
+
+
+@dataclass
+class SweepResult:
+    """The runs of a sweep; :meth:`table` and :meth:`plot` compare them."""
+
+    runs: list[SweepRun] = field(default_factory=list)
+
+    def metrics(self) -> dict[str, pd.DataFrame]:
+        return {r.label: r.job.metrics() for r in self.runs if r.job is not None and r.job.log.exists()}
+
+    def table(self) -> pd.DataFrame:
+        rows = []
+        for r in self.runs:
+            job = r.job
+            df = job.metrics() if job is not None and job.log.exists() else pd.DataFrame()
+            train = df[df["split"].eq("train")] if "split" in df else df
+            loss = train["loss"].dropna() if "loss" in train else pd.Series(dtype=float)
+            tps = (train["tokens_per_second_per_gpu"].median()
+                   if "tokens_per_second_per_gpu" in train and train["tokens_per_second_per_gpu"].notna().any()
+                   else None)
+            rows.append({"run": r.label, **{k: v for k, v in r.overrides.items()},
+                         "job": job.job_id if job else None, "steps": len(train),
+                         "first loss": loss.iloc[0] if len(loss) else None,
+                         "last loss": loss.iloc[-1] if len(loss) else None,
+                         "median tokens/s/GPU": tps, "error": r.error, "notebook": str(r.executed)})
+        return pd.DataFrame(rows)
+
+    def plot(self, out: str | os.PathLike | None = None) -> Any:
+        """Every run's loss (and throughput) on one plot."""
+        from cookbook.metrics import plot_runs
+
+        return plot_runs(self.metrics(), out=out)
+
+
+def sweep(notebook: str | os.PathLike, runs: Mapping[str, Mapping[str, Any]], *,
+          out_dir: str | os.PathLike = "sweeps", base_parameters: Mapping[str, Any] | None = None,
+          parallel: int = 2, timeout: int = 1200) -> SweepResult:
+    """Run ``notebook`` once per entry of ``runs`` (label -> recipe overrides), ``parallel`` at a time.
+
+    Each run gets ``overrides = {**base_parameters["overrides"], **run overrides}`` and its own folder
+    ``out_dir/<label>/``; a run that stops is recorded with its error, the others go on.
+    """
+    base = dict(base_parameters or {})
+    out = Path(out_dir).resolve()
+    plan = []
+    for label, extra in runs.items():
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-") or "run"
+        plan.append(SweepRun(label, dict(extra), out / slug / f"{_path(notebook).stem}.ipynb", out / slug / "work"))
+
+    def one(run: SweepRun) -> SweepRun:
+        params = {**base, "overrides": {**dict(base.get("overrides") or {}), **run.overrides}}
+        try:
+            run_notebook(notebook, run.executed.parent, params, cwd=run.work, timeout=timeout)
+        except NotebookStopped as e:
+            run.error = f"{e.ename}: {e.evalue}"
+        return run
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        done = list(pool.map(one, plan))
+    return SweepResult(done)
+
+
+# ------------------------------------------------------------------------------------ quickstart
+QUICKSTART = ("00_setup", "01_plug_in_your_dataset", "03_llama3_3_70b_lora", "06_llama3_8b_c4_torchtitan",
+              "02_llama3_3_70b_full_finetune", "04_flux_schnell_pretraining", "05_profiling")
+
+
+def executed_plots(executed: str | os.PathLike, dest: str | os.PathLike) -> list[Path]:
+    """Copy the ``metrics.png`` of every job an executed notebook's run submitted into ``dest``."""
+    import shutil
+
+    executed = Path(executed)
+    work = executed.with_name(f"{executed.stem}.work")
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    out = []
+    for job in jobs_in(work):
+        png = job.script.parent / "metrics.png"
+        if png.exists():
+            target = dest / f"{executed.stem}.{job.name}-{job.job_id}.png"
+            shutil.copyfile(png, target)
+            out.append(target)
+    return out
