@@ -40,6 +40,32 @@ class NotebookStop(Exception):
                 for i, line in enumerate(str(self).splitlines() or [""])]
 
 
+def show_figures_inline() -> bool:
+    """In a Jupyter kernel, display matplotlib ``Figure`` objects (as returned by the cookbook's plot
+    functions) as PNG, whatever the matplotlib backend; returns whether a kernel was found."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    ip = get_ipython()
+    if ip is None or not hasattr(ip, "display_formatter"):
+        return False
+    import io
+
+    from matplotlib.figure import Figure
+
+    def png(fig: Figure) -> bytes:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+        return buf.getvalue()
+
+    ip.display_formatter.formatters["image/png"].for_type(Figure, png)
+    return True
+
+
+show_figures_inline()
+
+
 # ------------------------------------------------------------------------------------------ Slurm
 def slurm_client(profile: str | None = None) -> SlurmClient:
     """A Slurm client for this login node. For ``local-cpu`` without ``SLURM_CONF`` set, the embedded
@@ -204,7 +230,7 @@ class Job:
             follower.poll()
             now = time.monotonic()
             if info.state != last_state and not info.done:
-                echo(f"job {self.job_id}: {info.state}" + (f" ({info.nodes})" if info.nodes else ""))
+                echo(f"job {self.job_id}: {info.state}" + (f" on {info.nodes}" if info.state == "RUNNING" else ""))
                 last_state = info.state
             elif now - last_print >= every and not follower.df.empty:
                 echo(progress_line(follower.df, eta(follower.df)))
