@@ -214,9 +214,17 @@ def sweep(notebook: str | os.PathLike, runs: Mapping[str, Mapping[str, Any]], *,
             run.error = f"{e.ename}: {e.evalue}"
         return run
 
+    if not plan:
+        return SweepResult([])
+    first = one(plan[0])            # alone first: a job that cannot run here stops the sweep at once
+    if first.error and first.error.startswith("NotebookStop"):
+        from cookbook.walkthrough import NotebookStop
+
+        raise NotebookStop(f"the first run ({first.label}) stopped, so the sweep did too: "
+                           f"{first.error.split(': ', 1)[-1]}\n(executed notebook: {first.executed})")
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        done = list(pool.map(one, plan))
-    return SweepResult(done)
+        rest = list(pool.map(one, plan[1:]))
+    return SweepResult([first, *rest])
 
 
 # ------------------------------------------------------------------------------------ quickstart

@@ -129,45 +129,52 @@ def _local_hint(spec: JobSpec) -> str:
 def check_job(spec: JobSpec, client: SlurmClient | None = None) -> CheckReport:
     """Validate ``spec`` with the recipe engine and against the cluster this runs on.
 
-    Raises :class:`NotebookStop` naming what to change: invalid spec, no Slurm, unknown partition,
-    too few nodes, or too few GPUs per node.
+    Raises :class:`NotebookStop` listing every problem, each with what to change: invalid spec, no
+    Slurm, unknown partition, too few nodes, too few GPUs per node.
     """
     from cookbook import doctor
     from cookbook.render import render_job
 
-    report = CheckReport()
+    report, problems, hint = CheckReport(), [], ""
     try:
         job = render_job(spec)
+        report.lines.append(f"job valid: {spec.recipe}, {spec.nodes} node(s) x "
+                            + (f"{spec.gpus_per_node} GPU(s)" if spec.gpus_per_node else "CPU")
+                            + f", profile {spec.profile}")
+        report.warnings += job.warnings
     except SpecError as e:
-        raise NotebookStop("the job is not valid:\n" + "\n".join(f"- {p}" for p in e.problems)) from None
-    report.lines.append(f"job valid: {spec.recipe}, {spec.nodes} node(s) x "
-                        f"{spec.gpus_per_node or 'CPU'}{' GPU(s)' if spec.gpus_per_node else ''}, profile {spec.profile}")
-    report.warnings += job.warnings
+        problems += e.problems
     client = client or slurm_client(spec.profile)
     try:
         parts = client.partitions()
     except SlurmError as e:
-        raise NotebookStop(f"Slurm is not reachable from here ({' '.join(e.stderr.split()) or e}).\n"
-                           "Run this notebook on the cluster's login node (`make lab` starts JupyterLab there). "
-                           + (_local_hint(spec) if spec.profile != LOCAL_CPU else
-                              "Start the local cluster first: `cookbook cluster up`.")) from None
-    names = [p["partition"].rstrip("*") for p in parts]
-    default = next((p["partition"].rstrip("*") for p in parts if p["partition"].endswith("*")),
-                   names[0] if names else None)
-    part = spec.partition or default
-    if part not in names:
-        raise NotebookStop(f"partition {part!r} does not exist here; use one of: {', '.join(names)}")
-    nodes = [n for n in doctor.partition_nodes(client, part) if n["usable"]]
-    if len(nodes) < spec.nodes:
-        raise NotebookStop(f"the job asks for {spec.nodes} node(s) but partition {part!r} has {len(nodes)} usable: "
-                           "lower nodes, or pick another partition")
-    gpus = min((n["gpus"] for n in nodes), default=0)
-    if spec.profile_info.uses_gpus and gpus < spec.gpus_per_node:
-        raise NotebookStop(
-            f"this job needs {spec.nodes} node(s) x {spec.gpus_per_node} GPUs, but the nodes of partition {part!r} "
-            f"have {gpus} GPU(s) each.\n" + (_local_hint(spec) if gpus == 0 else
-                                             f"Set gpus_per_node={gpus} (and check the parallel settings)."))
-    report.lines.append(f"partition {part}: {len(nodes)} usable node(s), {gpus} GPU(s) per node")
+        parts = None
+        problems.append(f"Slurm is not reachable from here ({' '.join(e.stderr.split()) or e}): run this notebook on "
+                        "the cluster's login node (`make lab` starts JupyterLab there)"
+                        + ("; locally start the cluster first: `cookbook cluster up`" if spec.profile == LOCAL_CPU else ""))
+        hint = _local_hint(spec) if spec.profile != LOCAL_CPU else ""
+    if parts is not None:
+        names = [p["partition"].rstrip("*") for p in parts]
+        default = next((p["partition"].rstrip("*") for p in parts if p["partition"].endswith("*")),
+                       names[0] if names else None)
+        part = spec.partition or default
+        if part not in names:
+            problems.append(f"partition {part!r} does not exist here; use one of: {', '.join(names)}")
+        else:
+            nodes = [n for n in doctor.partition_nodes(client, part) if n["usable"]]
+            gpus = min((n["gpus"] for n in nodes), default=0)
+            if len(nodes) < spec.nodes:
+                problems.append(f"the job asks for {spec.nodes} node(s) but partition {part!r} has {len(nodes)} "
+                                "usable: lower nodes, or pick another partition")
+            if spec.profile_info.uses_gpus and gpus < spec.gpus_per_node:
+                problems.append(f"the job needs {spec.gpus_per_node} GPUs per node, but the nodes of partition "
+                                f"{part!r} have {gpus}")
+                hint = _local_hint(spec) if gpus == 0 else f"Set gpus_per_node={gpus} (and check the parallel settings)."
+            if not problems:
+                report.lines.append(f"partition {part}: {len(nodes)} usable node(s), {gpus} GPU(s) per node")
+    if problems:
+        raise NotebookStop(f"the job cannot run here ({len(problems)} problem(s)):\n"
+                           + "\n".join(f"- {p}" for p in problems) + (f"\n{hint}" if hint else ""))
     return report
 
 
@@ -414,7 +421,8 @@ def check_dataset(source: str, style: str, model_dir: str, column_map: dict[str,
     from cookbook.data import check_dataset as check
 
     require(Path(model_dir).is_dir(), f"no model at {model_dir}: download it first (00_setup, or "
-            f"`cookbook download REPO --output-dir {model_dir}`), or set model_dir")
+            f"`cookbook download REPO --output-dir {model_dir}`), or set model_dir. On the embedded local cluster "
+            "use the tiny model: profile='local-cpu' and model_dir of the tiny assets (`make demo` does that)")
     try:
         spec = DatasetSpec(source, style, column_map=dict(column_map or {}), split=split)
         return check(spec, TokenizerSpec.from_model_dir(model_dir), max_seq_len=max_seq_len, model_dir=model_dir)

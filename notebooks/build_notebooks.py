@@ -525,6 +525,64 @@ sweep.table()
 '''),
 ]
 
+# ----------------------------------------------------------------------------------------- 08
+NB08 = [
+    md('''
+# 8. Build, submit and watch any job with widgets
+
+The same recipe engine as the other notebooks, behind a form. Pick a recipe, the cluster profile,
+nodes and GPUs, partition, time limit, container and overrides: every change is validated at once
+and the problems are listed with what to change (a tensor-parallel degree that does not divide the
+GPUs, an override key the config does not have, GPUs on a CPU profile...). *Render* shows the sbatch
+script; *Submit* checks the job against the cluster, submits it and opens a live monitor below it:
+state, progress and ETA, loss and throughput as they are logged, the log's last lines, a diagnosis
+when something fails, and a cancel button.
+'''),
+    params('''
+# Parameters (papermill): the builder's starting values. Defaults: a real GPU cluster.
+recipe = "llama3_3_70b_lora"
+profile = "generic"          # generic, nebius, crusoe, aws-efa, local-cpu
+nodes = 2
+gpus_per_node = 8
+partition = None
+time_limit = "04:00:00"
+overrides = {}
+run_root = "runs"
+'''),
+    SETUP_IMPORTS,
+    code("from cookbook.widgets import JobBuilder"),
+    md('''
+## Can this cluster run the starting job?
+
+The form starts from the parameters above; this checks them against the cluster once (the form
+checks the recipe rules live, and the cluster again when you press *Submit*).
+'''),
+    code('''
+wt.check_job(wt.job_spec(recipe, profile=profile, nodes=nodes, gpus_per_node=gpus_per_node, partition=partition,
+                         time=time_limit, overrides=overrides))
+'''),
+    md('''
+## The job builder
+
+Change a value and watch the status line; press *Render* to read the script, *Submit* to run it.
+'''),
+    code('''
+builder = JobBuilder(recipe, profile=profile, nodes=nodes, gpus_per_node=gpus_per_node, partition=partition or "",
+                     time=time_limit, overrides=overrides, run_root=run_root)
+builder
+'''),
+    md('''
+## What to look at
+
+- The status line under the form: the job is submittable only when it says **valid**.
+- After *Submit*: the monitor's state goes PENDING, RUNNING, COMPLETED; the loss plot fills in as
+  steps are logged; on a failure the diagnosis names it (out of memory, NCCL timeout, missing
+  checkpoint...) and the log tail shows the lines around it.
+- `builder.job` is the submitted job: `builder.job.metrics()`, `builder.job.plot()` work as in the
+  other notebooks.
+'''),
+]
+
 NOTEBOOKS: dict[str, list[Cell]] = {
     "00_setup": NB00,
     "01_plug_in_your_dataset": NB01,
@@ -534,6 +592,7 @@ NOTEBOOKS: dict[str, list[Cell]] = {
     "05_profiling": NB05,
     "06_llama3_8b_c4_torchtitan": NB06,
     "07_sweep_lora_rank": NB07,
+    "08_job_builder": NB08,
 }
 
 

@@ -1,0 +1,40 @@
+"""The papermill sweep (07): notebook 03 run once per LoRA rank, results overlaid on one plot."""
+
+from __future__ import annotations
+
+import pytest
+
+from cookbook.notebook_runner import NotebookStopped, local_parameters, run_notebook, sweep
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+
+def test_sweep_notebook_compares_ranks(slurm, tiny_assets, kernel_dirs, artifacts, tmp_path):
+    try:
+        executed = run_notebook("07_sweep_lora_rank", artifacts, local_parameters("07"), cwd=tmp_path,
+                                name="07_sweep_lora_rank.local")
+    except NotebookStopped as e:
+        pytest.fail(f"{e} (see {e.path})")
+    import nbformat
+
+    nb = nbformat.read(str(executed), as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+    table_html = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
+    assert "rank 4" in table_html and "rank 16" in table_html
+
+
+def test_sweep_function_records_each_run(slurm, tiny_assets, kernel_dirs, tmp_path):
+    result = sweep("03_llama3_3_70b_lora", {"r2": {"model.lora_rank": 2}, "r32": {"model.lora_rank": 32}},
+                   out_dir=tmp_path, base_parameters=local_parameters("03"), parallel=2)
+    table = result.table()
+    assert list(table["run"]) == ["r2", "r32"]
+    assert table["error"].isna().all()
+    assert (table["steps"] > 0).all()
+    # the adapter really had the rank asked for
+    for run in result.runs:
+        cfg = (run.job.script.parent / "llama3_3_70b_lora.local-cpu.yaml").read_text()
+        assert f"lora_rank: {run.overrides['model.lora_rank']}" in cfg
+    fig = result.plot(out=tmp_path / "cmp.png")
+    assert (tmp_path / "cmp.png").stat().st_size > 0
+    assert len(fig.axes[0].get_legend().get_texts()) == 2

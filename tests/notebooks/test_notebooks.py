@@ -1,0 +1,41 @@
+"""Every notebook, executed top to bottom by papermill against the real local cluster (tiny models).
+
+A failing cell fails the test; the executed notebooks stay under out/test-notebooks/.
+"""
+
+from __future__ import annotations
+
+import time
+
+import nbformat
+import pytest
+
+from cookbook.notebook_runner import NotebookStopped, jobs_in, local_parameters, notebooks, run_notebook
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+
+def _images(executed) -> int:
+    nb = nbformat.read(str(executed), as_version=4)
+    return sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+@pytest.mark.parametrize("name", [n for n in notebooks() if not n.startswith("07_")])
+def test_notebook_runs_on_local_cluster(name, slurm, tiny_assets, kernel_dirs, artifacts, tmp_path):
+    t0 = time.monotonic()
+    try:
+        executed = run_notebook(name, artifacts, local_parameters(name, tiny_assets), cwd=tmp_path,
+                                name=f"{name}.local")
+    except NotebookStopped as e:
+        pytest.fail(f"{e} (see {e.path})")
+    print(f"{name}: {time.monotonic() - t0:.0f} s")
+    jobs = jobs_in(tmp_path)
+    if name.startswith("00_"):
+        assert (tiny_assets.root / "VERSION").exists()
+        return
+    assert jobs, "the notebook submitted no job"
+    for job in jobs:
+        assert job.state().state == "COMPLETED"
+        df = job.metrics()
+        assert len(df) >= 2 and df["loss"].notna().all()
+    assert _images(executed) >= 1, "the metrics plot is not in the executed notebook"
