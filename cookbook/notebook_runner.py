@@ -77,18 +77,29 @@ class NotebookStopped(RuntimeError):
         super().__init__(f"{path.name} stopped at cell {cell}: {ename}: {evalue}")
 
 
+_ENV_USERS = 0
+_ENV_SAVED: dict[str, str] = {}
+
+
 @contextmanager
 def kernel_environment(extra: Mapping[str, str] | None = None) -> Iterator[None]:
-    """The environment the kernel inherits: no MPLBACKEND, plus ``extra`` (restored afterwards)."""
+    """The environment kernels started inside inherit: no MPLBACKEND, plus ``extra``; restored when the
+    last concurrent user leaves (concurrent runs, e.g. a sweep, must pass the same ``extra``)."""
+    global _ENV_USERS, _ENV_SAVED
     with _ENV_LOCK:
-        saved = dict(os.environ)
+        if _ENV_USERS == 0:
+            _ENV_SAVED = dict(os.environ)
+        _ENV_USERS += 1
         os.environ.pop("MPLBACKEND", None)
         os.environ.update(extra or {})
-        try:
-            yield
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+    try:
+        yield
+    finally:
+        with _ENV_LOCK:
+            _ENV_USERS -= 1
+            if _ENV_USERS == 0:
+                os.environ.clear()
+                os.environ.update(_ENV_SAVED)
 
 
 def run_notebook(notebook: str | os.PathLike, out_dir: str | os.PathLike | None = None,
@@ -193,7 +204,7 @@ class SweepResult:
 
 def sweep(notebook: str | os.PathLike, runs: Mapping[str, Mapping[str, Any]], *,
           out_dir: str | os.PathLike = "sweeps", base_parameters: Mapping[str, Any] | None = None,
-          parallel: int = 2, timeout: int = 1200) -> SweepResult:
+          parallel: int = 2, timeout: int = 1200, env: Mapping[str, str] | None = None) -> SweepResult:
     """Run ``notebook`` once per entry of ``runs`` (label -> recipe overrides), ``parallel`` at a time.
 
     Each run gets ``overrides = {**base_parameters["overrides"], **run overrides}`` and its own folder
@@ -209,7 +220,7 @@ def sweep(notebook: str | os.PathLike, runs: Mapping[str, Mapping[str, Any]], *,
     def one(run: SweepRun) -> SweepRun:
         params = {**base, "overrides": {**dict(base.get("overrides") or {}), **run.overrides}}
         try:
-            run_notebook(notebook, run.executed.parent, params, cwd=run.work, timeout=timeout)
+            run_notebook(notebook, run.executed.parent, params, cwd=run.work, timeout=timeout, env=env)
         except NotebookStopped as e:
             run.error = f"{e.ename}: {e.evalue}"
         return run

@@ -165,3 +165,18 @@ class FsdpRecipe(Recipe):
 
 for _shape, _title, _steps in MODELS:
     register_recipe(FsdpRecipe(_shape, _title, _steps))
+
+
+
+def generated_fsdp_files() -> dict[str, str]:
+    """``{file name: text}`` of ``slurm-recipes/fsdp/`` exactly as ``cookbook generate-recipes`` writes it
+    (README excluded), rendering only the fsdp recipes."""
+    from cookbook.render import generated_specs, render_job
+
+    out: dict[str, str] = {}
+    for spec in generated_specs():
+        if spec.recipe.startswith("fsdp_"):
+            job = render_job(spec)
+            out[f"{spec.recipe}.{spec.profile}.sbatch"] = job.script
+            out.update(job.files)
+    return out

@@ -85,7 +85,7 @@ class JobMonitor:
             self.df = merge_metrics([f.df for f in self._followers.values()])
             self._show_state()
             self._show_progress()
-            if len(self.df) != self._rows_plotted and "loss" in self.df:
+            if len(self.df) and len(self.df) != self._rows_plotted and "loss" in self.df:
                 self.plot.value = figure_png(self.df, self.job.name if self.job else self.log.stem)
                 self._rows_plotted = len(self.df)
             self.tail.value = tail_text(self.log, self.tail_lines)

@@ -105,7 +105,8 @@ def model_config(shape: ModelShape, seq_len: int):
 
     common = dict(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
                   num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
-                  num_key_value_heads=shape.kv_heads, max_position_embeddings=max(shape.max_context, seq_len),
+                  num_key_value_heads=shape.kv_heads,
+                  max_position_embeddings=max(131072 if shape.llama3_rope else shape.max_context, seq_len),
                   rms_norm_eps=1e-5, initializer_range=0.02, tie_word_embeddings=shape.tie_embeddings,
                   use_cache=False)
     if shape.family == "llama":

@@ -228,14 +228,26 @@ def _losses(log: str) -> dict[int, float]:
     return {int(s): float(v) for s, v in re.findall(r"Batch (\d+) Loss: ([\d.]+)", log)}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("model,extra", [("tiny", []), ("tiny_moe", ["--activation_checkpointing=1"])])
-def test_two_ranks_train_checkpoint_and_resume_exactly(tmp_path, tokenizer_dir, model, extra):
+def _tiny_args(tmp_path: Path, tokenizer_dir: Path, model: str) -> list[str]:
     data = _write_jsonl(tmp_path / "data", _docs(200), 4)
+    return [f"--model={model}", "--seq_len=32", f"--tokenizer={tokenizer_dir}", f"--dataset={data}",
+            f"--checkpoint_dir={tmp_path / 'ckpt'}", "--max_steps=6", "--checkpoint_freq=3", "--warmup_steps=2",
+            "--lr=1e-3", "--keep_checkpoints=0"]
+
+
+@pytest.mark.slow
+def test_mixtral_shape_trains_with_activation_checkpointing(tmp_path, tokenizer_dir):
+    log = _torchrun(_tiny_args(tmp_path, tokenizer_dir, "tiny_moe")
+                    + ["--activation_checkpointing=1", "--max_steps=3"], tmp_path)
+    losses = _losses(log)
+    assert sorted(losses) == [1, 2, 3] and losses[3] < losses[1]
+    assert "activation checkpointing" in log and ft.latest_checkpoint(tmp_path / "ckpt").name == "step-3"
+
+
+@pytest.mark.slow
+def test_two_ranks_train_checkpoint_and_resume_exactly(tmp_path, tokenizer_dir):
+    args = _tiny_args(tmp_path, tokenizer_dir, "tiny")
     ckpt = tmp_path / "ckpt"
-    args = [f"--model={model}", "--seq_len=32", f"--tokenizer={tokenizer_dir}", f"--dataset={data}",
-            f"--checkpoint_dir={ckpt}", "--max_steps=6", "--checkpoint_freq=3", "--warmup_steps=2", "--lr=1e-3",
-            "--keep_checkpoints=0", *extra]
     full = _torchrun(args, tmp_path)
     first = _losses(full)
     assert sorted(first) == [1, 2, 3, 4, 5, 6]
@@ -257,8 +269,9 @@ def test_two_ranks_train_checkpoint_and_resume_exactly(tmp_path, tokenizer_dir, 
     for step in (4, 5, 6):
         assert second[step] == pytest.approx(first[step], abs=1e-5)
     assert not (ckpt / ".step-6.tmp").exists()
-    done = _torchrun(args, tmp_path)                # already at max_steps: nothing to do
-    assert "nothing to train" in done and not _losses(done)
+    # finished run started again, on 1 rank: DCP reshards 2 -> 1, then there is nothing left to train
+    done = _torchrun(args, tmp_path, nproc=1)
+    assert "written by 2 ranks" in done and "nothing to train" in done and not _losses(done)
 
 
 @pytest.mark.slow
@@ -268,3 +281,64 @@ def test_a_missing_tokenizer_fails_with_what_to_do():
                         "--tokenizer=/nonexistent/tokenizer", "--dataset=x"], env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode != 0 and "cannot load tokenizer" in r.stderr
+
+
+# ------------------------------------------------------------------------------------------ recipes
+
+
+def test_one_fsdp_recipe_per_table_model():
+    from cookbook.recipes import list_recipes
+    from cookbook.recipes.fsdp import MODELS
+
+    names = {r.name for r in list_recipes() if r.framework == "fsdp"}
+    assert names == {f"fsdp_{m}" for m, _, _ in MODELS}
+    assert {m for m, _, _ in MODELS} == {n for n in ft.SHAPES if not n.startswith("tiny")}
+
+
+def _spec(recipe: str = "fsdp_llama3_1_8b", **kw):
+    from cookbook.spec import JobSpec
+
+    if kw.get("profile") == "local-cpu":
+        kw.update(gpus_per_node=0, exclusive=False)
+    return JobSpec(recipe=recipe, **kw)
+
+
+def test_overrides_are_checked_by_the_scripts_own_parser():
+    from cookbook.render import validate
+    from cookbook.spec import SpecError
+
+    validate(_spec(overrides={"max_steps": "500", "dataset": "/fsx/c4/en", "seq_len": "4096"}))
+    with pytest.raises(SpecError, match="did you mean max_steps"):
+        validate(_spec(overrides={"max_step": "5"}))
+    with pytest.raises(SpecError, match="set by the recipe"):
+        validate(_spec(overrides={"model": "llama2_7b"}))
+    with pytest.raises(SpecError, match="invalid int value"):
+        validate(_spec(overrides={"max_steps": "many"}))
+    with pytest.raises(SpecError, match="positive"):
+        validate(_spec(overrides={"checkpoint_freq": "0"}))
+
+
+def test_rendered_script_runs_train_py_with_the_recipe_arguments():
+    from cookbook.render import render_job
+
+    job = render_job(_spec(profile="aws-efa", container_image="/fsx/pytorch-fsdp.sqsh",
+                           container_mounts=["/fsx:/fsx"]))
+    assert job.files == {"train.py": (ROOT / "cookbook" / "training" / "fsdp_train.py").read_text()}
+    assert '"${RECIPE_DIR}"/train.py' in job.script and "--model=llama3_1_8b" in job.script
+    assert "--container-image=/fsx/pytorch-fsdp.sqsh" in job.script and "FI_PROVIDER=efa" in job.script
+    assert '--checkpoint_dir="${RUN_DIR}"/checkpoints' in job.script
+    assert any("gated" in w for w in job.warnings)
+    local = render_job(_spec("fsdp_mixtral_8x7b", profile="local-cpu"))
+    assert "--model=tiny_moe" in local.script and '--dataset="${TINY_DIR}"/c4' in local.script
+    assert "--backend=gloo" in local.script and "--nproc-per-node=1" in local.script
+
+
+def test_slurm_recipes_fsdp_is_up_to_date():
+    from cookbook.recipes.fsdp import generated_fsdp_files
+
+    folder = ROOT / "slurm-recipes" / "fsdp"
+    expected = generated_fsdp_files()
+    stale = [n for n, text in expected.items() if not (folder / n).is_file() or (folder / n).read_text() != text]
+    assert not stale, f"regenerate: python -m cookbook.recipes.fsdp slurm-recipes/fsdp ({stale[:3]})"
+    extra = {p.name for p in folder.iterdir()} - set(expected) - {"README.md"}
+    assert not extra, extra

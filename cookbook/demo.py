@@ -1,0 +1,110 @@
+"""``python -m cookbook.demo`` (``make demo``): the whole walkthrough on the embedded local cluster.
+
+1. starts the local Slurm cluster (2 nodes) unless it is up;
+2. builds the tiny assets (a Llama-3-architecture model, tokenizers, datasets, FLUX encoders);
+3. runs the quickstart notebooks with papermill (profile ``local-cpu``: tiny models, real training
+   loops, real Slurm jobs), plus a LoRA-rank sweep compared on one plot;
+4. writes the executed notebooks and the plots under ``out/demo/`` and prints where they are and how
+   to open JupyterLab (``make lab``) through an SSH tunnel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from cookbook.paths import output_dir
+
+
+def _step(n: int, total: int, text: str) -> float:
+    print(f"[{n}/{total}] {text}", flush=True)
+    return time.monotonic()
+
+
+def _done(t0: float, detail: str = "") -> None:
+    print(f"      done in {time.monotonic() - t0:.0f} s{': ' + detail if detail else ''}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from cookbook import notebook_runner as nr
+
+    ap = argparse.ArgumentParser(prog="python -m cookbook.demo", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=None, help="output folder (default: out/demo)")
+    ap.add_argument("--notebooks", nargs="*", default=list(nr.QUICKSTART),
+                    help="notebooks to run (default: the quickstart path)")
+    ap.add_argument("--no-sweep", action="store_true", help="skip the LoRA-rank sweep")
+    args = ap.parse_args(argv)
+    out = Path(args.out) if args.out else output_dir() / "demo"
+    nb_out, plots = out / "notebooks", out / "plots"
+    total = 3 + len(args.notebooks) + (0 if args.no_sweep else 1)
+    n = 0
+
+    n += 1
+    t0 = _step(n, total, "local Slurm cluster (2 nodes, real slurmctld/slurmd)")
+    from cookbook.slurm.local_cluster import LocalCluster
+
+    cluster = LocalCluster()
+    status = cluster.status()
+    if not status.up:
+        status = cluster.up()
+    env = cluster.env()
+    _done(t0, env.get("SLURM_CONF", ""))
+
+    n += 1
+    t0 = _step(n, total, "tiny assets")
+    from cookbook.assets.tiny import ensure_tiny_assets
+
+    assets = ensure_tiny_assets()
+    _done(t0, str(assets.root))
+
+    results: list[tuple[str, str, float]] = []
+    for name in args.notebooks:
+        n += 1
+        t0 = _step(n, total, f"notebook {name} (papermill, profile local-cpu)")
+        try:
+            executed = nr.run_notebook(name, nb_out, nr.local_parameters(name, assets), env=env)
+            copied = nr.executed_plots(executed, plots)
+            results.append((name, f"ok: {executed}" + (f" (+{len(copied)} plot)" if copied else ""),
+                            time.monotonic() - t0))
+        except nr.NotebookStopped as e:
+            results.append((name, f"STOPPED at cell {e.cell}: {e.evalue.splitlines()[0]} ({e.path})",
+                            time.monotonic() - t0))
+        print(f"      {results[-1][1]} [{results[-1][2]:.0f} s]", flush=True)
+
+    if not args.no_sweep:
+        n += 1
+        t0 = _step(n, total, "sweep: 03_llama3_3_70b_lora with LoRA rank 4, 16, 64 (papermill), one plot")
+        try:
+            sweep = nr.sweep("03_llama3_3_70b_lora", {f"rank {r}": {"model.lora_rank": r, "model.lora_alpha": 2 * r}
+                                                      for r in (4, 16, 64)},
+                             out_dir=out / "sweep", base_parameters=nr.local_parameters("03"), parallel=2, env=env)
+            plots.mkdir(parents=True, exist_ok=True)
+            sweep.plot(out=plots / "sweep_lora_rank.png")
+            table = sweep.table()
+            print(table[["run", "job", "steps", "first loss", "last loss", "median tokens/s/GPU", "error"]]
+                  .to_string(index=False))
+            results.append(("sweep", f"ok: {plots / 'sweep_lora_rank.png'}", time.monotonic() - t0))
+        except Exception as e:  # noqa: BLE001 - report and go on to the summary
+            results.append(("sweep", f"FAILED: {e}", time.monotonic() - t0))
+        _done(t0)
+
+    n += 1
+    _step(n, total, "summary")
+    width = max(len(r[0]) for r in results) if results else 10
+    for name, what, secs in results:
+        print(f"  {name:<{width}}  {secs:5.0f} s  {what}")
+    print(f"\nExecuted notebooks: {nb_out}\nPlots:              {plots}")
+    from cookbook.lab import tunnel_command
+
+    print("\nOpen the notebooks in JupyterLab on this machine:\n"
+          "  make lab            (prints the URL with its one-time token)\n"
+          "and, from your laptop, forward its port (8888 unless make lab says otherwise):\n"
+          f"  {tunnel_command(8888)}")
+    failed = [r for r in results if not r[1].startswith("ok")]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
