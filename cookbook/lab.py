@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from cookbook.paths import project_root
+from cookbook.paths import output_dir, project_root
 
 
 def free_port(host: str = "127.0.0.1", start: int = 8888) -> int:
@@ -110,13 +110,13 @@ def start_lab(root: str | os.PathLike | None = None, port: int | None = None, to
     port = port or free_port(ip)
     token = token or secrets.token_hex(24)
     env = lab_environment(env)
-    env.setdefault("JUPYTER_RUNTIME_DIR", str(Path(root) / ".jupyter-runtime"))
+    env.setdefault("JUPYTER_RUNTIME_DIR", str(output_dir() / "lab" / "runtime"))   # out/ is git-ignored
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", f"--ip={ip}",
            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.open_browser=False",
            "--ServerApp.port_retries=0"]
     if os.geteuid() == 0:
         cmd.append("--allow-root")
-    log_path = Path(log) if log is not None else Path(root) / ".jupyter-lab.log"
+    log_path = Path(log) if log is not None else output_dir() / "lab" / "jupyterlab.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=str(root))

@@ -218,7 +218,9 @@ def sweep(notebook: str | os.PathLike, runs: Mapping[str, Mapping[str, Any]], *,
         plan.append(SweepRun(label, dict(extra), out / slug / f"{_path(notebook).stem}.ipynb", out / slug / "work"))
 
     def one(run: SweepRun) -> SweepRun:
-        params = {**base, "overrides": {**dict(base.get("overrides") or {}), **run.overrides}}
+        # absolute run_root: papermill's cwd is a process-wide chdir, racy between parallel runs
+        params = {**base, "overrides": {**dict(base.get("overrides") or {}), **run.overrides},
+                  "run_root": str(run.work / "runs")}
         try:
             run_notebook(notebook, run.executed.parent, params, cwd=run.work, timeout=timeout, env=env)
         except NotebookStopped as e:
@@ -233,8 +235,12 @@ def sweep(notebook: str | os.PathLike, runs: Mapping[str, Mapping[str, Any]], *,
 
         raise NotebookStop(f"the first run ({first.label}) stopped, so the sweep did too: "
                            f"{first.error.split(': ', 1)[-1]}\n(executed notebook: {first.executed})")
-    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        rest = list(pool.map(one, plan[1:]))
+    here = os.getcwd()      # papermill chdirs process-wide; parallel runs can leave another folder current
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+            rest = list(pool.map(one, plan[1:]))
+    finally:
+        os.chdir(here)
     return SweepResult([first, *rest])
 
 

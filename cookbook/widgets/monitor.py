@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import io
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,9 @@ def figure_png(df: pd.DataFrame, title: str = "") -> bytes:
     """Loss and throughput against step as PNG bytes (for an ``ipywidgets.Image``)."""
     from cookbook.metrics import plot_runs
 
-    fig = plot_runs({title or "run": df}, panels=["loss", "throughput"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)        # "no artists with labels" on a 1-run legend
+        fig = plot_runs({title or "run": df}, panels=["loss", "throughput"])
     fig.set_size_inches(10, 3.2)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80)

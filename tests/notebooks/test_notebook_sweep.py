@@ -25,16 +25,22 @@ def test_sweep_notebook_compares_ranks(slurm, tiny_assets, kernel_dirs, artifact
 
 
 def test_sweep_function_records_each_run(slurm, tiny_assets, kernel_dirs, tmp_path):
-    result = sweep("03_llama3_3_70b_lora", {"r2": {"model.lora_rank": 2}, "r32": {"model.lora_rank": 32}},
-                   out_dir=tmp_path, base_parameters=local_parameters("03"), parallel=2)
+    import os
+
+    here = os.getcwd()
+    runs = {"r2": {"model.lora_rank": 2}, "r8": {"model.lora_rank": 8}, "r32": {"model.lora_rank": 32}}
+    result = sweep("03_llama3_3_70b_lora", runs, out_dir=tmp_path, base_parameters=local_parameters("03"), parallel=2)
+    assert os.getcwd() == here
     table = result.table()
-    assert list(table["run"]) == ["r2", "r32"]
+    assert list(table["run"]) == ["r2", "r8", "r32"]
+    assert table["job"].nunique() == 3, "each run submitted its own job into its own folder"
     assert table["error"].isna().all()
     assert (table["steps"] > 0).all()
     # the adapter really had the rank asked for
     for run in result.runs:
+        assert run.job.script.is_relative_to(run.work)
         cfg = (run.job.script.parent / "llama3_3_70b_lora.local-cpu.yaml").read_text()
         assert f"lora_rank: {run.overrides['model.lora_rank']}" in cfg
     fig = result.plot(out=tmp_path / "cmp.png")
     assert (tmp_path / "cmp.png").stat().st_size > 0
-    assert len(fig.axes[0].get_legend().get_texts()) == 2
+    assert len(fig.axes[0].get_legend().get_texts()) == 3
