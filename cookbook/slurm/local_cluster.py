@@ -363,6 +363,15 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         if _run(["ip", "link", "show", self._bridge()], check=False).returncode == 0:
             _run(["ip", "link", "del", self._bridge()], check=False)
             _log(f"deleted bridge {self._bridge()}")
+        # The kernel removes a deleted namespace's veth peers asynchronously: wait for them to go.
+        if not _wait_for(lambda: not self._own_links(), 10, 0.1):
+            for link in self._own_links():
+                _run(["ip", "link", "del", link], check=False)
+
+    def _own_links(self) -> list[str]:
+        out = _run(["ip", "-o", "link", "show"], check=False).stdout
+        names = [line.split(":", 2)[1].strip().split("@")[0] for line in out.splitlines() if ":" in line]
+        return [n for n in names if n.startswith(self.cfg.netns_prefix)]
 
     # ------------------------------------------------------------------ daemons
     def _pid(self, daemon: str) -> int | None:
