@@ -195,7 +195,7 @@ def titan_losses(output: str) -> dict[int, float]:
 def test_torchtitan_tiny_llama3_checkpoint_profile_tensorboard_resume(tiny_assets: TinyAssets,
                                                                       tmp_path: Path) -> None:
     dump = tmp_path / "titan"
-    args = [*cpu.cpu_launch_args("torchtitan"), "--module", "cookbook.compat.titan_test_configs",
+    args = [*cpu.cpu_launch_args("torchtitan"), "--module", "cookbook.compat.titan_tiny_configs",
             "--config", "tiny_llama3", "--hf_assets_path", str(tiny_assets.hf_tokenizer_dir),
             "--dataloader.dataset_path", str(tiny_assets.c4_dir), "--dump_folder", str(dump),
             "--training.steps", "6", "--checkpoint.interval", "3", "--profiler.profile_freq", "3"]

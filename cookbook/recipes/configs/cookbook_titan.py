@@ -48,16 +48,15 @@ def flux_schnell():
 
 
 def flux_schnell_tiny():
-    """local-cpu: torchtitan's debug FLUX with the tiny T5/CLIP/autoencoder and cc12m-like tars."""
-    from torchtitan.models.flux.config_registry import flux_debugmodel
+    """local-cpu: a FLUX transformer shrunk to the tiny T5/CLIP/autoencoder assets, on cc12m-like tars.
 
-    flux = os.environ.get("TINY_DIR", ".cache/tiny") + "/flux"
-    cfg = flux_debugmodel()
-    cfg.encoder.autoencoder_path = f"{flux}/ae.safetensors"
-    cfg.tokenizer.t5_tokenizer_path = f"{flux}/t5"
-    cfg.tokenizer.clip_tokenizer_path = f"{flux}/clip"
-    cfg.dataloader.dataset_path = f"{flux}/cc12m"
-    cfg.training.local_batch_size = 2
+    torchtitan's flux_debugmodel expects the real autoencoder's widths, so the tiny run uses the model
+    spec sized to the tiny assets (cookbook.compat.titan_tiny_configs, CPU-only).
+    """
+    from cookbook.compat.titan_tiny_configs import tiny_flux
+
+    cfg = tiny_flux()
     cfg.training.steps = 4
+    cfg.checkpoint.interval = 2
     cfg.validator.enable = False
     return _checkpointed(cfg)

@@ -1,21 +1,28 @@
-"""TEST configs for torchtitan 0.3.0 on CPU: tiny llama3 and tiny FLUX, sized to the tiny assets.
+"""Tiny torchtitan 0.3.0 configs for CPU runs: llama3 and FLUX sized to the tiny assets.
 
 torchtitan 0.3.0 configs are Python functions (no TOML), and model sizes cannot be changed from the command
-line, so a tiny run needs its own config functions::
+line, so a tiny run needs its own config functions (the local-cpu flux_schnell recipe uses tiny_flux_spec)::
 
-    torchrun ... -m cookbook.compat.cpu torchtitan --module cookbook.compat.titan_test_configs \\
+    torchrun ... -m cookbook.compat.cpu torchtitan --module cookbook.compat.titan_tiny_configs \\
         --config tiny_llama3 --hf_assets_path DIR --dataloader.dataset_path DIR ...
 
 Defaults point at the default tiny-asset root (``cookbook tiny``); pass the paths on the command line for
-another root. These exist to prove the CPU shims; the recipe engine owns the product configs.
+another root (local-cpu sbatch scripts export TINY_DIR).
 """
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 from cookbook.compat.cpu import apply_shims
 
-# torchtitan must be imported under the shims (device type, triton); --module imports this file first.
-apply_shims("torchtitan")
+# torchtitan must be imported under the shims (device type, triton) when this file is the first to import
+# it. When torchtitan is already loaded (under `python -m cookbook.compat.cpu torchtitan`, or by the recipe
+# engine validating a config on the login node), the configs below only build dataclasses.
+if "torchtitan" not in sys.modules:
+    apply_shims("torchtitan")
 
 from torchtitan.components.checkpoint import CheckpointManager  # noqa: E402
 from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss, MSELoss  # noqa: E402
@@ -36,7 +43,8 @@ from cookbook.assets import tiny_flux as flux_assets  # noqa: E402
 from cookbook.assets import tiny_llama  # noqa: E402
 from cookbook.assets.tiny import TinyAssets, default_root  # noqa: E402
 
-_ASSETS = TinyAssets(default_root())
+# The sbatch scripts of local-cpu jobs export TINY_DIR; default: the `cookbook tiny` root.
+_ASSETS = TinyAssets(Path(os.environ.get("TINY_DIR") or default_root()))
 
 
 def tiny_llama3_spec(dims: tiny_llama.LlamaDims = tiny_llama.DIMS) -> ModelSpec:
