@@ -45,6 +45,19 @@ def field_paths(obj: object, prefix: str = "") -> list[str]:
     return out
 
 
+def cli_args(overrides: dict[str, str]) -> list[str]:
+    """``key=value`` overrides as torchtitan (tyro) flags; booleans are flags: ``--a.b`` / ``--a.no-b``."""
+    args: list[str] = []
+    for key, value in overrides.items():
+        if value.lower() in ("true", "false"):
+            section, _, leaf = key.rpartition(".")
+            flag = key if value.lower() == "true" else f"{section + '.' if section else ''}no-{leaf}"
+            args.append(f"--{flag}")
+        else:
+            args += [f"--{key}", value]
+    return args
+
+
 def parse_config(config: str, overrides: dict[str, str], tiny_dir: str | None = None) -> tuple[object, str]:
     """Run torchtitan's own parser on ``--module cookbook_titan --config CONFIG`` + overrides.
 
@@ -53,9 +66,7 @@ def parse_config(config: str, overrides: dict[str, str], tiny_dir: str | None = 
     _import_torchtitan()
     from torchtitan.config.manager import ConfigManager
 
-    args = ["--module", CONFIG_MODULE, "--config", config]
-    for k, v in overrides.items():
-        args += [f"--{k}", v]
+    args = ["--module", CONFIG_MODULE, "--config", config, *cli_args(overrides)]
     err = io.StringIO()
     old = os.environ.get("TINY_DIR")
     if tiny_dir:
@@ -130,8 +141,7 @@ class TorchtitanRecipe(Recipe):
     def command(self, spec: JobSpec) -> Launch:
         args: list[str] = ["--module", CONFIG_MODULE, "--config", self.config_name(spec),
                            "--dump_folder", "$RUN_DIR"]
-        for k, v in spec.overrides.items():
-            args += [f"--{k}", v]
+        args += cli_args(spec.overrides)
         if spec.profile == LOCAL_CPU:
             from cookbook.paths import cache_dir
 

@@ -59,3 +59,12 @@ def test_torchtitan_overrides_checked_by_its_parser():
     assert "must divide GPUs per node" in _problems(recipe="flux_schnell",
                                                     overrides={"parallelism.tensor_parallel_degree": "3"})
     assert "rejects" in _problems(recipe="llama3_8b_c4", overrides={"training.steps": "many"})
+
+
+def test_torchtitan_boolean_overrides_become_flags_its_parser_accepts():
+    from cookbook.recipes.torchtitan import cli_args, parse_config
+
+    assert cli_args({"profiler.enable_profiling": "True", "checkpoint.enable": "false", "training.steps": "3"}) == [
+        "--profiler.enable_profiling", "--checkpoint.no-enable", "--training.steps", "3"]
+    cfg, err = parse_config("llama3_8b_c4_tiny", {"profiler.enable_profiling": "true", "checkpoint.enable": "False"})
+    assert err == "" and cfg.profiler.enable_profiling is True and cfg.checkpoint.enable is False
