@@ -1,9 +1,11 @@
 """One parser per training-log format; each turns one log line into one metrics row (or nothing).
 
-Every format's line contains ``oss`` (``loss``/``Loss``), so a file is scanned with a fast byte
-search for that needle and only those lines are decoded and matched (see :func:`scan`). A line that
-looks like a metrics line but matches no format exactly is reported as skipped: a typo never becomes
-a wrong number.
+Every format's line contains ``oss`` (``loss``/``Loss``), so a file is scanned by compiled bytes regexes
+that start at that literal (or at ``[titan] ``) and so skip noise at memchr-like speed (see :func:`scan`):
+standard torchtitan and FSDP lines are matched in bulk over whole 64 MB windows and their numbers
+converted per column by numpy; every other line holding the needle is decoded and matched by the
+per-line parsers below. A line that looks like a metrics line but matches no format exactly is
+reported as skipped: a typo never becomes a wrong number.
 
 Formats (``FORMATS`` order is the match order):
 
@@ -14,7 +16,7 @@ Formats (``FORMATS`` order is the match order):
 - ``torchtune-tqdm``: ``1|2|Loss: 1.2548030614852905:   0%|   | 2/1367 [05:03<49:53:19, 131.58s/it]``
 - ``torchtune-disk``: ``Step 1 | loss:6.22 lr:0.001 tokens_per_second_per_gpu:273.99 ``
 - ``fsdp``: ``0: 2025-06-17 16:24:52 I [train.py:103] Batch 0 Loss: 11.61653, Speed: 4.88 samples/sec,
-  lr: 0.000100``
+  lr: 0.000100`` (our ``fsdp_train.py`` adds ``, tokens_per_second_per_gpu: 3712.0, mfu: 38.12%``/``N/A``)
 - ``jsonl``: ``{"step": 1, "loss": 6.2, ...}`` (one JSON object per line)
 """
 
@@ -22,9 +24,17 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable
+
+import regex
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 NEEDLE = b"oss"  # in every format's metrics line: loss / Loss / "loss"
 
@@ -55,7 +65,8 @@ _TQDM = re.compile(
 _DISK = re.compile(r"^Step (?P<step>\d+) \| (?P<pairs>(?:[\w/.()%-]+:\S+ ?)+)\s*$")
 _FSDP = re.compile(
     rf"Batch (?P<step>\d+) Loss: (?P<loss>{_NUM}), Speed: (?P<samples_per_second>{_NUM}) samples/sec"
-    rf"(?:, lr: (?P<lr>{_NUM}))?\s*$")
+    rf"(?:, lr: (?P<lr>{_NUM}))?(?:, tokens_per_second_per_gpu: (?P<tokens_per_second_per_gpu>{_NUM}))?"
+    rf"(?:, mfu: (?:(?P<mfu_pct>{_NUM})%|N/A))?\s*$")  # the last two: our own fsdp_train.py
 # Looks like a metrics line (so a non-match is worth reporting): a step/batch counter and a loss.
 _LOOKS_LIKE = re.compile(r"(?i)(?:\b(?:step|batch)\b[\s:=]*\d+|\d+\|\d+\|).*?\bloss\b")
 
@@ -216,113 +227,223 @@ def parse_line(raw: str) -> tuple[Row | None, bool]:
     return None, bool(_LOOKS_LIKE.search(text))
 
 
-def candidate_lines(buf: bytes | memoryview, start: int = 0, end: int | None = None) -> Iterator[tuple[int, bytes]]:
-    """(offset, line) of every line in ``buf[start:end]`` containing NEEDLE; ``\\r`` also ends a line.
+# Bulk scan: ONE compiled bytes regex (the `regex` module: variable-width lookbehind) runs over a whole
+# 64 MB window with findall. Its branches, each anchored on a literal so the engine jumps from hit to
+# hit at memchr-like speed through NCCL noise:
+#   - the standard torchtitan train / validation lines and the FSDP line, matched from the literal to the
+#     end of the line, the line's start (rank prefixes, timestamp) checked and captured by a lookbehind;
+#   - ``oss`` (the NEEDLE) to the end of the line: any other line that may hold metrics. Those (rare in
+#     big logs) are found again with their offsets and go through the per-line parsers above, so their
+#     rows, rank prefixes and skipped-line reports are exactly what ``parse_line`` gives.
+# Leftmost match wins and every branch consumes the rest of its line, so each line is taken once.
+_A = rb"(?:\x1b\[[0-9;]*[A-Za-z])*"                   # ANSI colours, allowed before each field
+_N = _NUM.encode()
+_LINE_START = rb"(?:^|[\n\r])(?:(?P<{b}_srun>\d+): )?(?:\[(?:rank|default)(?P<{b}_rank>\d+)\]:)?"
+_TITAN_HEAD = (rb"\[titan\] (?P<{b}_time>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d),(?P<{b}_ms>\d{{3}}) - [\w.]+ - INFO - "
+               + _A)
+_EOL = rb"(?=[\r\n]|\Z)"
 
-    ``bytes.find`` does the scanning, so lines without the needle (NCCL INFO noise) cost almost nothing.
+
+def _fields(b: str, names: tuple[str, ...]) -> bytes:
+    parts = {
+        "step": rb"[ \t]*(?P<{b}_step>\d+)",
+        "loss": rb":[ \t]*(?P<{b}_loss>" + _N + rb")",
+        "grad_norm": rb"(?:[ \t]+" + _A + rb"grad_norm:[ \t]*(?P<{b}_grad_norm>" + _N + rb"))?",
+        "memory": (rb"(?:[ \t]+" + _A + rb"memory:[ \t]*(?P<{b}_memory_gib>" + _N + rb")GiB\((?P<{b}_memory_pct>"
+                   + _N + rb")%\))?"),
+        "tps": rb"(?:[ \t]+" + _A + rb"[tw]ps:[ \t]*(?P<{b}_tokens_per_second_per_gpu>" + _N + rb"))?",
+        "tflops": rb"(?:[ \t]+" + _A + rb"tflops:[ \t]*(?P<{b}_tflops>" + _N + rb"))?",
+        "mfu": rb"(?:[ \t]+" + _A + rb"mfu:[ \t]*(?:(?P<{b}_mfu_pct>" + _N + rb")%|N/A))?",
+    }
+    return b"".join(parts[n] for n in names).replace(b"{b}", b.encode())
+
+
+def _lookbehind(b: str, pattern: bytes) -> bytes:
+    return b"(?<=" + pattern.replace(b"{b}", b.encode()).replace(b"{{", b"{").replace(b"}}", b"}") + b")"
+
+
+_STEP = rb"[ \t]*(?P<{b}_step>\d+)[ \t]+" + _A
+# Every branch starts at the literal NEEDLE, so the engine's literal search does the skipping; what the
+# line holds before the needle (prefixes, timestamp, step) is matched and captured by a lookbehind.
+_BULK_RE = regex.compile(NEEDLE + b"(?:" + b"|".join([
+    _lookbehind("t", _LINE_START + _TITAN_HEAD + b"step:" + _STEP + b"loss")
+    + _fields("t", ("loss", "grad_norm", "memory", "tps", "tflops", "mfu")) + _A + rb"[ \t]*\|?[ \t]*" + _EOL,
+    _lookbehind("v", _LINE_START + _TITAN_HEAD + b"validate step:" + _STEP + b"loss")
+    + _fields("v", ("loss", "memory", "tps")) + _A + rb"[ \t]*" + _EOL,
+    _lookbehind("f", _LINE_START + rb"(?P<{b}_time>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d) \w \[[^\]\n\r]*\] "
+                rb"Batch (?P<{b}_step>\d+) Loss")
+    + rb": (?P<f_loss>" + _N + rb"), Speed: (?P<f_samples_per_second>" + _N
+    + rb") samples/sec(?:, lr: (?P<f_lr>" + _N + rb"))?(?:, tokens_per_second_per_gpu: "
+    rb"(?P<f_tokens_per_second_per_gpu>" + _N + rb"))?(?:, mfu: (?:(?P<f_mfu_pct>" + _N + rb")%|N/A))?[ \t]*"
+    + _EOL,
+    rb"[^\n\r]*",                      # any other line with the needle: per-line parsers
+]) + b")")
+# branch -> (format name, split, its group names without the branch prefix)
+_BRANCHES = {"t": ("torchtitan", "train"), "v": ("torchtitan", "validation"), "f": ("fsdp", "train")}
+_GROUPS = {b: {name[2:]: idx - 1 for name, idx in _BULK_RE.groupindex.items() if name.startswith(b + "_")}
+           for b in _BRANCHES}
+
+
+def _floats(col: "np.ndarray") -> "np.ndarray | None":
+    """Captured byte strings -> float64 (b"" -> NaN); None if the group never matched."""
+    import numpy as np
+
+    empty = col == b""
+    if empty.all():
+        return None
+    if (np.strings.find(col, b",") >= 0).any():       # tps: 1,541,366
+        col = np.strings.replace(col, b",", b"")
+    if empty.any():
+        col = np.where(empty, b"nan", col)
+    return col.astype(np.float64)
+
+
+def _bulk_frame(branch: str, cols: list[tuple[bytes, ...]], rows: "np.ndarray | None") -> "pd.DataFrame":
+    """One branch's matches (columns of findall's tuples; ``rows`` selects this branch's) as raw rows."""
+    import numpy as np
+    import pandas as pd
+
+    def column(name: str) -> "np.ndarray":
+        a = np.array(cols[_GROUPS[branch][name]])
+        return a if rows is None else a[rows]
+
+    name, split = _BRANCHES[branch]
+    out: dict[str, object] = {}
+    for field in _GROUPS[branch]:
+        if field in ("srun", "rank", "time", "ms"):
+            continue
+        values = column(field).astype(np.int64) if field == "step" else _floats(column(field))
+        if values is not None:
+            out[field] = values
+    n = len(out["step"])
+    rank, srun = column("rank"), column("srun")
+    rank = np.where(rank == b"", srun, rank)
+    out["rank"] = np.where(rank == b"", b"nan", rank).astype(np.float64)
+    time = column("time")
+    if "ms" in _GROUPS[branch]:
+        time = np.strings.add(np.strings.add(time, b"."), column("ms"))
+    out["time"] = time.astype("datetime64[ms]")
+    out["split"] = np.full(n, split, dtype=object)
+    out["format"] = np.full(n, name, dtype=object)
+    return pd.DataFrame(out)
+
+
+# Fast path for the layout of big torchtitan logs (train lines with every field, validation lines), in
+# two passes:
+#   1. stdlib `re` (faster than `regex` going forward) from each ``[titan] `` literal to the end of its line:
+#      timestamp, step and every field, with the same strict grammar as the general path but no
+#      optional fields (a line of another shape makes the whole range take the general path);
+#   2. `regex` from each NEEDLE back to the line start (a lookbehind): the rank prefixes, and proof that
+#      the needle is in a ``[titan] `` line.
+# They are zipped only when they provably describe the same lines: every ``[titan] `` starts a complete
+# line (which holds ``loss:``), every needle is in such a line, and the counts agree -- so each line
+# holds one needle and no needle is anywhere else. Otherwise the general path runs.
+_FN = rb"(-?\d[\d,]*\.?\d*|-?\.\d+|-?nan|-?inf)"    # _NUM without exponents (those take the general path)
+_GAP = rb"[ \t]+" + _A
+_FAST_BODY = re.compile(
+    rb"\[titan\] (?:(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) - [\w.]+ - INFO - " + _A + rb"(?:"
+    rb"step:[ \t]*(\d+)" + _GAP + rb"loss:[ \t]*" + _FN + _GAP + rb"grad_norm:[ \t]*" + _FN + _GAP
+    + rb"memory:[ \t]*" + _FN + rb"GiB\(" + _FN + rb"%\)" + _GAP + rb"[tw]ps:[ \t]*" + _FN + _GAP
+    + rb"tflops:[ \t]*" + _FN + _GAP + rb"mfu:[ \t]*(?:" + _FN + rb"%|N/A)" + _A + rb"[ \t]*\|?[ \t]*" + _EOL
+    + rb"|validate step:[ \t]*(\d+)" + _GAP + rb"loss:[ \t]*" + _FN + _GAP + rb"memory:[ \t]*" + _FN
+    + rb"GiB\(" + _FN + rb"%\)" + _GAP + rb"[tw]ps:[ \t]*" + _FN + _A + rb"[ \t]*" + _EOL + rb")|)")
+_FAST_PREFIX = regex.compile(NEEDLE + rb"(?:(?<=(?:^|[\n\r])(?:(\d+): )?(?:\[(?:rank|default)(\d+)\]:)?"
+                             rb"(\[)titan\] [^\n\r]*" + NEEDLE + rb")|)")
+# columns of _FAST_BODY after (time, ms)
+_T_FIELDS = ("step", "loss", "grad_norm", "memory_gib", "memory_pct", "tokens_per_second_per_gpu", "tflops",
+             "mfu_pct")
+_V_FIELDS = ("step", "loss", "memory_gib", "memory_pct", "tokens_per_second_per_gpu")
+
+
+def _fast_titan(buf: bytes | mmap.mmap, start: int, end: int) -> "pd.DataFrame | None":
+    """Rows of ``buf[start:end]`` if it is a standard torchtitan log (see above), else None."""
+    import pandas as pd
+
+    body = _FAST_BODY.findall(buf, start, end)
+    if not body:
+        return None
+    prefixes = _FAST_PREFIX.findall(buf, start, end)
+    if len(body) != len(prefixes):
+        return None
+    cols = np.array(body).T          # one fixed-width bytes array: columns are views, no per-cell objects
+    pcols = np.array(prefixes).T
+    if not (pcols[2] != b"").all() or not (cols[0] != b"").all():   # needle outside titan lines / bad line
+        return None
+    train = cols[2] != b""
+    n_train = int(train.sum())
+    groups = []
+    if n_train:
+        groups.append((_T_FIELDS, 2, None if n_train == len(body) else train, "train"))
+    if n_train < len(body):
+        groups.append((_V_FIELDS, 2 + len(_T_FIELDS), None if n_train == 0 else ~train, "validation"))
+    parts = []
+    for fields, first, rows, split in groups:
+        out: dict[str, object] = {}
+        for i, field in enumerate(fields):
+            index = first + i
+            col = cols[index] if rows is None else cols[index][rows]
+            try:
+                values = col.astype(np.int64) if field == "step" else _floats(col)
+            except ValueError:
+                return None
+            if values is not None:
+                out[field] = values
+        n = len(out["step"])
+        pick = (lambda a: a) if rows is None else (lambda a: a[rows])
+        rank, srun = pick(pcols[1]), pick(pcols[0])
+        rank = np.where(rank == b"", srun, rank)
+        out["rank"] = np.where(rank == b"", b"nan", rank).astype(np.float64)
+        stamp = np.strings.add(np.strings.add(pick(cols[0]), b"."), pick(cols[1]))
+        out["time"] = stamp.astype("datetime64[ms]")
+        out["split"] = np.full(n, split, dtype=object)
+        out["format"] = np.full(n, "torchtitan", dtype=object)
+        parts.append(pd.DataFrame(out))
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+
+
+def scan(buf: bytes | mmap.mmap, start: int = 0, end: int | None = None) -> tuple[list, list[tuple[int, str]]]:
+    """Metrics in ``buf[start:end]`` (which should start at a line start): a list of DataFrames (raw
+    columns) and (byte offset, text) of lines that looked like metrics but matched no format.
+
+    A range that is a standard torchtitan log takes :func:`_fast_titan`; otherwise the big-log formats
+    (torchtitan and FSDP lines) come out of one ``findall`` over the whole range (see ``_BULK_RE``) and
+    every other line holding the NEEDLE goes through :func:`parse_line`.
     """
+    import pandas as pd
+
     end = len(buf) if end is None else end
-    find, rfind = buf.find, buf.rfind
-    pos = find(NEEDLE, start, end)
-    while pos != -1:
-        nl = rfind(b"\n", start, pos) + 1
-        cr = rfind(b"\r", nl, pos) + 1
-        line_start = max(nl, cr, start)
-        line_end = find(b"\n", pos, end)
-        if line_end == -1:
-            line_end = end
-        cr_end = find(b"\r", pos, line_end)
-        if cr_end != -1:
-            line_end = cr_end
-        yield line_start, bytes(buf[line_start:line_end])
-        pos = find(NEEDLE, line_end, end)
-
-
-# Formats parsed in bulk: one multi-line regex over all candidate lines at once (no per-line Python).
-# Each pattern captures the srun/torch rank prefixes, an optional timestamp, then the format's fields.
-# Strict fast patterns for the standard layout; anything else (tables, odd prefixes) goes per line.
-_LINE_PREFIX = r"^(?:(?P<srun>\d+): )?(?:\[(?:rank|default)(?P<rank>\d+)\]:)?"
-_EOL_AHEAD = "(?=\n|\\Z)"
-_BULK: tuple[tuple[str, str, re.Pattern], ...] = (
-    ("torchtitan", "step:", re.compile(
-        _LINE_PREFIX + r"\[titan\] (?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(?P<ms>\d{3}) - [\w.]+ - INFO - "
-        r"(?P<validate>validate )?" + _TITAN.pattern[len(r"(?<![\w ])\s*"):].replace(r"\s", r"[ \t]")
-        .replace("$", _EOL_AHEAD), re.M)),
-    ("fsdp", "Batch ", re.compile(
-        _LINE_PREFIX + r"(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \w \[[^\]\n]*\] "
-        + _FSDP.pattern.replace(r"\s", r"[ \t]").replace("$", _EOL_AHEAD), re.M)),
-)
-
-
-def _bulk_frame(name: str, found: list[tuple], pattern: re.Pattern) -> "pd.DataFrame":
-    import pandas as pd
-
-    cols = list(pattern.groupindex)
-    df = pd.DataFrame(found, columns=cols, dtype=object).replace("", None)
-    out = pd.DataFrame(index=df.index)
-    for col in cols:
-        if col in ("srun", "rank", "time", "ms", "validate") or df[col].isna().all():
-            continue
-        values = df[col].str.replace(",", "", regex=False) if df[col].str.contains(",", regex=False).any() \
-            else df[col]
-        out[col] = pd.to_numeric(values, errors="coerce")
-    out["rank"] = pd.to_numeric(df["rank"].fillna(df["srun"]), errors="coerce")
-    if df["time"].notna().any():
-        out["time"] = df["time"] + ("." + df["ms"]).fillna("") if "ms" in df else df["time"]
-    out["split"] = df["validate"].notna().map({True: "validation", False: "train"}) if "validate" in df \
-        else "train"
-    out["format"] = name
-    return out
-
-
-def scan(buf: bytes, start: int = 0, end: int | None = None) -> tuple[list, list[tuple[int, str]]]:
-    """Metrics in ``buf[start:end]``: a list of DataFrames (raw columns) and (byte offset, text) of lines
-    that looked like metrics but matched no format.
-
-    The common big-log formats (torchtitan, FSDP) are matched in bulk by one regex over all candidate
-    lines; the remaining lines go through the per-line parsers.
-    """
-    import pandas as pd
-
-    offsets, raws = [], []
-    for off, raw in candidate_lines(buf, start, end):
-        offsets.append(off)
-        raws.append(raw)
-    if not raws:
+    fast = _fast_titan(buf, start, end)
+    if fast is not None:
+        return [fast], []
+    found = _BULK_RE.findall(buf, start, end)
+    if not found:
         return [], []
-    lines = b"\n".join(raws).decode("utf-8", errors="replace")
-    if "\x1b" in lines:
-        lines = _ANSI.sub("", lines)
-    lines = lines.split("\n")
+    cols = list(zip(*found))
     frames: list = []
-    todo = list(range(len(lines)))
-    for name, marker, pattern in _BULK:
-        subset = [i for i in todo if marker in lines[i]]
-        if not subset:
-            continue
-        text = "\n".join(lines[i] for i in subset)
-        found = pattern.findall(text)          # tuples straight from C: the fast path
-        if len(found) == len(subset):           # every candidate line matched (the usual case)
-            done = set(subset)
-        else:                                   # some did not: find out which, by position
-            line_at, pos = {}, 0
-            for i in subset:
-                line_at[pos] = i
-                pos += len(lines[i]) + 1
-            matches = [m for m in pattern.finditer(text) if m.start() in line_at]
-            found = [m.groups() for m in matches]
-            done = {line_at[m.start()] for m in matches}
-        if found:
-            frames.append(_bulk_frame(name, found, pattern))
-            todo = [i for i in todo if i not in done]
+    n_other = len(found)
+    for branch in _BRANCHES:
+        hit = np.array(cols[_GROUPS[branch]["step"]]) != b""
+        count = int(hit.sum())
+        if count:
+            frames.append(_bulk_frame(branch, cols, None if count == len(found) else hit))
+            n_other -= count
+    if not n_other:                    # the usual case: every candidate line was a standard one
+        return frames, []
     rows: list[Row] = []
     skipped: list[tuple[int, str]] = []
-    for i in todo:
-        row, looks = parse_line(lines[i])
+    steps = [_GROUPS[b]["step"] + 1 for b in _BRANCHES]
+    for m in _BULK_RE.finditer(buf, start, end):
+        if any(m.start(g) >= 0 for g in steps):
+            continue
+        line_start = max(buf.rfind(b"\n", start, m.start()), buf.rfind(b"\r", start, m.start()), start - 1) + 1
+        raw = bytes(buf[line_start:m.end()]).decode("utf-8", errors="replace")
+        if "\x1b" in raw:
+            raw = _ANSI.sub("", raw)
+        row, looks = parse_line(raw)
         if row is not None:
             rows.append(row)
         elif looks:
-            skipped.append((offsets[i], lines[i].strip()[:300]))
+            skipped.append((line_start, raw.strip()[:300]))
     if rows:
         frames.append(pd.DataFrame.from_records(rows))
     return frames, skipped

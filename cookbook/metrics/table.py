@@ -103,6 +103,6 @@ def to_frame(rows: list[Row] | pd.DataFrame, ranks: str = "first") -> pd.DataFra
     order = [c for c in COLUMNS if c in df.columns] + sorted(c for c in df.columns if c not in COLUMNS)
     df = df[order]
     if len(df):
-        df = df.sort_values(["split", "step"], kind="stable", key=lambda s: s.map({"train": 0}).fillna(1)
+        df = df.sort_values(["split", "step"], kind="stable", key=lambda s: s.ne("train")  # train first
                             if s.name == "split" else s)
     return df.reset_index(drop=True)

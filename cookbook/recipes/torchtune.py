@@ -18,7 +18,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, register_recipe
-from cookbook.spec import JobSpec
+from cookbook.spec import JobSpec, SpecError
 
 _CONFIGS = Path(__file__).parent / "configs"
 TP_PLAN = "torchtune.models.llama3.base_llama_tp_plan"
@@ -114,6 +114,7 @@ class TorchtuneRecipe(Recipe):
     config_name: str            # built-in config, e.g. llama3_3/70B_full_multinode
     tiny_config: str            # local-cpu config under recipes/configs/
     defaults: dict[str, str] = {}
+    resume_model_from_output: bool  # full finetunes reload the model from output_dir/epoch_N on resume
 
     # ---------------------------------------------------------------- config
     def base_config(self, spec: JobSpec) -> DictConfig:
@@ -210,11 +211,26 @@ class TorchtuneRecipe(Recipe):
         return Launch("tune", args)
 
     def resume(self, spec: JobSpec) -> str:
-        """torchtune 0.6.1 checkpoints at epoch ends (``RUN_DIR/epoch_N``) and finds the newest itself."""
-        return ('if compgen -G "$RUN_DIR/epoch_*" > /dev/null; then\n'
-                '  echo "resuming from $(ls -d "$RUN_DIR"/epoch_* | sort -V | tail -n 1)"\n'
-                "  RESUME_ARGS+=(resume_from_checkpoint=True)\n"
-                "fi")
+        """torchtune 0.6.1 checkpoints at epoch ends (``RUN_DIR/epoch_N``) and reloads with
+        ``resume_from_checkpoint=True``. A full finetune then reads the model files relative to its
+        output_dir, so they are pointed at the newest ``epoch_N`` (LoRA reloads the base model from
+        checkpoint_dir and its adapter from the output)."""
+        lines = ['if compgen -G "$RUN_DIR/epoch_*" > /dev/null; then',
+                 '  LATEST=$(ls -d "$RUN_DIR"/epoch_* | sort -V | tail -n 1)',
+                 '  echo "resuming from $LATEST"',
+                 "  RESUME_ARGS+=(resume_from_checkpoint=True)"]
+        if self.resume_model_from_output:
+            fmt = self.checkpoint_filename_format(spec)
+            lines.append(f'  RESUME_ARGS+=("checkpointer.checkpoint_files.filename_format=$(basename "$LATEST")/{fmt}")')
+        return "\n".join(lines + ["fi"])
+
+    def checkpoint_filename_format(self, spec: JobSpec) -> str:
+        """The model shards' name pattern in the config (``model-{}-of-{}.safetensors``)."""
+        files = OmegaConf.select(self.config(spec), "checkpointer.checkpoint_files")
+        if not (OmegaConf.is_dict(files) and "filename_format" in files):
+            raise SpecError([f"{self.name}: resume needs checkpointer.checkpoint_files as "
+                             "{filename_format, max_filename} (torchtune 0.6.1 reloads them from output_dir)"])
+        return str(files.filename_format)
 
 
 def _default_tiny_dir() -> Path:
@@ -229,9 +245,11 @@ class Llama33_70BFull(TorchtuneRecipe):
     recipe_file = "full_finetune_distributed"
     config_name = "llama3_3/70B_full_multinode"
     tiny_config = "tiny_full.yaml"
+    resume_model_from_output = True
 
 
 class Llama33_70BLora(TorchtuneRecipe):
+    resume_model_from_output = False
     name = "llama3_3_70b_lora"
     description = "Llama-3.3-70B-Instruct LoRA finetune, torchtune lora_finetune_distributed (FSDP2)"
     recipe_file = "lora_finetune_distributed"

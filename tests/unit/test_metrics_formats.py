@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -142,3 +143,71 @@ def test_empty_file(tmp_path):
     (tmp_path / "empty.log").write_bytes(b"")
     df = parse_log(tmp_path / "empty.log")
     assert df.empty and df.attrs["skipped"] == []
+
+
+def _titan_log(steps: int, prefix: str = "[rank{r}]:", typo_at: int | None = None) -> bytes:
+    lines = []
+    for s in range(1, steps + 1):
+        lines.append(f"0: host:1:1 [0] NCCL INFO Channel {s:02d}/0 : 0[0] -> 1[1] via P2P/CUMEM/read")
+        for r in (1, 0):  # rank 1 first: rank 0's row must still win
+            loss = "nan" if s == 3 else ("0.7O52" if s == typo_at and r == 0 else f"{10 / s:.5f}")
+            lines.append(prefix.format(r=r) + f"[titan] 2025-06-10 21:58:{s % 60:02d},{s:03d} - root - INFO - "
+                         f"\x1b[31mstep: {s:2}  \x1b[32mloss: {loss}  \x1b[38;2;180;60;0mgrad_norm: {1.5 + r:7.4f}  "
+                         f"\x1b[38;2;54;234;195mmemory: {70 + r:.2f}GiB(96.97%)  \x1b[34mtps: {1_500_000 + s:,}  "
+                         f"\x1b[36mtflops: 412.50  \x1b[35mmfu: {'N/A' if s == 2 else '41.71%'}\x1b[39m")
+        if s % 4 == 0:
+            lines.append(prefix.format(r=0) + f"[titan] 2025-06-10 21:59:00,000 - root - INFO - \x1b[33mvalidate "
+                         f"step: {s:2}  \x1b[32mloss: {s / 10:.4f}  \x1b[38;2;54;234;195mmemory:  0.68GiB(2.89%)  "
+                         f"\x1b[34mtps: 468\x1b[39m")
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.mark.parametrize("prefix", ["[rank{r}]:", "{r}: [default{r}]:", "{r}: ", ""])
+def test_fast_path_for_big_torchtitan_logs_equals_the_general_path(tmp_path, monkeypatch, prefix):
+    from cookbook.metrics import formats
+
+    log = tmp_path / "titan.log"
+    log.write_bytes(_titan_log(12, prefix))
+    used = []
+    fast_titan = formats._fast_titan
+    monkeypatch.setattr(formats, "_fast_titan", lambda *a: used.append(fast_titan(*a)) or used[-1])
+    fast, fast_all = parse_log(log), parse_log(log, ranks="all")
+    assert used and all(u is not None for u in used)
+    monkeypatch.setattr(formats, "_fast_titan", lambda *a: None)
+    slow, slow_all = parse_log(log), parse_log(log, ranks="all")
+    pd.testing.assert_frame_equal(fast, slow)
+    pd.testing.assert_frame_equal(fast_all, slow_all)
+    assert fast.attrs == slow.attrs
+    train = fast[fast["split"] == "train"]
+    assert train["step"].tolist() == list(range(1, 13))
+    assert train["loss"].iloc[0] == 10.0 and np.isnan(train["loss"].iloc[2])
+    assert np.isnan(train["mfu_pct"].iloc[1]) and train["mfu_pct"].iloc[0] == 41.71
+    assert train["tokens_per_second_per_gpu"].iloc[0] == 1_500_001
+    assert fast[fast["split"] == "validation"]["step"].tolist() == [4, 8, 12]
+    if prefix:
+        assert (train["rank"] == 0).all() and train["memory_gib"].iloc[0] == 70.0
+        assert fast.attrs["ranks"] == [0, 1]
+    assert train["time"].iloc[0] == pd.Timestamp("2025-06-10 21:58:01.001")
+
+
+def test_fast_path_log_with_a_typo_reports_it_with_its_line_number(tmp_path):
+    log = tmp_path / "titan.log"
+    log.write_bytes(_titan_log(6, typo_at=5))
+    df = parse_log(log)
+    line_no = next(i for i, ln in enumerate(log.read_text().splitlines(), 1) if "0.7O52" in ln)
+    assert [n for n, _ in df.attrs["skipped"]] == [line_no]
+    assert df.loc[df["step"] == 5, "rank"].tolist() == [1]   # rank 0's line was the typo: never a wrong number
+    assert df.loc[df["step"] == 5, "loss"].tolist() == [2.0]
+
+
+def test_small_read_buffer_gives_the_same_table(tmp_path, monkeypatch):
+    """Lines cut by the read buffer, and lines longer than it (the buffer grows), change nothing."""
+    from cookbook.metrics import parse
+
+    log = tmp_path / "titan.log"
+    log.write_bytes((LOGS / "torchtitan_debug_2rank.log").read_bytes() + _titan_log(5, typo_at=4))
+    whole = parse_log(log, ranks="all")
+    monkeypatch.setattr(parse, "_CHUNK", 100)
+    pieces = parse_log(log, ranks="all")
+    pd.testing.assert_frame_equal(whole, pieces)
+    assert whole.attrs == pieces.attrs and len(whole.attrs["skipped"]) == 1
