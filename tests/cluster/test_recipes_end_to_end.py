@@ -1,0 +1,182 @@
+"""Every recipe, as the engine renders it (profile local-cpu), trained for real on the 2-node local
+cluster with tiny models, and surviving a requeue.
+
+The runs are started together by one module fixture (they share the cluster's nodes) and each test
+checks one run's outputs, so the file costs about as much as its slowest run.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from cookbook.slurm.client import SlurmClient
+from cookbook.walkthrough import Job, job_spec, profiling_overrides, submit
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+# torchtune checkpoints at epoch ends (0.6.1): 2 short epochs give a checkpoint to resume from.
+TUNE_FULL = {"epochs": "2", "max_steps_per_epoch": "4"}
+TITAN_STEPS = 10
+
+
+def _submit(slurm: SlurmClient, root: Path, tiny, recipe: str, name: str, overrides: dict[str, str]) -> Job:
+    spec = job_spec(recipe, profile="local-cpu", nodes=2, job_name=name, overrides=overrides,
+                    assets_dir=str(tiny.root))
+    return submit(spec, root=root, client=slurm)
+
+
+def _wait_for(predicate, timeout: float, what: str, poll: float = 0.5) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(poll)
+
+
+def _release_requeued(slurm: SlurmClient, job: Job, timeout: float = 120) -> None:
+    """Slurm holds a requeued job back (BeginTime a few minutes ahead); let it start again now."""
+    def requeued() -> bool:
+        info = slurm.state(job.job_id)
+        return info.state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
+    _wait_for(requeued, timeout, f"job {job.job_id} to be requeued")
+    slurm.run("scontrol", "update", f"JobId={job.job_id}", "StartTime=now")
+
+
+def _segments(log: Path) -> list[str]:
+    """The log split at each start of the batch script (a requeued job appends to the same log)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace"))  # torchtitan colours its lines
+    starts = [m.start() for m in re.finditer(r"^job \d+: \d+ node\(s\)", text, flags=re.M)]
+    return [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
+
+
+@pytest.fixture(scope="module")
+def runs(slurm, tiny_assets, tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    titan_overrides = {"training.steps": str(TITAN_STEPS), "checkpoint.interval": "3",
+                       "metrics.enable_tensorboard": "True", "metrics.log_freq": "1",
+                       **profiling_overrides("llama3_8b_c4", "local-cpu", steps=1, warmup=1, start_step=2)}
+    jobs = {
+        "full": _submit(slurm, root, tiny_assets, "llama3_3_70b_full", "tt-full", TUNE_FULL),
+        "full_resumed": _submit(slurm, root, tiny_assets, "llama3_3_70b_full", "tt-full-resumed", TUNE_FULL),
+        "lora": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora", {"max_steps_per_epoch": "6"}),
+        "titan": _submit(slurm, root, tiny_assets, "llama3_8b_c4", "titan-c4", titan_overrides),
+        "flux": _submit(slurm, root, tiny_assets, "flux_schnell", "flux",
+                        {"training.steps": "4", "metrics.enable_tensorboard": "True",
+                         **profiling_overrides("flux_schnell", "local-cpu", steps=1, warmup=1, start_step=2)}),
+    }
+    interruptions: dict[str, str] = {}
+
+    # Preemption path: USR1 to the batch shell (what --signal=B:USR1@N sends before the time limit);
+    # the script's trap requeues the job, which resumes from epoch_0 when it starts again.
+    full = jobs["full_resumed"]
+    _wait_for(lambda: (full.run_dir / "epoch_0").is_dir() and _step_logged(full.log, 5), 300,
+              "the first torchtune epoch checkpoint and a step of epoch 2")
+    slurm.run("scancel", "--signal=USR1", "--batch", full.job_id)
+    interruptions["full_resumed"] = "USR1"
+    _release_requeued(slurm, full)
+
+    # Node failure / admin path: `scontrol requeue` once the first torchtitan checkpoint is there.
+    titan = jobs["titan"]
+    _wait_for(lambda: any((titan.run_dir / "checkpoint").glob("step-*")), 300, "a torchtitan checkpoint")
+    slurm.requeue(titan.job_id)
+    interruptions["titan"] = "requeue"
+    _release_requeued(slurm, titan)
+
+    for job in jobs.values():
+        info = slurm.wait(job.job_id, timeout=600, poll=2)
+        assert info.state == "COMPLETED", f"{job.name}: {info.state}\n{job.explain()}"
+    return jobs, interruptions
+
+
+def _step_logged(log: Path, step: int) -> bool:
+    """torchtune's progress bar shows `E|STEP|Loss` once a step is done."""
+    return log.exists() and re.search(rf"\|{step}\|Loss", log.read_text(errors="replace")) is not None
+
+
+def _losses(job: Job) -> "list[float]":
+    df = job.metrics()
+    df = df[df.get("split", "train") == "train"] if "split" in df else df
+    return df.sort_values("step")["loss"].tolist()
+
+
+def test_torchtune_full_finetune_trains_checkpoints_and_the_output_loads(runs):
+    jobs, _ = runs
+    job = jobs["full"]
+    losses = _losses(job)
+    assert len(losses) == 8 and all(math.isfinite(x) for x in losses), losses
+    assert losses[-1] < losses[0]
+    final = job.run_dir / "epoch_1"
+    assert (final / "model-00001-of-00001.safetensors").is_file()
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(final)
+    assert model.config.num_hidden_layers == 2
+    assert "n1" in job.log.read_text() or "rendezvous" in job.log.read_text()
+
+
+def test_torchtune_lora_writes_an_adapter_that_loads(runs):
+    jobs, _ = runs
+    job = jobs["lora"]
+    losses = _losses(job)
+    assert len(losses) == 6 and all(math.isfinite(x) for x in losses) and losses[-1] < losses[0], losses
+    adapters = sorted(job.run_dir.glob("epoch_0/adapter_model.*"))
+    assert adapters, sorted(p.name for p in (job.run_dir / "epoch_0").iterdir())
+    from safetensors.torch import load_file
+
+    weights = load_file(next(p for p in adapters if p.suffix == ".safetensors"))
+    assert weights and all("lora" in k for k in weights), list(weights)[:5]
+
+
+def test_preempted_torchtune_job_resumes_from_its_epoch_checkpoint_with_the_same_final_loss(runs):
+    jobs, interruptions = runs
+    assert interruptions["full_resumed"] == "USR1"
+    job, reference = jobs["full_resumed"], jobs["full"]
+    first, second = _segments(job.log)[:2]
+    assert "got USR1, requeueing" in first
+    assert "resuming from" in second and "epoch_0" in second
+    # the second run trains only epoch 2 (steps 5-8): nothing lost, nothing repeated before the checkpoint
+    assert re.search(r"\|[1-4]\|Loss", second) is None
+    assert re.search(r"\|8\|Loss", second)
+    assert _losses(job)[-1] == pytest.approx(_losses(reference)[-1], rel=1e-6)
+
+
+def test_torchtitan_llama3_c4_requeued_mid_run_resumes_without_losing_a_step(runs):
+    jobs, interruptions = runs
+    job = jobs["titan"]
+    assert interruptions["titan"] == "requeue"
+    segments = _segments(job.log)
+    assert len(segments) >= 2
+    resumed_from = int(re.search(r"resuming from .*step-(\d+)", segments[-1]).group(1))
+    steps_after = [int(s) for s in re.findall(r"step:\s+(\d+)\s+loss", segments[-1])]
+    assert steps_after and min(steps_after) == resumed_from + 1 and max(steps_after) == TITAN_STEPS
+    steps_before = {int(s) for s in re.findall(r"step:\s+(\d+)\s+loss", segments[0])}
+    assert set(range(1, resumed_from + 1)) <= steps_before, "every step up to the checkpoint ran once before"
+    df = job.metrics()
+    train = df[df["split"] == "train"] if "split" in df else df
+    assert sorted(train["step"]) == list(range(1, TITAN_STEPS + 1))
+    assert train["loss"].map(math.isfinite).all()
+    assert (job.run_dir / "checkpoint" / f"step-{TITAN_STEPS}").is_dir() or any(
+        (job.run_dir / "checkpoint").glob("step-*"))
+    assert list(job.run_dir.rglob("events.out.tfevents.*")), "TensorBoard event files"
+    assert list(job.run_dir.rglob("*trace.json*")), "profiler traces"
+
+
+def test_torchtitan_flux_runs_with_checkpoints_profiling_and_tensorboard(runs):
+    jobs, _ = runs
+    job = jobs["flux"]
+    df = job.metrics()
+    train = df[df["split"] == "train"] if "split" in df else df
+    assert sorted(train["step"]) == [1, 2, 3, 4]
+    assert train["loss"].map(math.isfinite).all()
+    assert any((job.run_dir / "checkpoint").glob("step-*"))
+    assert list(job.run_dir.rglob("events.out.tfevents.*"))
+    assert list(job.run_dir.rglob("*trace.json*"))
+    from cookbook.metrics import parse_log
+
+    tb = parse_log(next(job.run_dir.rglob("events.out.tfevents.*")).parent)
+    assert len(tb) >= 4
