@@ -33,3 +33,14 @@ def artifacts() -> Path:
     path = output_dir() / "test-notebooks"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@pytest.fixture(scope="session")
+def known_hf_token() -> str:
+    """A recognisable HF_TOKEN in the environment of every kernel and job (tests prove it never lands anywhere)."""
+    import secrets
+
+    token = f"hf_cookbookNEVERWRITTEN{secrets.token_hex(8)}"
+    os.environ["HF_TOKEN"] = token
+    return token
+

@@ -6,6 +6,7 @@ A failing cell fails the test; the executed notebooks stay under out/test-notebo
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -15,13 +16,19 @@ from cookbook.notebook_runner import NotebookStopped, jobs_in, local_parameters,
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
+def files_containing(root, needle: str) -> list:
+    """Every file under ``root`` whose bytes contain ``needle``."""
+    data = needle.encode()
+    return [p for p in root.rglob("*") if p.is_file() and data in p.read_bytes()]
+
+
 def _images(executed) -> int:
     nb = nbformat.read(str(executed), as_version=4)
     return sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
 
 
 @pytest.mark.parametrize("name", [n for n in notebooks() if not n.startswith("07_")])
-def test_notebook_runs_on_local_cluster(name, slurm, tiny_assets, kernel_dirs, artifacts, tmp_path):
+def test_notebook_runs_on_local_cluster(name, slurm, tiny_assets, kernel_dirs, artifacts, tmp_path, known_hf_token):
     t0 = time.monotonic()
     try:
         executed = run_notebook(name, artifacts, local_parameters(name, tiny_assets), cwd=tmp_path,
@@ -29,6 +36,9 @@ def test_notebook_runs_on_local_cluster(name, slurm, tiny_assets, kernel_dirs, a
     except NotebookStopped as e:
         pytest.fail(f"{e} (see {e.path})")
     print(f"{name}: {time.monotonic() - t0:.0f} s")
+    # the token was in the kernel's and the jobs' environment: it is in no output, script, config or log
+    assert known_hf_token not in Path(executed).read_text()
+    assert files_containing(tmp_path, known_hf_token) == []
     jobs = jobs_in(tmp_path)
     if name.startswith("00_"):
         assert (tiny_assets.root / "VERSION").exists()
