@@ -22,8 +22,8 @@ from typing import Any, Iterator, Mapping
 import pandas as pd
 
 from cookbook.paths import output_dir, project_root
+from cookbook.recipes.base import LOCAL_CPU
 
-LOCAL_CPU = "local-cpu"
 _ENV_LOCK = threading.Lock()
 
 

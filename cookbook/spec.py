@@ -8,9 +8,11 @@ recipe (:meth:`cookbook.recipes.base.Recipe.validate`), and :func:`cookbook.rend
 
 from __future__ import annotations
 
+import random
 import re
+import sys
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 SECRET_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")
 _TIME = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
@@ -139,6 +141,28 @@ class JobSpec:
     @property
     def world_size(self) -> int:
         return self.nodes * self.procs_per_node
+
+
+def profile_defaults(profile: str) -> dict[str, Any]:
+    """What a job under ``profile`` gets unless the user says otherwise.
+
+    GPU profiles: 8 GPUs per node, 4 hours, whole nodes. ``local-cpu`` (the embedded cluster): no GPUs,
+    10 minutes, shared nodes (so a random rendezvous port: jobs on one node must not collide), a short
+    preemption warning, and this virtualenv activated on every node.
+    """
+    if profile != "local-cpu":
+        return {"gpus_per_node": 8, "time": "04:00:00", "exclusive": True}
+    defaults: dict[str, Any] = {"gpus_per_node": 0, "time": "00:10:00", "exclusive": False, "signal_seconds": 30,
+                                "port": random.randint(20000, 39999)}
+    if sys.prefix != sys.base_prefix:
+        defaults["venv"] = sys.prefix
+    return defaults
+
+
+def make_spec(recipe: str, profile: str = "generic", **fields: Any) -> JobSpec:
+    """A :class:`JobSpec` with ``profile``'s defaults for every field not given (``None`` = not given)."""
+    given = {k: v for k, v in fields.items() if v is not None}
+    return JobSpec(recipe=recipe, profile=profile, **{**profile_defaults(profile), **given})
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:

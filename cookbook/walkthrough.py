@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
@@ -26,10 +24,10 @@ from typing import Any, Callable
 import pandas as pd
 
 from cookbook.slurm.client import JobInfo, SlurmClient, SlurmError, read_output
-from cookbook.spec import PROFILES, JobSpec, SpecError
+from cookbook.recipes.base import LOCAL_CPU
+from cookbook.spec import PROFILES, JobSpec, SpecError, make_spec
 
 JOB_FILE = "job.json"
-LOCAL_CPU = "local-cpu"
 
 
 class NotebookStop(Exception):
@@ -85,26 +83,10 @@ def job_spec(recipe: str, *, profile: str = "generic", nodes: int = 2, gpus_per_
              partition: str | None = None, time: str | None = None, container_image: str | None = None,
              job_name: str | None = None, overrides: dict[str, Any] | None = None,
              **extra: Any) -> JobSpec:
-    """A :class:`JobSpec` with the profile's defaults filled in.
-
-    ``local-cpu`` (the embedded cluster): 0 GPUs, 10 minutes, nodes shared, this virtualenv on every
-    node, a random rendezvous port (jobs share nodes). GPU profiles: 8 GPUs per node, 4 hours, whole
-    nodes.
-    """
-    local = profile == LOCAL_CPU
-    kw: dict[str, Any] = dict(
-        recipe=recipe, profile=profile, nodes=nodes,
-        gpus_per_node=gpus_per_node if gpus_per_node is not None else (0 if local else 8),
-        partition=partition or None, time=time or ("00:10:00" if local else "04:00:00"),
-        container_image=container_image or None, job_name=job_name or None,
-        overrides={str(k): str(v) for k, v in (overrides or {}).items()})
-    if local:
-        # nodes are shared on the local cluster: a fixed rendezvous port would collide between jobs
-        kw.update(exclusive=False, signal_seconds=30, port=random.randint(20000, 39999))
-        if sys.prefix != sys.base_prefix:
-            kw["venv"] = sys.prefix
-    kw.update(extra)
-    return JobSpec(**kw)
+    """A :class:`JobSpec` with the profile's defaults filled in (see :func:`cookbook.spec.profile_defaults`)."""
+    return make_spec(recipe, profile, nodes=nodes, gpus_per_node=gpus_per_node, partition=partition or None,
+                     time=time or None, container_image=container_image or None, job_name=job_name or None,
+                     overrides={str(k): str(v) for k, v in (overrides or {}).items()}, **extra)
 
 
 @dataclass

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from cookbook.cli import UserError
-from cookbook.spec import PROFILES, JobSpec, SpecError, parse_overrides
+from cookbook.spec import PROFILES, JobSpec, SpecError, make_spec, parse_overrides
 
 GENERATED_PROFILES = tuple(PROFILES)
 
@@ -27,7 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--container-mount", action="append", default=[], metavar="SRC:DST[:ro]")
     r.add_argument("--no-exclusive", action="store_true")
     r.add_argument("--no-requeue", action="store_true")
-    r.add_argument("--signal-seconds", type=int, default=120)
+    r.add_argument("--signal-seconds", type=int, default=None, help="USR1 this long before the time limit "
+                   "(default 120; 30 on local-cpu)")
     r.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
     r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     r.add_argument("--gpu", default="h100", help="GPU kind for the planner's will-it-fit check "
@@ -51,23 +52,18 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def spec_from_args(args: argparse.Namespace) -> JobSpec:
-    """The JobSpec the ``render`` flags describe (profile-dependent defaults for local-cpu)."""
-    local = args.profile == "local-cpu"
+    """The JobSpec the ``render`` flags describe (the profile's defaults where a flag is not given)."""
     try:
-        spec = JobSpec(
-            recipe=args.recipe, profile=args.profile,
-            nodes=args.nodes if args.nodes is not None else 2,
-            gpus_per_node=args.gpus_per_node if args.gpus_per_node is not None else (0 if local else 8),
+        return make_spec(
+            args.recipe, args.profile, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
             cpus_per_task=args.cpus_per_task, partition=args.partition, account=args.account, qos=args.qos,
-            time=args.time or ("00:10:00" if local else "04:00:00"), job_name=args.job_name,
-            log_dir=args.log_dir or "logs", run_dir=args.run_dir, container_image=args.container_image,
-            container_mounts=args.container_mount, exclusive=not (args.no_exclusive or local),
-            requeue=not args.no_requeue, signal_seconds=args.signal_seconds if not local else 30,
-            env=parse_overrides(args.env), overrides=parse_overrides(args.overrides),
-            venv=args.venv or (sys.prefix if local and sys.prefix != sys.base_prefix else None))
+            time=args.time, job_name=args.job_name, log_dir=args.log_dir, run_dir=args.run_dir,
+            container_image=args.container_image, container_mounts=args.container_mount,
+            exclusive=False if args.no_exclusive else None, requeue=not args.no_requeue,
+            signal_seconds=args.signal_seconds, venv=args.venv,
+            env=parse_overrides(args.env), overrides=parse_overrides(args.overrides))
     except SpecError as e:
         raise UserError(str(e)) from e
-    return spec
 
 
 def _render(args: argparse.Namespace) -> int:

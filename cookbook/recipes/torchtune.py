@@ -91,7 +91,7 @@ def check_override_keys(cfg: DictConfig, overrides: dict[str, str], recipe_file:
             if params is None or leaf in params:
                 continue
         hint = suggest_key(key, keys)
-        where = f"did you mean {' or '.join(hint)}?" if hint else f"see `tune cp` of the config for its keys"
+        where = f"did you mean {' or '.join(hint)}?" if hint else "see `tune cp` of the config for its keys"
         problems.append(f"override key {key!r} is not in the config (the recipe would ignore it): {where}")
     return problems
 

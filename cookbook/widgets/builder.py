@@ -120,7 +120,7 @@ class JobBuilder:
 
         try:
             text = render_job(self.spec()).script
-        except SpecError as e:
+        except SpecError:
             self.validate()
             return None
         self.script.value = text

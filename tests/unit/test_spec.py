@@ -31,3 +31,13 @@ def test_parse_overrides_and_time():
     with pytest.raises(SpecError, match="KEY=VALUE"):
         parse_overrides(["novalue"])
     assert time_seconds("1-02:03:04") == 93784 and time_seconds("90") == 5400 and time_seconds("01:00:00") == 3600
+
+
+def test_profile_defaults_fill_only_what_the_user_did_not_give():
+    from cookbook.spec import make_spec
+
+    local = make_spec("llama3_3_70b_lora", "local-cpu", time=None)
+    assert local.gpus_per_node == 0 and not local.exclusive and local.time == "00:10:00"
+    assert 20000 <= local.port < 40000, "jobs sharing a local node need their own rendezvous port"
+    gpu = make_spec("llama3_3_70b_lora", "nebius", nodes=4, time="01:00:00")
+    assert (gpu.gpus_per_node, gpu.exclusive, gpu.nodes, gpu.time, gpu.port) == (8, True, 4, "01:00:00", 29500)
