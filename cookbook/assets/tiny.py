@@ -16,8 +16,20 @@ from pathlib import Path
 
 from cookbook.paths import cache_dir
 
-# Bump when anything written below changes (sizes, rows, layout): cached copies are then rebuilt.
-ASSETS_VERSION = "tiny-assets-3"
+
+def _source_version() -> str:
+    """A digest of the code that writes the assets: any change to it rebuilds cached copies."""
+    import hashlib
+
+    here = Path(__file__).parent
+    digest = hashlib.sha256()
+    for source in (here / "tiny.py", here / "tiny_llama.py", here / "tiny_text.py", here / "tiny_flux.py",
+                   here.parent / "data" / "titan.py"):
+        digest.update(source.read_bytes())
+    return f"tiny-assets-{digest.hexdigest()[:12]}"
+
+
+ASSETS_VERSION = _source_version()
 MARKER = "VERSION"
 
 

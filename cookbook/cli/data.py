@@ -103,7 +103,7 @@ def _c4(args: argparse.Namespace) -> int:
     except DataError as e:
         raise UserError(str(e)) from None
     report = check_c4(out)
-    print(f"wrote {out} ({report.details})\nuse: --training.dataset c4 --training.dataset_path {out.resolve()}")
+    print(f"wrote {out} ({report.details})\ntorchtitan: --set dataloader.dataset=c4 --set dataloader.dataset_path={out.resolve()}")
     return 0 if report.ok else 1
 
 

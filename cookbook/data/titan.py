@@ -29,7 +29,7 @@ configs:
 ---
 # Local C4-layout subset (written by cookbook.data.titan.write_c4)
 
-Use with torchtitan: `--training.dataset c4 --training.dataset_path {path}`
+Use with torchtitan 0.3.0: `--dataloader.dataset c4 --dataloader.dataset_path <this folder>`
 """
 
 
@@ -49,10 +49,12 @@ def write_c4(texts: Iterable[str], out_dir: str | Path, *, shard_rows: int = 10_
     for split, parts in (("train", shards), ("validation", [val])):
         for k, part in enumerate(parts):
             name = out / "en" / f"c4-{split}.{k:05d}-of-{len(parts):05d}.json.gz"
-            with gzip.open(name, "wt", encoding="utf-8") as f:
-                for j, text in enumerate(part):
-                    f.write(json.dumps({"text": text, "url": f"local://{split}/{k}/{j}"}) + "\n")
-    (out / "README.md").write_text(C4_README.format(path=out.resolve()))
+            raw = "".join(json.dumps({"text": text, "url": f"local://{split}/{k}/{j}"}) + "\n"
+                          for j, text in enumerate(part)).encode()
+            # fixed mtime and no file name in the header: the same texts give the same bytes
+            with open(name, "wb") as f, gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0) as gz:
+                gz.write(raw)
+    (out / "README.md").write_text(C4_README)
     return out
 
 
