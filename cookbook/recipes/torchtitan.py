@@ -150,9 +150,10 @@ class TorchtitanRecipe(Recipe):
         return Launch("torchrun", ("-m", "torchtitan.train", *args))
 
     def resume(self, spec: JobSpec) -> str:
-        """torchtitan loads the newest ``step-N`` under ``$RUN_DIR/checkpoint`` by itself (checkpoint.enable)."""
-        return ('if compgen -G "$RUN_DIR/checkpoint/step-*" > /dev/null; then\n'
-                '  echo "resuming from $(ls -d "$RUN_DIR"/checkpoint/step-* | sort -V | tail -n 1)"\n'
+        """torchtitan loads the newest COMPLETE ``step-N`` (one with DCP's ``.metadata``) under
+        ``$RUN_DIR/checkpoint`` by itself (checkpoint.enable); a save cut short by the requeue is skipped."""
+        return ('if compgen -G "$RUN_DIR/checkpoint/step-*/.metadata" > /dev/null; then\n'
+                '  echo "resuming from $(dirname "$(ls -d "$RUN_DIR"/checkpoint/step-*/.metadata | sort -V | tail -n 1)")"\n'
                 "fi")
 
 

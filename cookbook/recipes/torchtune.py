@@ -214,8 +214,11 @@ class TorchtuneRecipe(Recipe):
         """torchtune 0.6.1 checkpoints at epoch ends (``RUN_DIR/epoch_N``) and reloads with
         ``resume_from_checkpoint=True``. A full finetune then reads the model files relative to its
         output_dir, so they are pointed at the newest ``epoch_N`` (LoRA reloads the base model from
-        checkpoint_dir and its adapter from the output)."""
-        lines = ['if compgen -G "$RUN_DIR/epoch_*" > /dev/null; then',
+        checkpoint_dir and its adapter from the output). Resumes only once ``recipe_state/recipe_state.pt``
+        exists (torchtune writes it last, for every epoch but the final one)."""
+        # recipe_state.pt is written after the epoch's weights: without it the epoch folder may be cut off
+        # mid-save (and resume_from_checkpoint=True would fail), so the job starts afresh instead.
+        lines = ['if [[ -f "$RUN_DIR/recipe_state/recipe_state.pt" ]] && compgen -G "$RUN_DIR/epoch_*" > /dev/null; then',
                  '  LATEST=$(ls -d "$RUN_DIR"/epoch_* | sort -V | tail -n 1)',
                  '  echo "resuming from $LATEST"',
                  "  RESUME_ARGS+=(resume_from_checkpoint=True)"]

@@ -114,14 +114,10 @@ def _wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0
     return predicate()
 
 
-def _port_free(port: int, host: str = "0.0.0.0") -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
+def _port_free(port: int) -> bool:
+    """No socket listens on ``port`` on any address (a bind test would pass beside SO_REUSEADDR listeners)."""
+    r = _run(["ss", "-Hltn", f"sport = :{port}"], check=False)
+    return r.returncode == 0 and not r.stdout.strip()
 
 
 class LocalCluster:

@@ -22,6 +22,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 # torchtune checkpoints at epoch ends (0.6.1): 2 short epochs give a checkpoint to resume from.
 TUNE_FULL = {"epochs": "2", "max_steps_per_epoch": "4"}
 TITAN_STEPS = 10
+# profiler: one warm-up step, then step 2 traced (torchtitan writes profiling/traces/iteration_2/rank{R}_...)
+PROFILE = {"steps": 1, "warmup": 1, "start_step": 2}
 
 
 def _submit(slurm: SlurmClient, root: Path, tiny, recipe: str, name: str, overrides: dict[str, str]) -> Job:
@@ -59,7 +61,7 @@ def runs(slurm, tiny_assets, tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
     titan_overrides = {"training.steps": str(TITAN_STEPS), "checkpoint.interval": "3",
                        "metrics.enable_tensorboard": "True", "metrics.log_freq": "1",
-                       **profiling_overrides("llama3_8b_c4", "local-cpu", steps=1, warmup=1, start_step=2)}
+                       **profiling_overrides("llama3_8b_c4", "local-cpu", **PROFILE)}
     jobs = {
         "full": _submit(slurm, root, tiny_assets, "llama3_3_70b_full", "tt-full", TUNE_FULL),
         "full_resumed": _submit(slurm, root, tiny_assets, "llama3_3_70b_full", "tt-full-resumed", TUNE_FULL),
@@ -67,7 +69,7 @@ def runs(slurm, tiny_assets, tmp_path_factory):
         "titan": _submit(slurm, root, tiny_assets, "llama3_8b_c4", "titan-c4", titan_overrides),
         "flux": _submit(slurm, root, tiny_assets, "flux_schnell", "flux",
                         {"training.steps": "4", "metrics.enable_tensorboard": "True",
-                         **profiling_overrides("flux_schnell", "local-cpu", steps=1, warmup=1, start_step=2)}),
+                         **profiling_overrides("flux_schnell", "local-cpu", **PROFILE)}),
     }
     interruptions: dict[str, str] = {}
 
@@ -82,7 +84,8 @@ def runs(slurm, tiny_assets, tmp_path_factory):
 
     # Node failure / admin path: `scontrol requeue` once the first torchtitan checkpoint is there.
     titan = jobs["titan"]
-    _wait_for(lambda: any((titan.run_dir / "checkpoint").glob("step-*")), 300, "a torchtitan checkpoint")
+    _wait_for(lambda: any((titan.run_dir / "checkpoint").glob("step-*/.metadata")), 300,
+              "a complete torchtitan checkpoint")
     slurm.requeue(titan.job_id)
     interruptions["titan"] = "requeue"
     _release_requeued(slurm, titan)
@@ -96,6 +99,28 @@ def runs(slurm, tiny_assets, tmp_path_factory):
 def _step_logged(log: Path, step: int) -> bool:
     """torchtune's progress bar shows `E|STEP|Loss` once a step is done."""
     return log.exists() and re.search(rf"\|{step}\|Loss", log.read_text(errors="replace")) is not None
+
+
+def _traces(job: Job) -> list[Path]:
+    """Both ranks' traces, exactly where the profiling overrides said they would be."""
+    from cookbook.profiling.enable import TRACE_SUBDIR, schedule
+
+    folder = job.run_dir / TRACE_SUBDIR["torchtitan"] / f"iteration_{schedule(**PROFILE).trace_iteration}"
+    return [folder / f"rank{rank}_trace.json.gz" for rank in (0, 1)]
+
+
+def _tensorboard_steps(job: Job) -> "set[int]":
+    """Steps logged to TensorBoard (every tb/<minute>/ folder: a requeued run may start a new one)."""
+    from cookbook.metrics import parse_log
+
+    folders = sorted({p.parent for p in job.run_dir.rglob("events.out.tfevents.*")})
+    assert folders, "TensorBoard event files"
+    steps: set[int] = set()
+    for folder in folders:
+        df = parse_log(folder)
+        assert df["loss"].map(math.isfinite).all()
+        steps |= {int(s) for s in df["step"]}
+    return steps
 
 
 def _losses(job: Job) -> "list[float]":
@@ -137,6 +162,7 @@ def test_preempted_torchtune_job_resumes_from_its_epoch_checkpoint_with_the_same
     assert interruptions["full_resumed"] == "USR1"
     job, reference = jobs["full_resumed"], jobs["full"]
     first, second = _segments(job.log)[:2]
+    assert first.startswith(f"job {job.job_id}:") and second.startswith(f"job {job.job_id}:")
     assert "got USR1, requeueing" in first
     assert "resuming from" in second and "epoch_0" in second
     # the second run trains only epoch 2 (steps 5-8): nothing lost, nothing repeated before the checkpoint
@@ -162,8 +188,9 @@ def test_torchtitan_llama3_c4_requeued_mid_run_resumes_without_losing_a_step(run
     assert train["loss"].map(math.isfinite).all()
     assert (job.run_dir / "checkpoint" / f"step-{TITAN_STEPS}").is_dir() or any(
         (job.run_dir / "checkpoint").glob("step-*"))
-    assert list(job.run_dir.rglob("events.out.tfevents.*")), "TensorBoard event files"
-    assert list(job.run_dir.rglob("*trace.json*")), "profiler traces"
+    assert all(seg.startswith(f"job {job.job_id}:") for seg in segments), "the same job id ran again"
+    assert all(t.is_file() and t.stat().st_size > 0 for t in _traces(job)), _traces(job)
+    assert _tensorboard_steps(job) == set(range(1, TITAN_STEPS + 1))
 
 
 def test_torchtitan_flux_runs_with_checkpoints_profiling_and_tensorboard(runs):
@@ -174,9 +201,5 @@ def test_torchtitan_flux_runs_with_checkpoints_profiling_and_tensorboard(runs):
     assert sorted(train["step"]) == [1, 2, 3, 4]
     assert train["loss"].map(math.isfinite).all()
     assert any((job.run_dir / "checkpoint").glob("step-*"))
-    assert list(job.run_dir.rglob("events.out.tfevents.*"))
-    assert list(job.run_dir.rglob("*trace.json*"))
-    from cookbook.metrics import parse_log
-
-    tb = parse_log(next(job.run_dir.rglob("events.out.tfevents.*")).parent)
-    assert len(tb) >= 4
+    assert all(t.is_file() and t.stat().st_size > 0 for t in _traces(job)), _traces(job)
+    assert _tensorboard_steps(job) == {1, 2, 3, 4}
