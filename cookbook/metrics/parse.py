@@ -26,46 +26,159 @@ _VAL_PREFIX = "validation_metrics/"
 _CHUNK = 64 << 20
 
 
-def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
+def parse_log(path: str | os.PathLike, ranks: str = "first", workers: int | None = None) -> pd.DataFrame:
     """Parse a training log (any supported format, detected per line) or a TensorBoard event folder.
 
     Returns one row per (split, step) -- ``ranks="all"`` keeps one row per rank as well. ``df.attrs``
     holds ``source``, ``formats`` (those seen), ``ranks`` (ranks seen) and ``skipped``: a list of
     ``(line_number, text)`` for lines that looked like metrics but matched no format exactly.
+
+    Files larger than ``PARALLEL_MIN_BYTES`` are parsed by up to ``workers`` processes (default: one per
+    CPU), each reading and scanning its own ~64 MB byte range; ``workers=1`` forces one process. The
+    result is the same table either way.
     """
     p = Path(path)
     if p.is_dir():
         return read_tensorboard(p)
+    size = p.stat().st_size
+    n_workers = min(os.cpu_count() or 1, workers or os.cpu_count() or 1)
     table = RowTable()
-    skipped: list[tuple[int, str]] = []
-    # Reads into one reused buffer (no fresh 64 MB allocation per read), not mmap: a log truncated
-    # while mapped (Slurm truncates it on requeue) would kill the process with SIGBUS.
-    buf, base, keep = bytearray(_CHUNK), 0, 0
-    with open(p, "rb") as f:
-        while True:
-            if keep == len(buf):     # one line longer than the buffer: grow it
-                buf.extend(bytes(len(buf)))
-            with memoryview(buf) as view:
-                n = f.readinto(view[keep:])
-            if not n:
-                break
-            total = keep + n
-            cut = max(buf.rfind(b"\n", 0, total), buf.rfind(b"\r", 0, total)) + 1
-            frames, skips = scan(buf, 0, cut)
-            table.add(frames)
-            skipped += [(base + off, text) for off, text in skips]
-            buf[:total - cut] = buf[cut:total]     # the partial last line moves to the front
-            base, keep = base + cut, total - cut
-    if keep:
-        frames, skips = scan(bytes(buf[:keep]))
-        table.add(frames)
-        skipped += [(base + off, text) for off, text in skips]
+    if n_workers > 1 and size > PARALLEL_MIN_BYTES:
+        skipped = _parse_parallel(p, size, n_workers, table)
+    else:
+        with open(p, "rb") as f:
+            skipped = _scan_file(f, 0, None, table)
     if skipped:                      # rare: map the file once to count lines up to each skipped one
         data = _map(p)
         table.skipped = with_line_numbers(data, skipped)
         if isinstance(data, mmap.mmap):
             data.close()
     return _annotate(table, ranks, str(p))
+
+
+def _scan_file(f, start: int, end: int | None, table: RowTable | None,
+               buf: bytearray | None = None) -> list[tuple[int, str]] | tuple[list, list[tuple[int, str]]]:
+    """Scan bytes ``start``..``end`` (None: to EOF) of the open file ``f`` in ``_CHUNK`` windows.
+
+    Rows go into ``table`` and (byte offset, text) of skipped lines are returned; with ``table=None`` the
+    list of frames is returned as well, ``(frames, skipped)``, for a worker process to ship back.
+    """
+    frames_out: list = []
+    add = frames_out.extend if table is None else table.add
+    skipped: list[tuple[int, str]] = []
+    # Reads into one reused buffer (no fresh 64 MB allocation per read), not mmap: a log truncated
+    # while mapped (Slurm truncates it on requeue) would kill the process with SIGBUS.
+    if buf is None or len(buf) < _CHUNK:
+        buf = bytearray(_CHUNK)
+    base, keep = start, 0
+    f.seek(start)
+    while True:
+        if keep == len(buf):     # one line longer than the buffer: grow it
+            buf.extend(bytes(len(buf)))
+        room = len(buf) - keep if end is None else min(len(buf) - keep, end - base - keep)
+        if room <= 0:
+            break
+        with memoryview(buf) as view:
+            n = f.readinto(view[keep:keep + room])
+        if not n:
+            break
+        total = keep + n
+        cut = max(buf.rfind(b"\n", 0, total), buf.rfind(b"\r", 0, total)) + 1
+        frames, skips = scan(buf, 0, cut)
+        add(frames)
+        skipped += [(base + off, text) for off, text in skips]
+        buf[:total - cut] = buf[cut:total]     # the partial last line moves to the front
+        base, keep = base + cut, total - cut
+    if keep:
+        frames, skips = scan(bytes(buf[:keep]))
+        add(frames)
+        skipped += [(base + off, text) for off, text in skips]
+    return skipped if table is not None else (frames_out, skipped)
+
+
+# --- parallel path: one worker process per ~64 MB byte range of a big file ----------------------------
+PARALLEL_MIN_BYTES = 128 << 20   # smaller files: one process (a pool costs more than it saves)
+_PIECE = 64 << 20                # nominal size of one worker's byte range
+_WORKER_BUF: bytearray | None = None
+
+
+def _after_newline(f, pos: int, size: int) -> int:
+    """Offset just after the first b"\n" at or after ``pos`` (``size`` if there is none)."""
+    f.seek(pos)
+    while True:
+        block = f.read(1 << 16)
+        if not block:
+            return size
+        i = block.find(b"\n")
+        if i >= 0:
+            return pos + i + 1
+        pos += len(block)
+
+
+def _parse_range(path: str, start: int, end: int, size: int) -> tuple[list, list[tuple[int, str]]]:
+    """Worker: rows of the lines of ``path`` in nominal byte range ``start``..``end``, as compact columns.
+
+    The range begins after the first newline at/after ``start`` (0 stays 0) and ends after the first
+    newline at/after ``end`` (EOF for the last range), so neighbouring ranges share no line and miss none.
+    Skipped lines come back with absolute byte offsets; the parent turns those into line numbers.
+    """
+    global _WORKER_BUF
+    with open(path, "rb") as f:
+        s = 0 if start == 0 else _after_newline(f, start, size)
+        e = None if end >= size else _after_newline(f, end, size)
+        if e is not None and s >= e:
+            return [], []
+        if _WORKER_BUF is None or len(_WORKER_BUF) < _CHUNK:
+            _WORKER_BUF = bytearray(_CHUNK)
+        frames, skipped = _scan_file(f, s, e, None, _WORKER_BUF)
+    return [_pack(df) for df in frames], skipped
+
+
+def _pack(df: pd.DataFrame) -> object:
+    """A DataFrame as (column names, numpy arrays) -- cheap to pickle; constant object columns (split,
+    format) as one value. Frames with pandas extension dtypes travel as they are."""
+    import numpy as np
+
+    cols = []
+    for name in df.columns:
+        s = df[name]
+        if not isinstance(s.dtype, np.dtype):
+            return df
+        a = s.to_numpy()
+        if a.dtype == object and len(a) and isinstance(a[0], str) and (a == a[0]).all():
+            cols.append((name, ("const", a[0], len(a))))
+        else:
+            cols.append((name, a))
+    return ("cols", cols, len(df))
+
+
+def _unpack(packed: object) -> pd.DataFrame:
+    import numpy as np
+
+    if isinstance(packed, pd.DataFrame):
+        return packed
+    _, cols, n = packed
+    data = {}
+    for name, a in cols:
+        data[name] = np.full(a[2], a[1], dtype=object) if isinstance(a, tuple) else a
+    return pd.DataFrame(data, index=pd.RangeIndex(n))
+
+
+def _parse_parallel(p: Path, size: int, n_workers: int, table: RowTable) -> list[tuple[int, str]]:
+    """Scan ``p`` with a pool of ``n_workers`` processes; add their rows to ``table`` in file order (so
+    duplicate steps resolve exactly as in one process) and return skipped lines' (byte offset, text)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    bounds = list(range(0, size, _PIECE)) + [size]
+    ctx = multiprocessing.get_context("fork")
+    skipped: list[tuple[int, str]] = []
+    with ProcessPoolExecutor(max_workers=min(n_workers, len(bounds) - 1), mp_context=ctx) as pool:
+        n = len(bounds) - 1
+        for frames, skips in pool.map(_parse_range, [str(p)] * n, bounds[:-1], bounds[1:], [size] * n):
+            table.add(_unpack(df) for df in frames)
+            skipped += skips
+    return skipped
 
 
 def parse_text(text: str | bytes, ranks: str = "first") -> pd.DataFrame:
