@@ -15,7 +15,7 @@ import jinja2
 
 from cookbook.recipes import LOCAL_CPU, get_recipe
 from cookbook.recipes.base import Recipe
-from cookbook.spec import PROFILES, JobSpec, SpecError, check_spec
+from cookbook.spec import PROFILES, SHARED_PORT_SPAN, JobSpec, SpecError, check_spec
 
 _TEMPLATES = Path(__file__).parent / "templates"
 _BUILTIN_VARS = ("RECIPE_DIR", "RUN_DIR")
@@ -89,7 +89,7 @@ def render_job(spec: JobSpec) -> RenderedJob:
         recipe_dir=quote(spec.recipe_dir) if spec.recipe_dir else '"$SLURM_SUBMIT_DIR"',
         run_dir=quote(spec.run_dir) if spec.run_dir else '"$RECIPE_DIR"/runs/' + quote(spec.name),
         variables=variables, resume=recipe.resume(spec).rstrip(), srun_args=srun_args,
-        launcher=launcher, args=launch.args)
+        launcher=launcher, args=launch.args, port_span=SHARED_PORT_SPAN)
     return RenderedJob(script, recipe.files(spec), recipe.warnings(spec))
 
 

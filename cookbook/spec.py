@@ -18,6 +18,7 @@ SECRET_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")
 _TIME = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+SHARED_PORT_SPAN = 10000   # non-exclusive jobs: rendezvous port = port + job id % SHARED_PORT_SPAN
 
 
 class SpecError(ValueError):
@@ -210,6 +211,9 @@ def check_spec(spec: JobSpec) -> list[str]:
         p.append(f"signal_seconds={spec.signal_seconds}: Slurm accepts 0..65535")
     if not 1024 <= spec.port <= 65535:
         p.append(f"port={spec.port}: pick an unprivileged port (1024..65535)")
+    elif not spec.exclusive and spec.port + SHARED_PORT_SPAN - 1 > 65535:
+        p.append(f"port={spec.port}: jobs on shared nodes rendezvous on port + job id % {SHARED_PORT_SPAN}; "
+                 f"pick a port <= {65536 - SHARED_PORT_SPAN}")
     for label, value in (("job_name", spec.job_name), ("partition", spec.partition), ("account", spec.account),
                          ("qos", spec.qos), ("log_dir", spec.log_dir), ("run_dir", spec.run_dir),
                          ("recipe_dir", spec.recipe_dir), ("container_image", spec.container_image),

@@ -2,7 +2,8 @@
 cluster with tiny models, and surviving a requeue.
 
 The runs are started together by one module fixture (they share the cluster's nodes) and each test
-checks one run's outputs, so the file costs about as much as its slowest run.
+checks one run's outputs, so the file costs about as much as its slowest run (~110 s on 2 cores). Two
+of the runs are the committed copy-paste scripts of slurm-recipes/ sbatched as a user would.
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ def runs(slurm, tiny_assets, tmp_path_factory):
                         {"training.steps": "4", "metrics.enable_tensorboard": "True",
                          **profiling_overrides("flux_schnell", "local-cpu", **PROFILE)}),
     }
+    # The copy-paste scripts of slurm-recipes/ as they are, two at once on the same nodes (fixed names,
+    # fixed base port: each job must still get its own rendezvous port).
+    jobs.update(_submit_copied_scripts(slurm, root, tiny_assets, ("llama3_8b_c4", "flux_schnell")))
     interruptions: dict[str, str] = {}
 
     # Preemption path: USR1 to the batch shell (what --signal=B:USR1@N sends before the time limit);
@@ -94,6 +98,34 @@ def runs(slurm, tiny_assets, tmp_path_factory):
         info = slurm.wait(job.job_id, timeout=600, poll=2)
         assert info.state == "COMPLETED", f"{job.name}: {info.state}\n{job.explain()}"
     return jobs, interruptions
+
+
+def _submit_copied_scripts(slurm: SlurmClient, root: Path, tiny, recipes: tuple[str, ...]) -> dict[str, Job]:
+    """sbatch copies of slurm-recipes/torchtitan/RECIPE.local-cpu.sbatch from a checkout-like folder.
+
+    The scripts find the venv and the tiny assets at ../../.venv and ../../.cache/tiny (symlinked here)."""
+    import shutil
+    import subprocess
+    import sys
+
+    checkout = root / "checkout"
+    (checkout / ".cache").mkdir(parents=True)
+    (checkout / ".venv").symlink_to(Path(sys.prefix))
+    (checkout / ".cache" / "tiny").symlink_to(tiny.root)
+    folder = checkout / "slurm-recipes" / "torchtitan"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "slurm-recipes" / "torchtitan", folder)
+    (folder / "logs").mkdir()
+    jobs = {}
+    for recipe in recipes:
+        script, name = folder / f"{recipe}.local-cpu.sbatch", f"{recipe}-local-cpu".replace("_", "-")
+        # as the README says: sbatch from the script's folder ($SLURM_SUBMIT_DIR is where sbatch ran, which
+        # --chdir does not change, and the scripts find their configs through it)
+        r = subprocess.run(["sbatch", "--parsable", script.name], cwd=folder, env=slurm.env, capture_output=True,
+                           text=True, check=True)
+        job_id = r.stdout.strip().split(";")[0]
+        jobs[f"copied {recipe}"] = Job(job_id, script, folder / "logs" / f"{name}-{job_id}.out",
+                                       folder / "runs" / name, recipe, "local-cpu", name, client=slurm)
+    return jobs
 
 
 def _step_logged(log: Path, step: int) -> bool:
@@ -203,3 +235,15 @@ def test_torchtitan_flux_runs_with_checkpoints_profiling_and_tensorboard(runs):
     assert any((job.run_dir / "checkpoint").glob("step-*"))
     assert all(t.is_file() and t.stat().st_size > 0 for t in _traces(job)), _traces(job)
     assert _tensorboard_steps(job) == {1, 2, 3, 4}
+
+
+def test_the_copy_paste_scripts_run_side_by_side_on_their_own_rendezvous_ports(runs):
+    jobs, _ = runs
+    copied = [job for key, job in jobs.items() if key.startswith("copied ")]
+    ports = {re.search(r"rendezvous \S+:(\d+)", job.log.read_text()).group(1) for job in copied}
+    assert len(copied) == 2 and len(ports) == 2, ports
+    for job in copied:
+        df = job.metrics()
+        train = df[df["split"] == "train"] if "split" in df else df
+        assert sorted(train["step"]) == [1, 2, 3, 4] and train["loss"].map(math.isfinite).all(), job.name
+        assert (job.run_dir / "checkpoint" / "step-4" / ".metadata").is_file(), job.name

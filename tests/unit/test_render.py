@@ -85,3 +85,22 @@ def test_slurm_recipes_match_the_generator():
     root = ROOT / "slurm-recipes"
     stale = [rel for rel, text in expected.items() if not (root / rel).is_file() or (root / rel).read_text() != text]
     assert not stale, f"slurm-recipes/ drifted from the generator; run `cookbook generate-recipes`: {stale}"
+
+
+def _rdzv_port(script: str, job_id: int) -> int:
+    """RDZV_PORT as bash computes it in ``script`` for a job id."""
+    line = next(ln for ln in script.splitlines() if ln.startswith("RDZV_PORT="))
+    r = subprocess.run(["bash", "-c", f"{line}; echo $RDZV_PORT"], capture_output=True, text=True, check=True,
+                       env={**os.environ, "SLURM_JOB_ID": str(job_id)})
+    return int(r.stdout)
+
+
+def test_jobs_sharing_nodes_rendezvous_on_ports_of_their_own():
+    from cookbook.spec import SpecError, make_spec
+
+    shared = render_job(make_spec("llama3_3_70b_lora", profile="local-cpu", port=29500)).script
+    assert {_rdzv_port(shared, j) for j in (116, 117, 10116)} == {29616, 29617}   # 10116 wraps onto 116
+    exclusive = render_job(make_spec("llama3_3_70b_lora", profile="generic")).script
+    assert _rdzv_port(exclusive, 116) == _rdzv_port(exclusive, 117) == 29500
+    with pytest.raises(SpecError, match="port=60000"):
+        render_job(make_spec("llama3_3_70b_lora", profile="local-cpu", port=60000))
