@@ -33,6 +33,9 @@ Use with torchtitan 0.3.0: `--dataloader.dataset c4 --dataloader.dataset_path <t
 """
 
 
+_C4_TIMESTAMP = "1970-01-01T00:00:00Z"
+
+
 def write_c4(texts: Iterable[str], out_dir: str | Path, *, shard_rows: int = 10_000,
              validation_rows: int = 1) -> Path:
     """Lay out ``texts`` as a C4 ``en`` folder (train shards + a validation shard); returns the folder."""
@@ -49,8 +52,9 @@ def write_c4(texts: Iterable[str], out_dir: str | Path, *, shard_rows: int = 10_
     for split, parts in (("train", shards), ("validation", [val])):
         for k, part in enumerate(parts):
             name = out / "en" / f"c4-{split}.{k:05d}-of-{len(parts):05d}.json.gz"
-            raw = "".join(json.dumps({"text": text, "url": f"local://{split}/{k}/{j}"}) + "\n"
-                          for j, text in enumerate(part)).encode()
+            # allenai/c4's schema (text, timestamp, url); a fixed timestamp keeps the bytes deterministic
+            raw = "".join(json.dumps({"text": text, "timestamp": _C4_TIMESTAMP, "url": f"local://{split}/{k}/{j}"})
+                          + "\n" for j, text in enumerate(part)).encode()
             # fixed mtime and no file name in the header: the same texts give the same bytes
             with open(name, "wb") as f, gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0) as gz:
                 gz.write(raw)
