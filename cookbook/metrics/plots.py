@@ -12,6 +12,7 @@ from typing import Mapping, Sequence, Union
 
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from cookbook.metrics.parse import parse_log
 
@@ -24,6 +25,9 @@ PANELS: dict[str, tuple[str, ...]] = {
     "memory": ("memory_gib",),
     "mfu": ("mfu_pct",),
 }
+# frameworks print these as 0 when they cannot compute them (torchtitan's mfu on CPU or for FLUX):
+# all zeros means "not known", so no panel
+_ZERO_IS_UNKNOWN = {"mfu_pct", "tflops"}
 _LABELS = {"tokens_per_second_per_gpu": "tokens/s/GPU", "samples_per_second": "samples/s",
            "memory_gib": "memory (GiB)", "mfu_pct": "MFU (%)", "loss": "loss"}
 
@@ -49,6 +53,13 @@ def _as_runs(runs: Run | Sequence[Run] | Mapping[str, Run]) -> dict[str, pd.Data
     return out
 
 
+def _has_values(df: pd.DataFrame, col: str) -> bool:
+    if col not in df:
+        return False
+    values = df[col].dropna()
+    return bool(len(values)) and not (col in _ZERO_IS_UNKNOWN and (values == 0).all())
+
+
 def plot_runs(runs: Run | Sequence[Run] | Mapping[str, Run], out: str | os.PathLike | None = None,
               panels: Sequence[str] | None = None, alpha: float = 0.1) -> Figure:
     """One panel per metric present in any run (loss, throughput, memory, MFU); runs overlaid.
@@ -60,7 +71,7 @@ def plot_runs(runs: Run | Sequence[Run] | Mapping[str, Run], out: str | os.PathL
     chosen: list[tuple[str, str]] = []
     for title in wanted:
         for col in PANELS[title]:
-            if any(col in df and df[col].notna().any() for df in frames.values()):
+            if any(_has_values(df, col) for df in frames.values()):
                 chosen.append((title, col))
                 break
     if not chosen:
@@ -86,6 +97,7 @@ def plot_runs(runs: Run | Sequence[Run] | Mapping[str, Run], out: str | os.PathL
                 ax.plot(train["step"], train[col], color=color, linewidth=1.5, label=label)
         ax.set_title(title)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(_LABELS.get(col, col))
         ax.grid(alpha=0.3)
         if len(frames) > 1 or col == "loss":

@@ -125,6 +125,17 @@ def test_plot_overlays_runs_and_writes_png(tmp_path):
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_plot_leaves_out_mfu_a_framework_could_not_compute():
+    from cookbook.metrics import parse_text
+
+    # torchtitan on CPU prints "mfu: 0.00%" (no peak FLOPs known): not a real 0, so no MFU panel
+    df = parse_text("".join(f"[titan] 2026-11-22 12:15:5{s},593 - root - INFO - step: {s}  loss: {8 - s / 4}  "
+                            f"memory:  0.69GiB(2.91%)  tps: 108  tflops: 0.00  mfu: 0.00%\n" for s in range(1, 5)))
+    fig = plot_runs(df)
+    assert [ax.get_title() for ax in fig.axes if ax.get_visible()] == ["loss", "throughput", "memory"]
+    assert all(float(t).is_integer() for t in fig.axes[0].get_xticks())
+
+
 def test_cli_metrics_csv_and_plot(tmp_path, capsys):
     rc = main(["metrics", str(LOGS / "seed_fsdp_llama3_8b.log"), "--csv", str(tmp_path / "m.csv"),
                "--plot", str(tmp_path / "m.png")])
