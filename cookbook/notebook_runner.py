@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import pandas as pd
+from traitlets.config import Config
 
 from cookbook.paths import output_dir, project_root
 from cookbook.recipes.base import LOCAL_CPU
@@ -62,7 +63,7 @@ def local_parameters(notebook: str, assets: Any = None) -> dict[str, Any]:
 
             assets = ensure_tiny_assets()
         params.update(model_dir=str(assets.llama_dir), dataset=str(assets.chat_sharegpt), style="sharegpt",
-                      max_seq_len=256)
+                      max_seq_len=256, overrides={})   # the tiny config's own short run
     elif name in ("02", "03", "05"):
         params["model_dir"] = None         # the tiny config points at the tiny model itself
     return params
@@ -124,10 +125,16 @@ def run_notebook(notebook: str | os.PathLike, out_dir: str | os.PathLike | None 
         try:
             pm.execute_notebook(str(src), str(target), parameters=dict(parameters or {}), cwd=str(work),
                                 kernel_name="python3", progress_bar=False, log_output=log_output,
-                                execution_timeout=timeout, request_save_on_cell_execute=False)
+                                execution_timeout=timeout, request_save_on_cell_execute=False,
+                                config=_KERNEL_CONFIG)
         except PapermillExecutionError as e:
             raise NotebookStopped(target, e.ename, _strip_ansi(e.evalue), e.cell_index) from None
     return target
+
+
+# The kernel's sockets encrypted with CurveZMQ keys the manager makes (ipykernel warns on plain TCP):
+# cells may read secrets such as HF_TOKEN from the environment.
+_KERNEL_CONFIG = Config({"KernelManager": {"transport_encryption": "required"}})
 
 
 def _strip_ansi(text: str) -> str:
