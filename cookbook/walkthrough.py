@@ -25,7 +25,7 @@ import pandas as pd
 
 from cookbook.slurm.client import JobInfo, SlurmClient, SlurmError, read_output
 from cookbook.recipes.base import LOCAL_CPU
-from cookbook.spec import PROFILES, JobSpec, SpecError, make_spec
+from cookbook.spec import PROFILES, JobSpec, SpecError, make_spec, parse_overrides
 
 JOB_FILE = "job.json"
 
@@ -108,13 +108,15 @@ def _local_hint(spec: JobSpec) -> str:
             "parameters profile='local-cpu', gpus_per_node=0 (`make demo` does that).")
 
 
-def check_job(spec: JobSpec, client: SlurmClient | None = None) -> CheckReport:
-    """Validate ``spec`` with the recipe engine and against the cluster this runs on.
+def check_job(spec: JobSpec, client: SlurmClient | None = None, gpu: str | None = None) -> CheckReport:
+    """Validate ``spec`` with the recipe engine and against the cluster this runs on; warn when the
+    planner says it will not fit on GPUs of kind ``gpu`` (default: the recipe's, H100).
 
     Raises :class:`NotebookStop` listing every problem, each with what to change: invalid spec, no
     Slurm, unknown partition, too few nodes, too few GPUs per node.
     """
     from cookbook import doctor
+    from cookbook.planner import job_fit_warning
     from cookbook.render import render_job
 
     report, problems, hint = CheckReport(), [], ""
@@ -124,6 +126,7 @@ def check_job(spec: JobSpec, client: SlurmClient | None = None) -> CheckReport:
                             + (f"{spec.gpus_per_node} GPU(s)" if spec.gpus_per_node else "CPU")
                             + f", profile {spec.profile}")
         report.warnings += job.warnings
+        report.warnings += filter(None, [job_fit_warning(spec, gpu)])
     except SpecError as e:
         problems += e.problems
     client = client or slurm_client(spec.profile)
@@ -321,15 +324,17 @@ def model_overrides(recipe: str, model_dir: str | None) -> dict[str, str]:
 
 
 def plan_for(spec: JobSpec, gpu: str = "H100") -> str:
-    """The planner's memory / throughput estimate for ``spec`` (for local-cpu: of the real recipe)."""
+    """The planner's memory / throughput estimate for ``spec`` with its overrides (batch size, sequence
+    length, ...); for local-cpu: of the real recipe it stands for."""
     from cookbook.planner import plan
+    from cookbook.planner.recipes import ignorable_overrides
 
     try:
         if spec.profile == LOCAL_CPU:
             text = plan(spec.recipe, gpu=gpu).render()
             return ("local-cpu trains a tiny model; this is the estimate for the real recipe it stands for:\n"
                     + text)
-        return plan(spec.recipe, spec.nodes, spec.gpus_per_node, gpu).render()
+        return plan(spec.recipe, spec.nodes, spec.gpus_per_node, gpu, **ignorable_overrides(spec.overrides)).render()
     except (ValueError, KeyError) as e:
         return f"no estimate: {e}"
 
@@ -410,6 +415,17 @@ def check_dataset(source: str, style: str, model_dir: str, column_map: dict[str,
         return check(spec, TokenizerSpec.from_model_dir(model_dir), max_seq_len=max_seq_len, model_dir=model_dir)
     except (DataError, ValueError) as e:
         raise NotebookStop(str(e)) from None
+
+
+def dataset_overrides(source: str, style: str, column_map: dict[str, str] | None = None,
+                      max_seq_len: int | None = None, packed: bool = False) -> dict[str, str]:
+    """The recipe overrides that plug the dataset in (its ``dataset:`` block and ``tokenizer.max_seq_len``):
+    the same ``key=value`` pairs ``cookbook render --set`` and the job builder take."""
+    from cookbook.data import DatasetSpec
+    from cookbook.data import dataset_overrides as block
+
+    spec = DatasetSpec(source, style, column_map=dict(column_map or {}))
+    return parse_overrides(block(spec, packed=packed, max_seq_len=max_seq_len))
 
 
 # ------------------------------------------------------------------------------------------ text

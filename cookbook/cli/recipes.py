@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from cookbook.cli import UserError
+from cookbook.planner import GPUS
 from cookbook.spec import PROFILES, JobSpec, SpecError, make_spec, parse_overrides
 
 GENERATED_PROFILES = tuple(PROFILES)
@@ -31,8 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default 120; 30 on local-cpu)")
     r.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
     r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    r.add_argument("--gpu", default="h100", help="GPU kind for the planner's will-it-fit check "
-                   "(a100-40, a100-80, h100, h200, b200, gb200; ignored for local-cpu)")
+    r.add_argument("--gpu", default="h100", choices=sorted(GPUS), help="GPU kind for the planner's will-it-fit "
+                   "check (ignored for local-cpu)")
     r.add_argument("-o", "--output", required=True, help="script path; configs are written next to it")
     r.set_defaults(func=_render)
     s = sub.add_parser("submit", help="sbatch a rendered script; prints the job id")
@@ -74,10 +75,9 @@ def _render(args: argparse.Namespace) -> int:
         warnings = list(render_job(spec).warnings)
     except SpecError as e:
         raise UserError(str(e)) from e
-    if spec.profile != "local-cpu":
-        from cookbook.planner import fit_warning
+    from cookbook.planner import job_fit_warning
 
-        warnings.append(fit_warning(spec.recipe, spec.nodes, spec.gpus_per_node, args.gpu, spec.overrides))
+    warnings.append(job_fit_warning(spec, args.gpu))
     for w in filter(None, warnings):
         print(f"warning: {w}", file=sys.stderr)
     try:

@@ -1,11 +1,11 @@
 """Memory, throughput and time estimates for a recipe before it is submitted.
 
-``plan(recipe, nodes, gpus_per_node, gpu, **settings) -> Plan``; ``suggest(...)``; ``fit_warning(...)``.
+``plan(recipe, nodes, gpus_per_node, gpu, **settings) -> Plan``; ``suggest(...)``; ``fit_warning(...)`` / ``job_fit_warning(spec)``.
 Model shapes (exact parameter counts) in :mod:`.models`, GPU kinds and MFU anchors in :mod:`.hardware`,
 the memory/FLOPs formulas in :mod:`.estimate`, recipe defaults in :mod:`.recipes`.
 """
 
-from cookbook.planner.core import Plan, Suggestion, fit_warning, plan, suggest
+from cookbook.planner.core import Plan, Suggestion, fit_warning, job_fit_warning, plan, suggest
 from cookbook.planner.estimate import MemoryBreakdown, Settings, estimate_memory, flops_per_token
 from cookbook.planner.hardware import GPUS, GpuSpec, get_gpu
 from cookbook.planner.models import MODELS, FluxShape, ModelShape, count_parameters, get_model, shape_from_config
@@ -13,6 +13,6 @@ from cookbook.planner.recipes import RECIPES, get_recipe, settings_overrides
 
 __all__ = [
     "GPUS", "MODELS", "RECIPES", "FluxShape", "GpuSpec", "MemoryBreakdown", "ModelShape", "Plan", "Settings",
-    "Suggestion", "count_parameters", "estimate_memory", "fit_warning", "flops_per_token", "get_gpu",
+    "Suggestion", "count_parameters", "estimate_memory", "fit_warning", "flops_per_token", "job_fit_warning", "get_gpu",
     "get_model", "get_recipe", "plan", "settings_overrides", "shape_from_config", "suggest",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from cookbook.planner.estimate import (
     CHECKPOINTING_MODES, MemoryBreakdown, Settings, effective_mfu, estimate_memory, flops_per_sample,
@@ -12,6 +12,9 @@ from cookbook.planner.estimate import (
 from cookbook.planner.hardware import GIB, GpuSpec, get_gpu
 from cookbook.planner.models import FluxShape, ModelShape, get_model
 from cookbook.planner.recipes import RecipeDefaults, get_recipe, ignorable_overrides, settings_overrides
+
+if TYPE_CHECKING:
+    from cookbook.spec import JobSpec
 
 DEFAULT_MIN_MARGIN = 0.10  # suggest() wants 10% of GPU memory left free
 
@@ -168,15 +171,32 @@ def fit_warning(recipe: str, nodes: int | None, gpus_per_node: int | None, gpu: 
     renderer can pass the user's override dict as is. Unknown recipes/GPUs give no warning.
     """
     try:
-        p = plan(recipe, nodes, gpus_per_node, gpu, **ignorable_overrides(overrides or {}))
+        settings = ignorable_overrides(overrides or {})
+        p = plan(recipe, nodes, gpus_per_node, gpu, **settings)
     except (KeyError, ValueError):
         return None
     if not p.fits:
+        # the same job shape and memory settings, so the suggestions start from this job
+        sets = "".join(f" --set {k}={v}" for k, v in settings.items()
+                       if k not in ("micro_batch", "tp", "checkpointing"))
+        hint = (f"cookbook plan {recipe} --nodes {p.nodes} --gpus-per-node {p.gpus_per_node} "
+                f"--gpu {p.gpu.key}{sets} --suggest")
         return (f"planner: {recipe} does not fit on {p.gpu.name}: needs ~{p.peak_gib:.0f} GiB per GPU of "
-                f"{p.capacity_gib:.0f} GiB; try `cookbook plan {recipe} --suggest`")
+                f"{p.capacity_gib:.0f} GiB; try `{hint}`")
     if p.margin_fraction < 0.05:
         return f"planner: {recipe} is tight on {p.gpu.name}: {p.verdict()}"
     return None
+
+
+def job_fit_warning(spec: "JobSpec", gpu: str | None = None) -> str | None:
+    """:func:`fit_warning` for a job spec (its recipe, shape and overrides) on GPUs of kind ``gpu``.
+
+    None for jobs without GPUs (``local-cpu`` trains tiny models). The CLI's ``render``, the job
+    builder and the notebooks' job check all call this one function.
+    """
+    if not spec.profile_info.uses_gpus or not spec.gpus_per_node:
+        return None
+    return fit_warning(spec.recipe, spec.nodes, spec.gpus_per_node, gpu, spec.overrides)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
-"""Job builder widget: recipe, nodes, GPUs per node, partition, time, container, profile, overrides.
+"""Job builder widget: recipe, nodes, GPUs per node, GPU kind, partition, time, container, profile, overrides.
 
 Every change re-validates the job with the recipe engine (:func:`cookbook.render.validate`) and shows
-the problems, each saying what to change. *Render* shows the sbatch script; *Submit* checks the job
+the problems, each saying what to change, and the planner's warning when the job will not fit in the
+memory of the chosen GPU kind (:func:`cookbook.planner.job_fit_warning`). *Render* shows the sbatch script; *Submit* checks the job
 against the cluster (:func:`cookbook.walkthrough.check_job`), submits it and shows a
 :class:`~cookbook.widgets.monitor.JobMonitor` below.
 """
@@ -14,6 +15,7 @@ from typing import Any, Callable
 
 import ipywidgets as W
 
+from cookbook.planner import GPUS, job_fit_warning
 from cookbook.spec import PROFILES, JobSpec, SpecError, parse_overrides
 from cookbook.walkthrough import LOCAL_CPU, Job, NotebookStop, check_job, job_spec, submit
 from cookbook.widgets.monitor import JobMonitor
@@ -29,7 +31,7 @@ class JobBuilder:
     """Fill in a job, see its problems live, render and submit it."""
 
     def __init__(self, recipe: str = "llama3_3_70b_lora", profile: str = "generic", nodes: int = 2,
-                 gpus_per_node: int | None = None, partition: str = "", time: str = "",
+                 gpus_per_node: int | None = None, gpu: str = "h100", partition: str = "", time: str = "",
                  container_image: str = "", overrides: dict[str, Any] | None = None,
                  run_root: str | Path = "runs", on_submit: Callable[[Job], None] | None = None):
         local = profile == LOCAL_CPU
@@ -44,6 +46,7 @@ class JobBuilder:
         self.nodes = W.BoundedIntText(value=nodes, min=0, max=4096, description="nodes", style=style, layout=lay)
         self.gpus = W.BoundedIntText(value=gpus_per_node if gpus_per_node is not None else (0 if local else 8),
                                      min=0, max=64, description="GPUs per node", style=style, layout=lay)
+        self.gpu = W.Dropdown(options=sorted(GPUS), value=gpu, description="GPU kind", style=style, layout=lay)
         self.partition = W.Text(value=partition, placeholder="cluster default", description="partition",
                                 style=style, layout=lay)
         self.time = W.Text(value=time or ("00:10:00" if local else "04:00:00"), description="time limit",
@@ -62,10 +65,10 @@ class JobBuilder:
         self.render_button.on_click(lambda _b: self.render())
         self.submit_button.on_click(lambda _b: self.submit())
         self.profile.observe(self._profile_changed, names="value")
-        for w in (self.recipe, self.profile, self.nodes, self.gpus, self.partition, self.time, self.container,
-                  self.overrides):
+        for w in (self.recipe, self.profile, self.nodes, self.gpus, self.gpu, self.partition, self.time,
+                  self.container, self.overrides):
             w.observe(lambda _c: self.validate(), names="value")
-        form = W.VBox([self.recipe, self.profile, self.nodes, self.gpus, self.partition, self.time, self.container,
+        form = W.VBox([self.recipe, self.profile, self.nodes, self.gpus, self.gpu, self.partition, self.time, self.container,
                        self.overrides])
         self.widget = W.VBox([form, self.status, W.HBox([self.render_button, self.submit_button]), self.script,
                               self.monitor_box])
@@ -92,15 +95,26 @@ class JobBuilder:
             return e.problems
         return []
 
+    def fit_warning(self) -> str | None:
+        """The planner's warning when the job will not fit on the chosen GPU kind (None: it fits)."""
+        try:
+            return job_fit_warning(self.spec(), self.gpu.value)
+        except SpecError:
+            return None
+
     def validate(self) -> list[str]:
         """Re-check the job and show the result; Submit is enabled only for a valid job."""
         problems = self.problems()
         if problems:
             items = "".join(f"<li>{html.escape(p)}</li>" for p in problems)
-            self._set_status(f"<div style='color:#c62828' data-valid='no'><b>{len(problems)} problem(s):</b>"
-                             f"<ul>{items}</ul></div>")
+            status = (f"<div style='color:#c62828' data-valid='no'><b>{len(problems)} problem(s):</b>"
+                      f"<ul>{items}</ul></div>")
         else:
-            self._set_status("<div style='color:#2e7d32' data-valid='yes'><b>valid</b>: ready to render and submit</div>")
+            status = "<div style='color:#2e7d32' data-valid='yes'><b>valid</b>: ready to render and submit</div>"
+            warning = self.fit_warning()
+            if warning:
+                status += f"<div style='color:#e65100' data-fit='no'><b>warning</b>: {html.escape(warning)}</div>"
+        self._set_status(status)
         self.submit_button.disabled = bool(problems)
         return problems
 
@@ -131,7 +145,7 @@ class JobBuilder:
         """Check the job against the cluster, submit it and show its monitor."""
         try:
             spec = self.spec()
-            report = check_job(spec)
+            report = check_job(spec, gpu=self.gpu.value)
             job = submit(spec, self.run_root)
         except (NotebookStop, SpecError) as e:
             self._set_status(f"<div style='color:#c62828' data-valid='no'><pre>{html.escape(str(e))}</pre></div>")

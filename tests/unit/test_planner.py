@@ -6,6 +6,8 @@ of each published LLM figure, and within 20% for FLUX, whose batch size is infer
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from cookbook.cli import main as cli_main
@@ -40,17 +42,25 @@ def test_moe_active_params_count_two_of_eight_experts():
     assert get_model("flux_dev").total_params - get_model("flux_schnell").total_params == guidance_embedder
 
 
-TINY = dict(vocab_size=512, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64, intermediate_dim=256,
-            max_seq_len=512)
+def test_tiny_model_count_matches_the_model_itself(tiny_assets):
+    """The planner's count for the tiny model equals the tensors in its safetensors file and the
+    parameters of torchtune's module built from its config.json (nothing retyped here)."""
+    import json
 
-
-def test_tiny_model_count_matches_the_module():
+    from safetensors import safe_open
     from torchtune.models.llama3_1 import llama3_1
 
-    module = llama3_1(**TINY)
-    counted = count_parameters(module)
-    assert counted > 0
-    assert shape_from_config(TINY).total_params == counted
+    config = json.loads((tiny_assets.llama_dir / "config.json").read_text())
+    in_file = 0
+    for shard in tiny_assets.llama_dir.glob("*.safetensors"):
+        with safe_open(str(shard), "pt") as f:
+            in_file += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    module = llama3_1(vocab_size=config["vocab_size"], num_layers=config["num_hidden_layers"],
+                      num_heads=config["num_attention_heads"], num_kv_heads=config["num_key_value_heads"],
+                      embed_dim=config["hidden_size"], intermediate_dim=config["intermediate_size"],
+                      max_seq_len=config["max_position_embeddings"])
+    assert in_file > 0
+    assert shape_from_config(config).total_params == in_file == count_parameters(module)
 
 
 def test_hf_config_dict_gives_the_same_shape():

@@ -49,6 +49,20 @@ def test_builder_profile_switch_sets_gpus_and_tp_rule():
     assert "must divide GPUs per node" in _status(b)
 
 
+def test_builder_warns_when_the_planner_says_the_job_will_not_fit():
+    b = JobBuilder("llama3_3_70b_full", profile="generic", nodes=2)
+    assert "data-valid='yes'" in _status(b) and "data-fit" not in _status(b)   # 2 x 8 H100 fits
+    b.nodes.value = 1
+    b.overrides.value = "batch_size=16"
+    status = _status(b)
+    assert "data-fit='no'" in status and "does not fit on H100" in status
+    assert "--nodes 1 --gpus-per-node 8 --gpu h100" in status and not b.submit_button.disabled   # a warning
+    b.gpu.value = "b200"                                 # the GPU kind re-plans at once: ~95 GiB fits in 180
+    assert "data-valid='yes'" in _status(b) and "data-fit" not in _status(b)
+    b.profile.value = "local-cpu"                        # tiny models: no GPU plan
+    assert "data-fit" not in _status(b)
+
+
 def test_builder_render_shows_script():
     b = JobBuilder("llama3_3_70b_lora", profile="local-cpu", nodes=2)
     text = b.render()
