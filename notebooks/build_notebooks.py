@@ -187,6 +187,8 @@ nodes = 2
 gpus_per_node = 8
 partition = None
 time_limit = "04:00:00"
+container_image = None                                     # e.g. "nvcr.io#nvidia/pytorch:25.01-py3" (pyxis/enroot)
+overrides = {"max_steps_per_epoch": 20}                    # a short proof run; {} trains the full recipe
 run_root = "runs"
 '''),
     SETUP_IMPORTS,
@@ -213,25 +215,18 @@ packing (`dataset.packed=True`) fills each sequence with several samples.
 These overrides replace the recipe's `dataset:` block. They are plain `key=value` pairs: the same ones
 work with `cookbook render RECIPE --set KEY=VALUE` and in the job builder.
 '''),
-    code('''
-from cookbook.data import DatasetSpec, dataset_overrides
-from cookbook.spec import parse_overrides
-
-data_overrides = parse_overrides(dataset_overrides(DatasetSpec(dataset, style, column_map=dict(column_map)),
-                                                   max_seq_len=max_seq_len))
-data_overrides
-'''),
+    code("data_overrides = wt.dataset_overrides(dataset, style, column_map, max_seq_len=max_seq_len)\n"
+         "data_overrides"),
     md('''
 ## Train on it, briefly
 
-A short run with the dataset plugged in. On the real cluster this is the full recipe (set
-`overrides` for `epochs` or `max_steps_per_epoch` to keep it short); on the local cluster it is the
-tiny model.
+A short run with the dataset plugged in: `overrides` (a parameter) keeps it to a few steps per epoch
+(`max_steps_per_epoch`); set it to `{}` for the full recipe. On the local cluster it is the tiny model.
 '''),
     code('''
 spec = wt.job_spec(recipe, profile=profile, nodes=nodes, gpus_per_node=gpus_per_node, partition=partition,
-                   time=time_limit,
-                   overrides={**wt.model_overrides(recipe, model_dir), **data_overrides})
+                   time=time_limit, container_image=container_image,
+                   overrides={**wt.model_overrides(recipe, model_dir), **data_overrides, **overrides})
 wt.check_job(spec)
 '''),
     code('''

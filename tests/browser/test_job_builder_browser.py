@@ -32,7 +32,7 @@ def lab(tmp_path_factory, slurm, tiny_assets):
     from papermill.parameterize import parameterize_notebook
 
     if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (make deps-debian)")
+        pytest.fail("Debian's chromium is not installed: `make test` installs it (make deps-debian, as root)")
     root = tmp_path_factory.mktemp("labroot")
     nb = load_notebook_node(str(notebook_dir() / NOTEBOOK))
     params = {**local_parameters(NOTEBOOK), "run_root": str(root / "runs")}
