@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-from cookbook.slurm.client import SlurmError, read_output
+from cookbook.slurm.client import JobTimeout, SlurmClient, SlurmError, read_output
 
 pytestmark = pytest.mark.cluster
 
@@ -103,6 +104,35 @@ def test_state_after_the_job_left_the_queue_comes_from_the_completion_log(slurm,
     # sacct -c reads the job-completion log that real clusters without slurmdbd also keep
     rows = slurm.run("sacct", "-c", "-n", "-X", "-P", "-j", job, "-o", "JobID,State").stdout
     assert f"{job}|FAILED" in rows
+    # Once slurmctld has forgotten the job (MinJobAge), squeue prints nothing: the client's state comes
+    # from sacct (slurmdbd) or, without one as here, from the job-completion log. A squeue that knows
+    # no job stands in for the controller after MinJobAge; sacct is the real one.
+    forgetful = job_dir / "bin"
+    forgetful.mkdir()
+    (forgetful / "squeue").write_text("#!/bin/sh\nexit 0\n")
+    (forgetful / "squeue").chmod(0o755)
+    aged = SlurmClient({**slurm.env, "PATH": f"{forgetful}:{slurm.env['PATH']}"})
+    info = aged.state(job)
+    assert (info.state, info.source) == ("FAILED", "jobcomp") and info.exit_code.startswith("3")
+    with pytest.raises(SlurmError, match="unknown to squeue, sacct and the job-completion log"):
+        aged.state("999999")
+
+
+def test_wait_gives_up_with_the_state_it_saw_and_the_output_tail(slurm, job_dir):
+    script = _script(job_dir / "slow.sbatch", "for i in 1 2 3 4 5; do echo line $i; done; sleep 30\n",
+                     f"--output={job_dir}/%j.out")
+    job = slurm.submit(script)
+    assert slurm.wait(job, timeout=60, until=frozenset({"RUNNING"})).state == "RUNNING"
+    with pytest.raises(JobTimeout, match=f"job {job} still RUNNING after 2 s"):
+        slurm.wait(job, timeout=2, until=frozenset({"COMPLETED"}))
+    out = job_dir / f"{job}.out"
+    for _ in range(100):
+        if "line 5" in read_output(out):
+            break
+        time.sleep(0.2)
+    slurm.cancel(job)
+    assert read_output(out, tail_lines=2) == "line 4\nline 5"
+    assert read_output(job_dir / "not-there.out") == ""
 
 
 def test_output_path_is_what_slurm_resolved(slurm, job_dir):
