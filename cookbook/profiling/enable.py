@@ -4,8 +4,8 @@ Safe means: a few active steps after one warm-up step, one cycle only (traces ar
 every N steps for the rest of the run), no Python stacks (they make traces several times larger),
 shapes recorded (operator tables need them), memory profiling off unless asked for.
 
-Rank subsets: neither torchtune 0.6.1 nor torchtitan 0.3.0 can restrict the profiler to some ranks
-from the config or command line; every rank writes its own trace. Pick ranks afterwards with
+Rank subsets: neither torchtune 0.6.1 nor torchtitan 0.3.0 (nor our FSDP script) can restrict the
+profiler to some ranks from the config or command line; every rank writes its own trace. Pick ranks afterwards with
 :func:`cookbook.profiling.collect.collect` (``cookbook profile collect --ranks``).
 """
 
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-FRAMEWORKS = ("torchtune", "torchtitan")
+FRAMEWORKS = ("torchtune", "torchtitan", "fsdp")
 
 #: Where each framework writes traces, relative to its output folder (torchtune ``output_dir``,
-#: torchtitan ``--dump-folder``).
-TRACE_SUBDIR = {"torchtune": "profiling_outputs", "torchtitan": "profiling/traces"}
+#: torchtitan ``--dump-folder``, the FSDP script's run folder).
+TRACE_SUBDIR = {"torchtune": "profiling_outputs", "torchtitan": "profiling/traces", "fsdp": "profiling/traces"}
 MEMORY_SUBDIR = {"torchtune": "profiling_outputs", "torchtitan": "profiling/memory_snapshot"}
 
 
@@ -66,8 +66,9 @@ def profiling_overrides(
     start_step: int = 3,
     memory: bool = False,
 ) -> list[str]:
-    """Overrides that enable profiling: ``key=value`` strings for torchtune's ``tune run``, or
-    ``--section.key=value`` flags for torchtitan's ``torchtitan.train``.
+    """Overrides that enable profiling: ``key=value`` strings for torchtune's ``tune run``,
+    ``--section.key=value`` flags for torchtitan's ``torchtitan.train``, ``--flag=value`` for our FSDP
+    script (``cookbook/training/fsdp_train.py``).
 
     ``memory`` adds a CUDA memory snapshot (GPU only; torchtune writes it for rank 0 only).
     """
@@ -110,4 +111,10 @@ def profiling_overrides(
                 f"--profiler.save_memory_snapshot_folder={MEMORY_SUBDIR['torchtitan']}",
             ]
         return flags
+    if framework == "fsdp":
+        if memory:
+            raise ValueError("the FSDP script takes no memory snapshots; profile memory with torchtune or torchtitan")
+        return [f"--profile_steps={sched.active}", f"--profile_warmup={sched.warmup}",
+                f"--profile_start_step={sched.first_traced_step}",
+                f"--profile_dir=$RUN_DIR/{TRACE_SUBDIR['fsdp']}"]
     raise ValueError(f"unknown framework {framework!r}; expected one of {', '.join(FRAMEWORKS)}")

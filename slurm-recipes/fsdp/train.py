@@ -22,11 +22,16 @@ Log lines (rank 0; the format ``cookbook.metrics`` parses):
     Batch 12 Loss: 5.43210, Speed: 14.50 samples/sec, lr: 0.000100, tokens_per_second_per_gpu: 3712.0, mfu: 38.12%
 ``Batch N`` counts optimizer steps from 1; ``Speed`` is global samples/s; ``mfu`` is N/A on CPU or an
 unknown GPU (set ``--peak_tflops``).
+
+Profiling (``--profile_steps=N``): the PyTorch profiler traces steps ``--profile_start_step`` ..
+``+N-1`` after ``--profile_warmup`` warm-up steps, once, on every rank, and writes
+``PROFILE_DIR/iteration_<last traced step>/rank<R>_trace.json.gz`` (torchtitan's layout).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import hashlib
 import json
@@ -509,6 +514,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"])
     p.add_argument("--peak_tflops", type=float, default=None, help="GPU bf16 peak for MFU if not in the table")
     p.add_argument("--throttle_seconds", type=float, default=0.0, help="sleep after each step (demos, tests)")
+    p.add_argument("--profile_steps", type=int, default=0, help="steps the PyTorch profiler traces (0: off)")
+    p.add_argument("--profile_warmup", type=int, default=1, help="profiler warm-up steps before the traced ones")
+    p.add_argument("--profile_start_step", type=int, default=3, help="first traced step (1-based)")
+    p.add_argument("--profile_dir", default="./profiling/traces", help="iteration_N/rank<R>_trace.json.gz go here")
     return p
 
 
@@ -531,6 +540,31 @@ def setup_distributed(backend: str) -> tuple[int, int, int, torch.device]:
         device = torch.device("cpu")
         dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=30))
     return rank, local_rank, world, device
+
+
+def make_profiler(args: argparse.Namespace, rank: int, first_step: int):
+    """A ``torch.profiler.profile`` tracing steps ``profile_start_step`` .. ``+profile_steps-1`` (the log's
+    step numbers) once; None when profiling is off or this run starts past the warm-up (a resume)."""
+    if args.profile_steps <= 0:
+        return None
+    wait = args.profile_start_step - args.profile_warmup - first_step
+    if wait < 0:
+        log.info("Profiler: this run starts at step %d, past the profiled steps: not profiling", first_step)
+        return None
+    last = args.profile_start_step + args.profile_steps - 1
+    folder = Path(args.profile_dir) / f"iteration_{last}"
+
+    def save(prof) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(folder / f"rank{rank}_trace.json.gz"))
+        log.info("Profiler: traces of steps %d-%d in %s", args.profile_start_step, last, folder)
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return torch.profiler.profile(
+        activities=activities, record_shapes=True, on_trace_ready=save,
+        schedule=torch.profiler.schedule(wait=wait, warmup=args.profile_warmup, active=args.profile_steps, repeat=1))
 
 
 def train(args: argparse.Namespace) -> int:
@@ -598,6 +632,20 @@ def train(args: argparse.Namespace) -> int:
     log.info("Training starts at step %d (max_steps %d, %d ranks x %d samples x %d tokens)", state.step + 1,
              args.max_steps, world, args.train_batch_size, seq_len)
 
+    profiler = make_profiler(args, rank, state.step + 1)
+    with profiler if profiler is not None else contextlib.nullcontext():
+        _train_steps(args, state, data, model, optimizer, scheduler, device, rank, world, seq_len, bf16,
+                     fpt, peak, ckpt_dir, profiler)
+    log.info("Training finished at step %d", state.step)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+def _train_steps(args: argparse.Namespace, state: TrainState, data: PackedBatches, model, optimizer, scheduler,
+                 device: torch.device, rank: int, world: int, seq_len: int, bf16: bool, fpt: float,
+                 peak: float | None, ckpt_dir: Path, profiler) -> None:
+    """The training loop, from the current step to ``--max_steps``."""
     first = True
     while state.step < args.max_steps:
         t0 = time.perf_counter()
@@ -629,12 +677,10 @@ def train(args: argparse.Namespace) -> int:
         if state.step % args.checkpoint_freq == 0 or state.step == args.max_steps:
             path = save_checkpoint(ckpt_dir, state, data.state_dict(), rank, world, args.keep_checkpoints)
             log.info("Saved checkpoint %s", path)
+        if profiler is not None:
+            profiler.step()
         if args.throttle_seconds:
             time.sleep(args.throttle_seconds)
-    log.info("Training finished at step %d", state.step)
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

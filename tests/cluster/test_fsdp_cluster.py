@@ -83,6 +83,9 @@ def test_fsdp_two_nodes_requeued_mid_run_resumes_without_losing_a_step(slurm, ti
     assert sorted(second_steps) == list(range(resume_step + 1, max_steps + 1))
     assert set(range(1, max_steps + 1)) <= set(first_steps) | set(second_steps)
     assert set(range(1, resume_step + 1)) <= set(first_steps)
+    losses = {**first_steps, **second_steps}
+    early, late = [losses[s] for s in range(1, 5)], [losses[s] for s in range(max_steps - 3, max_steps + 1)]
+    assert sum(late) / 4 < sum(early) / 4, losses       # it learns, across the requeue
     # exact resume: steps trained twice (after the checkpoint, before the kill) give the same loss
     for step in set(first_steps) & set(second_steps):
         assert first_steps[step] == pytest.approx(second_steps[step], abs=1e-4), step

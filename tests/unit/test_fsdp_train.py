@@ -339,6 +339,25 @@ def test_slurm_recipes_fsdp_is_up_to_date():
     folder = ROOT / "slurm-recipes" / "fsdp"
     expected = generated_fsdp_files()
     stale = [n for n, text in expected.items() if not (folder / n).is_file() or (folder / n).read_text() != text]
-    assert not stale, f"regenerate: python -m cookbook.recipes.fsdp slurm-recipes/fsdp ({stale[:3]})"
+    assert not stale, f"regenerate: cookbook generate-recipes slurm-recipes ({stale[:3]})"
     extra = {p.name for p in folder.iterdir()} - set(expected) - {"README.md"}
     assert not extra, extra
+
+
+@pytest.mark.slow
+def test_profiling_traces_the_chosen_steps_on_every_rank(tmp_path, tokenizer_dir):
+    from cookbook.profiling.collect import find_traces
+    from cookbook.profiling.enable import profiling_overrides
+    from cookbook.profiling.summarize import summarize
+
+    profile_dir = tmp_path / "run" / "profiling" / "traces"
+    flags = [f.replace("$RUN_DIR", str(tmp_path / "run"))
+             for f in profiling_overrides("fsdp", device="cpu", steps=2, warmup=1, start_step=3)]
+    log = _torchrun(_tiny_args(tmp_path, tokenizer_dir, "tiny") + flags, tmp_path)
+    assert sorted(_losses(log)) == [1, 2, 3, 4, 5, 6]
+    traces = find_traces(tmp_path / "run")
+    assert [(t.iteration, t.rank, t.world_size) for t in traces] == [(4, 0, 2), (4, 1, 2)]
+    assert all(t.path.parent == profile_dir / "iteration_4" for t in traces)
+    summary = summarize([t.path for t in traces])
+    assert set(summary.per_rank["rank"]) == {0, 1} and (summary.per_rank["steps"] == 2).all()
+    assert "aten::mm" in set(summary.top_ops["name"])
