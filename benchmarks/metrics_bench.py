@@ -80,8 +80,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mb", type=int, default=1024)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--dir", default=None, help="where to write the log (default: a temp dir)")
+    ap.add_argument("--dir", default=None, help="where to write the log (created if missing; default: a temp dir)")
     args = ap.parse_args(argv)
+    if args.dir:
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         log = Path(tmp) / "noisy.log"
         t = time.perf_counter()

@@ -2,14 +2,14 @@
 
     df = parse_log("slurm-12.out")            # one row per step; df.attrs["skipped"] lists odd lines
     LogFollower("slurm-12.out").poll()        # new rows of a growing log
-    add_derived(df, flops_per_token=..., gpu="H100"); eta(df)
+    add_derived(df, flops_per_token=planner_flops("llama3_1_8b", seq_len=8192)[0], gpu="H100"); eta(df)
     diagnose("slurm-12.out")                  # known failures with a hint
     plot_runs({"a": "a.log", "b": "b.log"}, out="cmp.png")
 """
 
 from cookbook.metrics import plots
 from cookbook.metrics.derived import (GPU_PEAK_BF16_TFLOPS, add_derived, eta, hf_config_flops_per_token,
-                                      peak_tflops, tokens_seen, transformer_flops_per_token)
+                                      peak_tflops, planner_flops, tokens_seen, transformer_flops_per_token)
 from cookbook.metrics.diagnose import Finding, diagnose, diagnose_text
 from cookbook.metrics.follow import LogFollower, follow
 from cookbook.metrics.parse import parse_log, parse_text, read_tensorboard
@@ -17,6 +17,6 @@ from cookbook.metrics.plots import plot_runs
 
 __all__ = [
     "GPU_PEAK_BF16_TFLOPS", "Finding", "LogFollower", "add_derived", "diagnose", "diagnose_text", "eta", "follow",
-    "hf_config_flops_per_token", "parse_log", "parse_text", "peak_tflops", "plot_runs", "plots", "read_tensorboard",
-    "tokens_seen", "transformer_flops_per_token",
+    "hf_config_flops_per_token", "parse_log", "parse_text", "peak_tflops", "planner_flops", "plot_runs", "plots",
+    "read_tensorboard", "tokens_seen", "transformer_flops_per_token",
 ]

@@ -60,6 +60,29 @@ def hf_config_flops_per_token(config: Mapping | str | os.PathLike, seq_len: int)
     return transformer_flops_per_token(n_params, layers, heads, head_dim, seq_len, embedding_params=vocab * d)
 
 
+# torchtitan's FLUX trainer (2025, e.g. the Nebius seed's ``tps: 1,541,366``) counted ``labels.numel()`` as
+# tokens: the pixel values of each image, 3 * image_size**2. Later versions count seq_len per image instead.
+FLUX_TPS_PER_IMAGE_PIXEL = 3
+
+
+def planner_flops(model: str, seq_len: int | None = None, image_size: int | None = None) -> tuple[float, float]:
+    """(FLOPs per unit of the logged ``tokens_per_second_per_gpu``, FLOPs per sample) of a planner model.
+
+    ``model`` is a planner key (``llama3_1_8b``, ``flux_schnell`` ...), counted by the planner's formulas
+    (unset sizes: the planner's ``Settings`` defaults). An LLM's unit is a token; FLUX trains on images,
+    so its unit is one pixel value (see ``FLUX_TPS_PER_IMAGE_PIXEL``): FLOPs per image / (3 * image_size**2).
+    """
+    from cookbook.planner.estimate import Settings, flops_per_sample, flops_per_token
+    from cookbook.planner.models import FluxShape, get_model
+
+    shape = get_model(model)
+    s = Settings().with_overrides(**{k: v for k, v in (("seq_len", seq_len), ("image_size", image_size)) if v})
+    per_sample = flops_per_sample(shape, s)
+    if isinstance(shape, FluxShape):
+        return per_sample / (FLUX_TPS_PER_IMAGE_PIXEL * s.image_size ** 2), per_sample
+    return flops_per_token(shape, s), per_sample
+
+
 def add_derived(df: pd.DataFrame, *, flops_per_token: float | None = None, flops_per_sample: float | None = None,
                 gpu: str | None = None, n_gpus: int = 1, tokens_per_step: float | None = None) -> pd.DataFrame:
     """Copy of ``df`` with ``tflops``/``mfu_pct`` filled where missing or 0, and ``tokens_seen``.

@@ -15,29 +15,46 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Rule:
+    """A failure ``kind``: a line matching ``pattern`` (and, if given, ``context`` in it or in the
+    ``CONTEXT_BYTES`` before it) is named with ``hint``."""
+
     kind: str
     pattern: str
     hint: str
+    context: str | None = None
+
+
+CONTEXT_BYTES = 4096
+
+
+def _slurm_state(state: str) -> str:
+    """A Slurm job state as ``scontrol show job`` (``JobState=TIMEOUT``) and ``sacct`` print it: a column
+    (``CANCELLED+``, ``CANCELLED by 1000``, ``|``-separated with --parsable) followed by an ExitCode column."""
+    return rf"JobState={state}\b|(?:^|[\s|]){state}(?:\+| by \d+)?[\s|]+\d+:\d+(?:[\s|]|$)"
 
 
 # First matching rule wins for a line; order = most specific first.
 RULES: tuple[Rule, ...] = (
-    Rule("slurm_timeout", r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT",
+    Rule("slurm_timeout", r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT|"
+         + _slurm_state("TIMEOUT"),
          "the job hit its --time limit: raise --time, or checkpoint more often and resubmit to resume"),
-    Rule("slurm_preempted", r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO PREEMPTION",
+    Rule("slurm_preempted", r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO PREEMPTION|"
+         + _slurm_state("PREEMPTED"),
          "preempted by a higher-priority job: submit with --requeue and resume from the last checkpoint"),
     Rule("slurm_node_fail", r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO NODE FAIL|"
-         r"DUE TO NODE FAILURE|NODE_FAIL",
+         r"DUE TO NODE FAILURE|NODE_FAIL|srun: error: Node failure on",
          "a node died under the job: resubmit excluding it (--exclude=NODE) and resume from a checkpoint"),
-    Rule("slurm_cancelled", r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+",
+    Rule("slurm_cancelled", r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+|" + _slurm_state("CANCELLED"),
          "the job was cancelled (scancel or an admin); resubmit if that was not intended"),
-    Rule("cuda_oom", r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError: |CUBLAS_STATUS_ALLOC_FAILED",
+    Rule("cuda_oom", r"CUDA out of memory|CUDA error: out of memory|torch\.OutOfMemoryError|OutOfMemoryError: |"
+         r"CUBLAS_STATUS_ALLOC_FAILED",
          "GPU memory exhausted: lower batch size or sequence length, enable activation checkpointing, "
          "or shard over more GPUs (check the planner first)"),
     Rule("host_oom", r"oom[-_]kill|Out of memory: Killed process|OUT_OF_MEMORY",
          "the host ran out of RAM (Linux OOM killer): request more --mem, fewer dataloader workers, "
          "no CPU offload"),
     Rule("nccl_timeout", r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]ime(?:d )?out|"
+         r"ProcessGroupNCCL's watchdog got stuck|"
          r"NCCL.*timed out|Some NCCL operations have failed or timed out|collective operation timeout",
          "a rank stopped joining collectives: find the first rank that failed or hung above; check the "
          "network (NCCL_SOCKET_IFNAME, IB/EFA) and only raise the timeout for legitimately slow steps"),
@@ -46,9 +63,10 @@ RULES: tuple[Rule, ...] = (
          "NCCL failed: rerun with NCCL_DEBUG=INFO and check NCCL_SOCKET_IFNAME / the fabric plugin "
          "(aws-ofi-nccl on EFA)"),
     Rule("gated_model", r"GatedRepoError|gated repo|401 Client Error|403 Client Error|"
-         r"Access to model \S+ is restricted|Cannot access gated repo",
-         "the model is gated: accept its licence on huggingface.co and export HF_TOKEN "
-         "(or `huggingface-cli login`) before submitting"),
+         r"Access to model \S+ is restricted|Cannot access gated repo|"
+         r"'40[13] (?:Unauthorized|Forbidden)' for url '?https://(?:huggingface\.co|hf\.co)",
+         "the hub refused access (gated model, or no/invalid token): accept the licence on huggingface.co "
+         "and export a valid HF_TOKEN (or `huggingface-cli login`) before submitting"),
     Rule("hub_unreachable", r"Failed to download|LocalEntryNotFoundError|huggingface\.co.*(?:timed out|"
          r"Max retries|ConnectError)|ReadTimeoutError.*huggingface|(?:httpx|httpcore|requests)\.\w*(?:ConnectError|"
          r"ConnectionError|ConnectTimeout)",
@@ -61,8 +79,14 @@ RULES: tuple[Rule, ...] = (
          "workers could not reach the rendezvous host: use the first node of `scontrol show hostnames` "
          "as the endpoint, make sure it resolves to a non-loopback address on every node, and that "
          "MASTER_PORT is free"),
+    Rule("rendezvous", r"socket\.gaierror|\[Errno -[23]\] (?:Name or service not known|"
+         r"Temporary failure in name resolution)",
+         "the rendezvous host name does not resolve on this node: use a name from `scontrol show hostnames` "
+         "(or its IP address) as --rdzv-endpoint / MASTER_ADDR",
+         context=r"rendezvous|rdzv|c10d|TCPStore|MASTER_ADDR"),
     Rule("missing_tokenizer", r"(?:FileNotFoundError|No such file or directory|does not exist).*"
-         r"(?:tokenizer|\.model\b|tiktoken)",
+         r"(?:[Tt]okenizer|\.model\b|tiktoken)|[Tt]okenizer.*(?:does not exist|: No such file)|"
+         r"Can't load tokenizer",
          "the tokenizer file is missing: set tokenizer.path= to the downloaded file "
          "(e.g. original/tokenizer.model)"),
     Rule("missing_checkpoint", r"(?:FileNotFoundError|No such file or directory|does not exist).*"
@@ -78,7 +102,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 _COMBINED = re.compile("|".join(f"(?:{r.pattern})" for r in RULES).encode())
-_COMPILED = tuple((r, re.compile(r.pattern)) for r in RULES)
+_COMPILED = tuple((r, re.compile(r.pattern), re.compile(r.context.encode()) if r.context else None) for r in RULES)
 _SLURM_JOB = re.compile(r"\*\*\* (?:JOB|STEP) (\S+) ON (\S+) CANCELLED AT (\S+)")
 
 
@@ -122,7 +146,8 @@ def diagnose_bytes(data: bytes | mmap.mmap) -> list[Finding]:
         end = len(data) if end == -1 else end
         pos = end + 1                      # one finding per line at most
         line = bytes(data[start:end]).decode("utf-8", errors="replace").strip()
-        rule = next((r for r, rx in _COMPILED if rx.search(line)), None)
+        rule = next((r for r, rx, ctx in _COMPILED if rx.search(line)
+                     and (ctx is None or ctx.search(data, max(0, start - CONTEXT_BYTES), end))), None)
         if rule is None:
             continue
         if rule.kind in found:

@@ -5,7 +5,9 @@ that start at that literal (or at ``[titan] ``) and so skip noise at memchr-like
 standard torchtitan and FSDP lines are matched in bulk over whole 64 MB windows and their numbers
 converted per column by numpy; every other line holding the needle is decoded and matched by the
 per-line parsers below. A line that looks like a metrics line but matches no format exactly is
-reported as skipped: a typo never becomes a wrong number.
+reported as skipped: a typo never becomes a wrong number. Commas are read only as thousands separators
+(``1,541,366``; ``0,7052`` is a typo), counters (step, epoch, rank ...) have at most 15 digits (exact
+in float64), and a timestamp that is no date (``2025-06-37``) gives the row a NaT time.
 
 Formats (``FORMATS`` order is the match order):
 
@@ -38,7 +40,12 @@ if TYPE_CHECKING:
 
 NEEDLE = b"oss"  # in every format's metrics line: loss / Loss / "loss"
 
-_NUM = r"-?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|-?nan|-?inf"
+_INT_PART = r"(?:\d{1,3}(?:,\d{3})+|\d+)"    # commas only as thousands separators
+_NUM = rf"-?(?:{_INT_PART}(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|-?nan|-?inf"
+_NUM_RE = re.compile(_NUM)
+INT_COLUMNS = ("step", "epoch", "progress", "total_steps", "rank")
+_INT_LIMIT = 10 ** 15            # counters of up to 15 digits: exact in float64 (and int64)
+_COUNTER = rb"\d{1,15}"          # the same limit in the bulk and fast regexes
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # srun -l "0: ", torchrun --tee "[default0]:", torch "[rank0]:" (in any combination, in this order)
 _PREFIX = re.compile(r"^\s*(?:(?P<srun>\d+):\s)?\s*(?:\[(?:rank|default)(?P<rank>\d+)\]:)?")
@@ -61,14 +68,15 @@ _TITAN_VAL = re.compile(
 _TQDM = re.compile(
     rf"(?:^|\s)(?P<epoch>\d+)\|(?P<step>\d+)\|Loss:\s*(?P<loss>{_NUM}):\s*\d+%\|[^|]*\|\s*"
     r"(?P<progress>\d+)/(?P<total_steps>\d+)\s*"
-    r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+)(?:,\s*(?P<rate>[\d.?]+)(?P<unit>s/it|it/s))?\]")
+    r"\[(?P<elapsed>\d+(?::\d+)*)<(?P<remaining>\d+(?::\d+)*|\?)"
+    r"(?:,\s*(?P<rate>\d+(?:\.\d+)?|\?)(?P<unit>s/it|it/s))?\]")
 _DISK = re.compile(r"^Step (?P<step>\d+) \| (?P<pairs>(?:[\w/.()%-]+:\S+ ?)+)\s*$")
 _FSDP = re.compile(
     rf"Batch (?P<step>\d+) Loss: (?P<loss>{_NUM}), Speed: (?P<samples_per_second>{_NUM}) samples/sec"
     rf"(?:, lr: (?P<lr>{_NUM}))?(?:, tokens_per_second_per_gpu: (?P<tokens_per_second_per_gpu>{_NUM}))?"
     rf"(?:, mfu: (?:(?P<mfu_pct>{_NUM})%|N/A))?\s*$")  # the last two: our own fsdp_train.py
 # Looks like a metrics line (so a non-match is worth reporting): a step/batch counter and a loss.
-_LOOKS_LIKE = re.compile(r"(?i)(?:\b(?:step|batch)\b[\s:=]*\d+|\d+\|\d+\|).*?\bloss\b")
+_LOOKS_LIKE = re.compile(r"(?i)(?:\b(?:step|batch)\b\"?[\s:=]*\d+|\d+\|\d+\|).*?\bloss\b")
 
 # DiskLogger / jsonl / TensorBoard names -> canonical column names
 ALIASES: dict[str, str] = {
@@ -87,9 +95,26 @@ Row = dict[str, Any]
 
 
 def to_number(text: str) -> float:
-    """``"1,541,366"`` -> 1541366.0, ``"nan"`` -> nan; raises ValueError on anything else."""
-    value = float(text.replace(",", ""))
-    return value
+    """``"1,541,366"`` -> 1541366.0, ``"nan"`` -> nan; raises ValueError on anything else (``"0,7052"``)."""
+    if not _NUM_RE.fullmatch(text):
+        raise ValueError(f"not a number: {text!r}")
+    return float(text.replace(",", ""))
+
+
+def _time(text: str) -> np.datetime64:
+    """``"2025-06-10 21:58:27.008"`` -> datetime64[ms]; NaT if it is no date (``2025-06-37``)."""
+    try:
+        return np.datetime64(text, "ms")
+    except ValueError:
+        return np.datetime64("NaT", "ms")
+
+
+def _times(col: np.ndarray) -> np.ndarray:
+    """A column of captured timestamps (bytes) -> datetime64[ms], NaT where one is no date."""
+    try:
+        return col.astype("datetime64[ms]")
+    except ValueError:
+        return np.array([_time(v.decode()) for v in col], dtype="datetime64[ms]")
 
 
 def _hms(text: str) -> float | None:
@@ -119,7 +144,7 @@ def _titan(line: str) -> Row | None:
     row["split"] = split
     t = _TITAN_TIME.search(line, 0, m.start())
     if t:
-        row["time"] = f"{t.group(1)}.{t.group(2)}"
+        row["time"] = _time(f"{t.group(1)}.{t.group(2)}")
     return row
 
 
@@ -159,7 +184,7 @@ def _fsdp(line: str) -> Row | None:
     row["split"] = "train"
     t = _ISO_TIME.search(line, 0, m.start())
     if t:
-        row["time"] = t.group(1)
+        row["time"] = _time(t.group(1))
     return row
 
 
@@ -169,7 +194,7 @@ def _jsonl(line: str) -> Row | None:
         return None
     try:
         obj = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(obj, dict) or "step" not in obj:
         return None
@@ -177,7 +202,10 @@ def _jsonl(line: str) -> Row | None:
     for key, value in obj.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
-        row[ALIASES.get(key, key)] = float(value)
+        try:
+            row[ALIASES.get(key, key)] = float(value)
+        except OverflowError:        # an int beyond float64
+            return None
     has_loss = any("loss" in k for k in row)
     return row if "step" in row and has_loss else None
 
@@ -213,6 +241,11 @@ def strip_line(raw: str) -> tuple[str, int | None]:
     return text.rstrip("\r\n"), rank
 
 
+def _counters_ok(row: Row) -> bool:
+    """Step, epoch, rank ... are finite and below ``_INT_LIMIT`` (else a garbled line: skip it)."""
+    return all(math.isfinite(v) and abs(v) < _INT_LIMIT for k in INT_COLUMNS if (v := row.get(k)) is not None)
+
+
 def parse_line(raw: str) -> tuple[Row | None, bool]:
     """Parse one line; return (row with ``format``/``rank``, looks_like_metrics)."""
     text, rank = strip_line(raw)
@@ -223,6 +256,8 @@ def parse_line(raw: str) -> tuple[Row | None, bool]:
                 row["format"] = fmt.name
                 if rank is not None:
                     row["rank"] = rank
+                if not _counters_ok(row):
+                    return None, True
                 return row, True
     return None, bool(_LOOKS_LIKE.search(text))
 
@@ -238,7 +273,8 @@ def parse_line(raw: str) -> tuple[Row | None, bool]:
 # Leftmost match wins and every branch consumes the rest of its line, so each line is taken once.
 _A = rb"(?:\x1b\[[0-9;]*[A-Za-z])*"                   # ANSI colours, allowed before each field
 _N = _NUM.encode()
-_LINE_START = rb"(?:^|[\n\r])(?:(?P<{b}_srun>\d+): )?(?:\[(?:rank|default)(?P<{b}_rank>\d+)\]:)?"
+_LINE_START = (rb"(?:^|[\n\r])(?:(?P<{b}_srun>" + _COUNTER + rb"): )?(?:\[(?:rank|default)(?P<{b}_rank>" + _COUNTER
+               + rb")\]:)?")
 _TITAN_HEAD = (rb"\[titan\] (?P<{b}_time>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d),(?P<{b}_ms>\d{{3}}) - [\w.]+ - INFO - "
                + _A)
 _EOL = rb"(?=[\r\n]|\Z)"
@@ -246,7 +282,6 @@ _EOL = rb"(?=[\r\n]|\Z)"
 
 def _fields(b: str, names: tuple[str, ...]) -> bytes:
     parts = {
-        "step": rb"[ \t]*(?P<{b}_step>\d+)",
         "loss": rb":[ \t]*(?P<{b}_loss>" + _N + rb")",
         "grad_norm": rb"(?:[ \t]+" + _A + rb"grad_norm:[ \t]*(?P<{b}_grad_norm>" + _N + rb"))?",
         "memory": (rb"(?:[ \t]+" + _A + rb"memory:[ \t]*(?P<{b}_memory_gib>" + _N + rb")GiB\((?P<{b}_memory_pct>"
@@ -262,7 +297,7 @@ def _lookbehind(b: str, pattern: bytes) -> bytes:
     return b"(?<=" + pattern.replace(b"{b}", b.encode()).replace(b"{{", b"{").replace(b"}}", b"}") + b")"
 
 
-_STEP = rb"[ \t]*(?P<{b}_step>\d+)[ \t]+" + _A
+_STEP = rb"[ \t]*(?P<{b}_step>" + _COUNTER + rb")[ \t]+" + _A
 # Every branch starts at the literal NEEDLE, so the engine's literal search does the skipping; what the
 # line holds before the needle (prefixes, timestamp, step) is matched and captured by a lookbehind.
 _BULK_RE = regex.compile(NEEDLE + b"(?:" + b"|".join([
@@ -271,7 +306,7 @@ _BULK_RE = regex.compile(NEEDLE + b"(?:" + b"|".join([
     _lookbehind("v", _LINE_START + _TITAN_HEAD + b"validate step:" + _STEP + b"loss")
     + _fields("v", ("loss", "memory", "tps")) + _A + rb"[ \t]*" + _EOL,
     _lookbehind("f", _LINE_START + rb"(?P<{b}_time>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d) \w \[[^\]\n\r]*\] "
-                rb"Batch (?P<{b}_step>\d+) Loss")
+                rb"Batch (?P<{b}_step>" + _COUNTER + rb") Loss")
     + rb": (?P<f_loss>" + _N + rb"), Speed: (?P<f_samples_per_second>" + _N
     + rb") samples/sec(?:, lr: (?P<f_lr>" + _N + rb"))?(?:, tokens_per_second_per_gpu: "
     rb"(?P<f_tokens_per_second_per_gpu>" + _N + rb"))?(?:, mfu: (?:(?P<f_mfu_pct>" + _N + rb")%|N/A))?[ \t]*"
@@ -322,7 +357,7 @@ def _bulk_frame(branch: str, cols: list[tuple[bytes, ...]], rows: "np.ndarray | 
     time = column("time")
     if "ms" in _GROUPS[branch]:
         time = np.strings.add(np.strings.add(time, b"."), column("ms"))
-    out["time"] = time.astype("datetime64[ms]")
+    out["time"] = _times(time)
     out["split"] = np.full(n, split, dtype=object)
     out["format"] = np.full(n, name, dtype=object)
     return pd.DataFrame(out)
@@ -338,16 +373,17 @@ def _bulk_frame(branch: str, cols: list[tuple[bytes, ...]], rows: "np.ndarray | 
 # They are zipped only when they provably describe the same lines: every ``[titan] `` starts a complete
 # line (which holds ``loss:``), every needle is in such a line, and the counts agree -- so each line
 # holds one needle and no needle is anywhere else. Otherwise the general path runs.
-_FN = rb"(-?\d[\d,]*\.?\d*|-?\.\d+|-?nan|-?inf)"    # _NUM without exponents (those take the general path)
+_FN = rb"(-?(?:" + _INT_PART.encode() + rb"(?:\.\d*)?|\.\d+)|-?nan|-?inf)"  # _NUM without exponents (general path)
 _GAP = rb"[ \t]+" + _A
 _FAST_BODY = re.compile(
     rb"\[titan\] (?:(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) - [\w.]+ - INFO - " + _A + rb"(?:"
-    rb"step:[ \t]*(\d+)" + _GAP + rb"loss:[ \t]*" + _FN + _GAP + rb"grad_norm:[ \t]*" + _FN + _GAP
+    rb"step:[ \t]*(" + _COUNTER + rb")" + _GAP + rb"loss:[ \t]*" + _FN + _GAP + rb"grad_norm:[ \t]*" + _FN + _GAP
     + rb"memory:[ \t]*" + _FN + rb"GiB\(" + _FN + rb"%\)" + _GAP + rb"[tw]ps:[ \t]*" + _FN + _GAP
     + rb"tflops:[ \t]*" + _FN + _GAP + rb"mfu:[ \t]*(?:" + _FN + rb"%|N/A)" + _A + rb"[ \t]*\|?[ \t]*" + _EOL
-    + rb"|validate step:[ \t]*(\d+)" + _GAP + rb"loss:[ \t]*" + _FN + _GAP + rb"memory:[ \t]*" + _FN
+    + rb"|validate step:[ \t]*(" + _COUNTER + rb")" + _GAP + rb"loss:[ \t]*" + _FN + _GAP + rb"memory:[ \t]*" + _FN
     + rb"GiB\(" + _FN + rb"%\)" + _GAP + rb"[tw]ps:[ \t]*" + _FN + _A + rb"[ \t]*" + _EOL + rb")|)")
-_FAST_PREFIX = regex.compile(NEEDLE + rb"(?:(?<=(?:^|[\n\r])(?:(\d+): )?(?:\[(?:rank|default)(\d+)\]:)?"
+_FAST_PREFIX = regex.compile(NEEDLE + rb"(?:(?<=(?:^|[\n\r])(?:(" + _COUNTER + rb"): )?(?:\[(?:rank|default)("
+                             + _COUNTER + rb")\]:)?"
                              rb"(\[)titan\] [^\n\r]*" + NEEDLE + rb")|)")
 # columns of _FAST_BODY after (time, ms)
 _T_FIELDS = ("step", "loss", "grad_norm", "memory_gib", "memory_pct", "tokens_per_second_per_gpu", "tflops",
@@ -394,7 +430,7 @@ def _fast_titan(buf: bytes | mmap.mmap, start: int, end: int) -> "pd.DataFrame |
         rank = np.where(rank == b"", srun, rank)
         out["rank"] = np.where(rank == b"", b"nan", rank).astype(np.float64)
         stamp = np.strings.add(np.strings.add(pick(cols[0]), b"."), pick(cols[1]))
-        out["time"] = stamp.astype("datetime64[ms]")
+        out["time"] = _times(stamp)
         out["split"] = np.full(n, split, dtype=object)
         out["format"] = np.full(n, "torchtitan", dtype=object)
         parts.append(pd.DataFrame(out))

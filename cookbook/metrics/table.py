@@ -6,14 +6,13 @@ from typing import Iterable
 
 import pandas as pd
 
-from cookbook.metrics.formats import KEEP, Row
+from cookbook.metrics.formats import INT_COLUMNS, KEEP, Row
 
 COLUMNS: tuple[str, ...] = (
     "step", "split", "epoch", "loss", "lr", "grad_norm", "tokens_per_second_per_gpu", "samples_per_second",
     "memory_gib", "memory_pct", "tflops", "mfu_pct", "time", "elapsed_s", "remaining_s", "seconds_per_step",
     "progress", "total_steps", "rank", "format",
 )
-_INT_COLUMNS = ("step", "epoch", "progress", "total_steps", "rank")
 
 
 class RowTable:
@@ -93,7 +92,7 @@ def to_frame(rows: list[Row] | pd.DataFrame, ranks: str = "first") -> pd.DataFra
         if ranks == "first":
             df = df.sort_values("rank", kind="stable", na_position="last")
             df = df.drop_duplicates(subset=["split", "step"], keep="first")
-    for col in _INT_COLUMNS:
+    for col in INT_COLUMNS:
         if col in df.columns:
             df[col] = pd.to_numeric(df[col]).round().astype("Int64")
     if "time" in df.columns:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from cookbook.cli import main
-from cookbook.metrics import (LogFollower, add_derived, diagnose, eta, hf_config_flops_per_token, parse_log,
-                              peak_tflops, plot_runs, transformer_flops_per_token)
+from cookbook.metrics import (LogFollower, add_derived, diagnose, diagnose_text, eta, hf_config_flops_per_token,
+                              parse_log, peak_tflops, plot_runs, transformer_flops_per_token)
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
@@ -116,6 +116,61 @@ def test_diagnose_known_messages(tmp_path):
     assert found[1].line_number == 2 and "batch size" in found[1].hint
 
 
+_GAI_TRACEBACK = """Traceback (most recent call last):
+  File "/opt/venv/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic/rendezvous/utils.py", line 130, in \
+_matches_machine_hostname
+    addr_list = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP, flags=socket.AI_CANONNAME)
+  File "/usr/lib/python3.11/socket.py", line 962, in getaddrinfo
+    for res in _socket.getaddrinfo(host, port, family, type, proto, flags):
+               ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+socket.gaierror: [Errno -2] Name or service not known
+"""
+
+
+@pytest.mark.parametrize("text, kind", [
+    ("[rank2]: RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported at "
+     "some other API call, so the stacktrace below might be incorrect.\n", "cuda_oom"),
+    ("srun: error: Node failure on n3\n", "slurm_node_fail"),
+    ("[rank0]:[E1122 10:00:00.100000000 ProcessGroupNCCL.cpp:1484] [PG ID 0 PG GUID 0(default_pg) Rank 0] "
+     "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
+     "collectives.\n", "nccl_timeout"),
+    (_GAI_TRACEBACK, "rendezvous"),
+    (_GAI_TRACEBACK.replace("[Errno -2] Name or service not known", "[Errno -3] Temporary failure in name resolution"),
+     "rendezvous"),
+    ("JobId=12 JobName=train\n   UserId=me(1000) GroupId=me(1000) MCS_label=N/A\n"
+     "   JobState=TIMEOUT Reason=TimeLimit Dependency=(null)\n", "slurm_timeout"),
+    ("   JobState=PREEMPTED Reason=None Dependency=(null)\n", "slurm_preempted"),
+    ("   JobState=CANCELLED Reason=None Dependency=(null)\n", "slurm_cancelled"),
+    ("JobID           JobName  Partition    Account  AllocCPUS      State ExitCode \n"
+     "------------ ---------- ---------- ---------- ---------- ---------- -------- \n"
+     "12                train        gpu       acct         16    TIMEOUT      0:0 \n", "slurm_timeout"),
+    ("12                train        gpu       acct         16 CANCELLED+      0:0 \n", "slurm_cancelled"),
+    ("12.batch          batch                  acct         16  CANCELLED     0:15 \n", "slurm_cancelled"),
+    ("12|train|gpu|acct|16|PREEMPTED|0:0|\n", "slurm_preempted"),
+    ("huggingface_hub.errors.HfHubHTTPError: 401 Client Error: Unauthorized for url: "
+     "https://huggingface.co/api/models/meta-llama/Llama-3.1-8B/revision/main\n", "gated_model"),
+    ("httpx.HTTPStatusError: Client error '401 Unauthorized' for url "
+     "'https://huggingface.co/api/models/meta-llama/Llama-3.1-8B/revision/main'\n", "gated_model"),
+    ("FileNotFoundError: Tokenizer path 'assets/hf/Llama-3.1-8B' does not exist\n", "missing_tokenizer"),
+    ('OSError: Not found: "/fsx/models/llama2/tokenizer.model": No such file or directory Error #2\n',
+     "missing_tokenizer"),
+    ("OSError: Can't load tokenizer for 'meta-llama/Llama-3.1-8B'. If you were trying to load it from "
+     "'https://huggingface.co/models', make sure you don't have a local directory with the same name.\n",
+     "missing_tokenizer"),
+    ("slurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2026-11-22T10:00:01 ***\n", "slurm_cancelled"),
+])
+def test_diagnose_names_more_failures(text, kind):
+    assert [f.kind for f in diagnose_text(text)] == [kind]
+
+
+def test_diagnose_name_resolution_outside_a_rendezvous_is_no_rendezvous_failure():
+    text = _GAI_TRACEBACK.replace("torch/distributed/elastic/rendezvous/utils.py", "wandb/sdk/lib/retry.py")
+    assert diagnose_text(text) == []
+    assert diagnose_text("0: step 12 ... PREEMPTED by nothing\nloss TIMEOUT 12\n") == []
+
+
 def test_plot_overlays_runs_and_writes_png(tmp_path):
     fig = plot_runs({"log": LOGS / "torchtitan_debug_2rank.log", "tb": LOGS / "torchtitan_tb"},
                     out=tmp_path / "p.png")
@@ -145,11 +200,49 @@ def test_cli_metrics_csv_and_plot(tmp_path, capsys):
     assert main(["metrics", str(tmp_path / "missing.log")]) == 2
 
 
+def test_cli_metrics_derives_flux_mfu_from_the_planner(tmp_path, capsys):
+    """FLUX logs pixels as tokens and prints tflops/mfu 0.00: --gpu/--model fill them from the planner."""
+    import pandas as pd
+
+    from cookbook.planner.estimate import Settings, flops_per_sample
+    from cookbook.planner.models import get_model
+
+    csv = tmp_path / "flux.csv"
+    rc = main(["metrics", str(LOGS / "seed_torchtitan_flux.log"), "--gpu", "h100", "--model", "flux_schnell",
+               "--csv", str(csv)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "derived: flux_schnell" in out and "mfu_pct" in out and "tokens_seen" in out
+    df = pd.read_csv(csv)
+    images_per_s = df["tokens_per_second_per_gpu"] / (3 * 256 * 256)   # 1,541,366 pixel values/s: 7.84 images/s
+    tflops = images_per_s * flops_per_sample(get_model("flux_schnell"), Settings(image_size=256)) / 1e12
+    assert df["tflops"].tolist() == pytest.approx(tflops.tolist())
+    assert df["mfu_pct"].tolist() == pytest.approx((100 * tflops / 989.0).tolist())
+    assert (df["mfu_pct"] > 15).all() and (df["mfu_pct"] < 35).all()   # the planner's calibration: ~24%
+    assert df["tokens_seen"].is_monotonic_increasing and df["tokens_seen"].iloc[-1] > 0
+
+
+def test_cli_metrics_derived_options(capsys):
+    from cookbook.metrics.derived import planner_flops
+
+    rc = main(["metrics", str(LOGS / "torchtune_disklogger.txt"), "--gpu", "a100", "--flops-per-token", "2e9"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "mfu_pct" in out
+    rc = main(["metrics", str(LOGS / "seed_fsdp_llama3_8b.log"), "--gpu", "h100", "--model", "llama3_1_8b",
+               "--seq-len", "8192", "--gpus", "32", "--tail", "1"])
+    out = capsys.readouterr().out
+    per_sample = planner_flops("llama3_1_8b", seq_len=8192)[1]
+    mfu = 100 * 8.98 * per_sample / 32 / 1e12 / 989.0
+    assert rc == 0 and f"{mfu:.6g}" in out
+    assert main(["metrics", str(LOGS / "seed_torchtitan_flux.log"), "--gpu", "t4", "--model", "flux_schnell"]) == 2
+    assert main(["metrics", str(LOGS / "seed_torchtitan_flux.log"), "--gpu", "h100", "--model", "gpt5"]) == 2
+    assert "unknown model 'gpt5'" in capsys.readouterr().err
+
+
 def test_benchmark_smoke(tmp_path):
     import importlib.util
     spec = importlib.util.spec_from_file_location(
         "metrics_bench", Path(__file__).resolve().parents[2] / "benchmarks" / "metrics_bench.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    result = bench.main(["--size-mb", "2", "--repeat", "1", "--dir", str(tmp_path)])
+    result = bench.main(["--size-mb", "2", "--repeat", "1", "--dir", str(tmp_path / "not" / "yet")])
     assert result["steps"] > 100 and result["parse_speed_vs_grep"] > 0

@@ -38,6 +38,25 @@ def test_seed_torchtitan_flux_thousands_separators_and_zero_mfu():
     assert df.loc[0, "time"] == pd.Timestamp("2025-06-10 21:58:27.008")
 
 
+@pytest.mark.parametrize("name, steps, loss, speed, lr, last_time", [
+    ("seed_fsdp_mixtral_8x7b.log", [0, 1, 2, 3, 4, 5], [11.21702, 11.20650, 11.12571, 10.97558, 10.82548, 10.31511],
+     [6.19, 14.51, 15.06, 14.70, 14.48, 14.50], [0.000006, 0.000013, 0.000019, 0.000025, 0.000031, 0.000038],
+     "2025-04-11 16:59:24"),
+    ("seed_fsdp_mathstral_7b.log", [0, 1, 2, 3, 4, 5], [11.21489, 11.20829, 11.15640, 10.90571, 10.60309, 10.02562],
+     [2.61, 15.37, 14.87, 15.45, 15.35, 16.59], [0.000006, 0.000013, 0.000019, 0.000025, 0.000031, 0.000038],
+     "2025-04-07 22:06:25"),
+])
+def test_seed_fsdp_mixtral_and_mathstral(name, steps, loss, speed, lr, last_time):
+    df = parse_log(LOGS / name)
+    assert df["step"].tolist() == steps
+    assert df["loss"].tolist() == loss
+    assert df["samples_per_second"].tolist() == speed
+    assert df["lr"].tolist() == lr
+    assert df["rank"].tolist() == [0] * 6 and df.attrs["formats"] == ["fsdp"]
+    assert df["time"].iloc[-1] == pd.Timestamp(last_time)
+    assert df.attrs["skipped"] == []
+
+
 @pytest.mark.parametrize("index, expected", [
     (0, dict(step=100, loss=6.4277, grad_norm=2.9062, memory_gib=158.61, memory_pct=86.20,
              tokens_per_second_per_gpu=17581, tflops=1018.20, mfu_pct=45.25)),
@@ -70,12 +89,67 @@ def test_seed_fsdp_srun_prefix_and_nccl_noise():
     "tps: 1,541,366  tflops: 0.00  mfu: 0.00%",
     "1|2|Loss: 1.2548030614852905:   0%|          | 2/1367 [05:03<49:53:19 131.58s/it]",
     "Step 3 | loss:5.89x lr:0.001 tokens_per_second_per_gpu:11644.7",
+    # a comma is a thousands separator or a typo, never a decimal point or noise to drop
+    "[titan] 2025-06-10 21:58:27,008 - root - INFO - step: 700  loss: 0,7052  memory: 76.79GiB(96.97%)  "
+    "tps: 1,541,366  tflops: 0.00  mfu: 0.00%",
+    "[titan] 2025-06-10 21:58:27,008 - root - INFO - step: 700  loss: 0.7052  grad_norm: 2.9  "
+    "memory: 76.79GiB(96.97%)  tps: 1,541,366  tflops: 0.00  mfu: 0.00%".replace("0.7052", "0,7052"),
+    "[titan] 2025-06-10 21:58:27,008 - root - INFO - step: 700  loss:  0.7052  memory: 76.79GiB(96.97%)  "
+    "tps: 1,,541,366  tflops: 0.00  mfu: 0.00%",
+    "[titan] 2025-06-10 21:58:27,008 - root - INFO - step: 700  loss:  0.7052  memory: 76.79GiB(96.97%)  "
+    "tps: 15,41,366  tflops: 0.00  mfu: 0.00%",
+    "0: 2025-06-17 16:24:52 I [train.py:103] Batch 0 Loss: 11,61653, Speed: 4.88 samples/sec, lr: 0.000100",
+    "1|2|Loss: 1,2548030614852905:   0%|          | 2/1367 [05:03<49:53:19, 131.58s/it]",
+    "Step 3 | loss:5,89 lr:0.001 tokens_per_second_per_gpu:11644.7",
 ])
 def test_seed_line_with_a_typo_is_skipped_not_misread(typo):
     good = "0: 2025-06-17 16:24:55 I [train.py:103] Batch 1 Loss: 11.64398, Speed: 10.90 samples/sec, lr: 0.000100"
     df = parse_text("NCCL INFO noise\n" + typo + "\n" + good + "\n")
     assert df["step"].tolist() == [1]
     assert df.attrs["skipped"] == [(2, typo.strip())]
+
+
+_TITAN_LINE = ("[titan] 2025-06-10 21:58:2{s},008 - root - INFO - step: {s}  loss:  0.7052  grad_norm: 2.9  "
+               "memory: 76.79GiB(96.97%)  tps: 1,541,366  tflops: 0.00  mfu: 0.00%")
+_HUGE = "9" * 23
+
+
+@pytest.mark.parametrize("bad", [
+    "1|2|Loss: 1.25:   0%|          | 2/1367 [05::03<49:53:19, 131.58s/it]",
+    "1|2|Loss: 1.25:   0%|          | 2/1367 [05:03<49:53:19, 131..58s/it]",
+    "1|2|Loss: 1.25:   0%|          | 2/1367 [05:03<49:53:19, .s/it]",
+    _TITAN_LINE.format(s=2).replace("step: 2", f"step: {_HUGE}"),                          # fast path
+    _TITAN_LINE.format(s=2).replace("step: 2", f"step: {_HUGE}").replace("grad_norm: 2.9  ", ""),  # bulk
+    _TITAN_LINE.format(s=2).replace("step: 2", "step: 1234567890123456"),                  # 16 digits
+    f"{_HUGE}: " + _TITAN_LINE.format(s=2),                                                 # srun rank
+    f"0: 2025-06-17 16:24:52 I [train.py:103] Batch {_HUGE} Loss: 11.61653, Speed: 4.88 samples/sec, lr: 0.000100",
+    f"1|{_HUGE}|Loss: 1.25:   0%|          | 2/1367 [05:03<49:53:19, 131.58s/it]",
+    f"1|2|Loss: 1.25:   0%|          | {_HUGE}/1367 [05:03<49:53:19, 131.58s/it]",
+    f"Step {_HUGE} | loss:6.22 lr:0.001",
+    f'{{"step": {_HUGE}, "loss": 1.0}}',
+    f'{{"step": 2, "loss": 1{"0" * 400}}}',                                                  # beyond float64
+])
+def test_malformed_line_is_skipped_never_fatal(bad):
+    df = parse_text(_TITAN_LINE.format(s=1) + "\n" + bad + "\n" + _TITAN_LINE.format(s=3) + "\n")
+    assert df["step"].tolist() == [1, 3]
+    assert df.attrs["skipped"] == [(2, bad.strip()[:300])]
+
+
+@pytest.mark.parametrize("line", [
+    _TITAN_LINE,                                                            # fast path
+    _TITAN_LINE.replace("grad_norm: 2.9  ", ""),                            # bulk regex
+    _TITAN_LINE.replace("INFO", "WARNING"),                                 # per-line parser
+    "0: 2025-06-1{s} 16:24:52 I [train.py:103] Batch {s} Loss: 11.61653, Speed: 4.88 samples/sec, lr: 0.000100",
+])
+def test_a_timestamp_that_is_no_date_gives_a_row_with_no_time(line):
+    """``2025-06-37``/``25:00:00`` (a garbled or hand-edited log): the row is kept, its time is NaT."""
+    lines = [line.format(s=s) for s in (1, 2, 3)]
+    lines[1] = lines[1].replace("2025-06-12", "2025-06-37").replace("2025-06-10 21:58:22", "2025-06-37 21:58:22")
+    lines.append(line.format(s=4).replace(":2", ":9").replace("16:24", "25:24"))
+    df = parse_text("\n".join(lines) + "\n")
+    assert df["step"].tolist() == [1, 2, 3, 4] and df.attrs["skipped"] == []
+    assert df["time"].isna().tolist() == [False, True, False, True]
+    assert df["loss"].notna().all()
 
 
 def test_real_torchtitan_two_ranks_ansi_and_validation():
@@ -145,12 +219,12 @@ def test_empty_file(tmp_path):
     assert df.empty and df.attrs["skipped"] == []
 
 
-def _titan_log(steps: int, prefix: str = "[rank{r}]:", typo_at: int | None = None) -> bytes:
+def _titan_log(steps: int, prefix: str = "[rank{r}]:", typo_at: int | None = None, typo: str = "0.7O52") -> bytes:
     lines = []
     for s in range(1, steps + 1):
         lines.append(f"0: host:1:1 [0] NCCL INFO Channel {s:02d}/0 : 0[0] -> 1[1] via P2P/CUMEM/read")
         for r in (1, 0):  # rank 1 first: rank 0's row must still win
-            loss = "nan" if s == 3 else ("0.7O52" if s == typo_at and r == 0 else f"{10 / s:.5f}")
+            loss = "nan" if s == 3 else (typo if s == typo_at and r == 0 else f"{10 / s:.5f}")
             lines.append(prefix.format(r=r) + f"[titan] 2025-06-10 21:58:{s % 60:02d},{s:03d} - root - INFO - "
                          f"\x1b[31mstep: {s:2}  \x1b[32mloss: {loss}  \x1b[38;2;180;60;0mgrad_norm: {1.5 + r:7.4f}  "
                          f"\x1b[38;2;54;234;195mmemory: {70 + r:.2f}GiB(96.97%)  \x1b[34mtps: {1_500_000 + s:,}  "
@@ -190,11 +264,12 @@ def test_fast_path_for_big_torchtitan_logs_equals_the_general_path(tmp_path, mon
     assert train["time"].iloc[0] == pd.Timestamp("2025-06-10 21:58:01.001")
 
 
-def test_fast_path_log_with_a_typo_reports_it_with_its_line_number(tmp_path):
+@pytest.mark.parametrize("typo", ["0.7O52", "0,7052", "1,5"])
+def test_fast_path_log_with_a_typo_reports_it_with_its_line_number(tmp_path, typo):
     log = tmp_path / "titan.log"
-    log.write_bytes(_titan_log(6, typo_at=5))
+    log.write_bytes(_titan_log(6, typo_at=5, typo=typo))
     df = parse_log(log)
-    line_no = next(i for i, ln in enumerate(log.read_text().splitlines(), 1) if "0.7O52" in ln)
+    line_no = next(i for i, ln in enumerate(log.read_text().splitlines(), 1) if f"loss: {typo} " in ln)
     assert [n for n, _ in df.attrs["skipped"]] == [line_no]
     assert df.loc[df["step"] == 5, "rank"].tolist() == [1]   # rank 0's line was the typo: never a wrong number
     assert df.loc[df["step"] == 5, "loss"].tolist() == [2.0]
