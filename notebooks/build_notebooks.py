@@ -329,7 +329,8 @@ Nebius seed uses HSDP: shards inside a node, replicas across nodes). The text en
 the autoencoder are frozen and only encode the data; the transformer learns to denoise.
 
 torchtitan prints `tflops: 0.00 mfu: 0.00%` for FLUX (its FLOP counter for FLUX is a TODO upstream);
-the cookbook computes them from the model's shape (see `cookbook.metrics.add_derived`).
+the cookbook computes them from the model's shape and your GPU kind: `cookbook metrics LOG --gpu h100
+--model flux_schnell` in a terminal, or `cookbook.metrics.add_derived` in Python.
 '''),
     params(CLUSTER_PARAMS),
     SETUP_IMPORTS,
