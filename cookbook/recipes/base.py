@@ -33,12 +33,27 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 if TYPE_CHECKING:
     from cookbook.spec import JobSpec
 
 LOCAL_CPU = "local-cpu"
+
+
+def path_problem(label: str, value: str, fix: str) -> str | None:
+    """An error when a path given by the user is on this filesystem but missing (``fix`` says what to do).
+
+    Only absolute paths whose top folder exists here are checked: a value with a shell variable
+    (``$HOME``, ``${TINY_DIR}``), ``~``, a relative path or a Hub id is left to the job.
+    """
+    if "$" in value or not value.startswith("/"):
+        return None
+    top = Path("/", *Path(value).parts[1:2])
+    if top.exists() and not Path(value).exists():
+        return f"{label}={value} does not exist ({fix})"
+    return None
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,24 @@ import difflib
 import functools
 import io
 import os
+import re
 import sys
 from pathlib import Path
 
-from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, register_recipe
+from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, path_problem, register_recipe
 from cookbook.spec import JobSpec
 
 CONFIG_MODULE = "cookbook_titan"
 _MODULE_FILE = Path(__file__).parent / "configs" / f"{CONFIG_MODULE}.py"
+
+# torchtitan 0.3.0 fields naming files or folders the job reads at start-up (checked when on this
+# filesystem). FLUX's encoder/tokenizer fields take a local folder or a Hugging Face repo id.
+PATH_KEYS = (
+    "hf_assets_path", "dataloader.dataset_path", "validator.dataloader.dataset_path", "checkpoint.initial_load_path",
+    "encoder.t5_encoder", "encoder.clip_encoder", "encoder.autoencoder_path",
+    "tokenizer.t5_tokenizer_path", "tokenizer.clip_tokenizer_path",
+    "model_spec.model.t5_encoder.version", "model_spec.model.clip_encoder.version",
+)
 
 
 @functools.cache
@@ -86,6 +96,44 @@ def parse_config(config: str, overrides: dict[str, str], tiny_dir: str | None = 
                 os.environ["TINY_DIR"] = old
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_BOX = re.compile(r"[\u2500-\u257f]")        # tyro's box-drawing characters (borders and rules)
+
+
+def tyro_reason(err: str, overrides: dict[str, str] | None = None) -> str:
+    """The reason in tyro's error box, on one line, e.g. ``Error parsing --training.steps: invalid literal
+    for int() with base 10: 'many' (expected: --training.steps INT)``.
+
+    tyro draws title / reason / [argument helptext] / "For full helptext" sections, with or without
+    colours and box characters, wrapping long lines. Flags it spells with dashes are given back as the
+    override keys the user typed. Text that is not such a box comes back as its last line.
+    """
+    raw = [_ANSI.sub("", line) for line in err.splitlines()]
+    lines = [_BOX.sub(" ", line).strip() for line in raw]
+    is_rule = [not line.strip("-") for line in lines]          # a rule, a box edge or a blank line
+    # the title: the box's top edge (UTF-8 boxes), else the line above the first dashed rule
+    top = next((i for i, line in enumerate(raw) if "\u256d" in line),
+               next((i - 1 for i, line in enumerate(lines) if i and line and is_rule[i]), None))
+    sections: list[list[str]] = [[]]
+    for i in range(top + 1 if top is not None else len(lines), len(lines)):
+        if not is_rule[i]:
+            sections[-1].append(lines[i])
+        elif sections[-1]:
+            sections.append([])
+    sections = [sec for sec in sections if sec]
+    reason_at = next((i for i, sec in enumerate(sections) if not sec[0].startswith(
+        ("Argument helptext", "For full helptext", "Available subcommands"))), None)
+    if reason_at is None:
+        return next((line for line in reversed(lines) if line), err.strip())
+    reason = " ".join(sections[reason_at])
+    helptext = next((s for s in sections if s[0].startswith("Argument helptext") and len(s) > 1), None)
+    if helptext:
+        reason += f" (expected: {helptext[1]})"
+    for key in overrides or {}:
+        reason = reason.replace(f"--{key.replace('_', '-')}", f"--{key}")
+    return reason
+
+
 @functools.cache
 def _known_fields(config: str) -> tuple[str, ...]:
     cfg, _ = parse_config(config, {})
@@ -113,7 +161,7 @@ class TorchtitanRecipe(Recipe):
             return problems
         cfg, err = parse_config(name, spec.overrides)
         if cfg is None:
-            return [f"torchtitan rejects the overrides: {err.strip().splitlines()[-1] if err.strip() else err}"]
+            return [f"torchtitan rejects the overrides: {tyro_reason(err, spec.overrides)}"]
         par = cfg.parallelism
         tp, pp, cp = par.tensor_parallel_degree, par.pipeline_parallel_degree, par.context_parallel_degree
         if tp > 1 and spec.procs_per_node % tp:
@@ -133,6 +181,10 @@ class TorchtitanRecipe(Recipe):
         if gb > 0 and gb % (cfg.training.local_batch_size * max(spec.world_size // fixed, 1)):
             problems.append(f"training.global_batch_size={gb} must be a multiple of local_batch_size x "
                             "data-parallel size (gradient accumulation steps are whole)")
+        for key in PATH_KEYS:
+            if key in spec.overrides and (p := path_problem(
+                    key, spec.overrides[key], "download or copy it there first, or point the key at where it is")):
+                problems.append(p)
         return problems
 
     def files(self, spec: JobSpec) -> dict[str, str]:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import difflib
 import functools
-import importlib
 import inspect
 import re
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, register_recipe
+from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, path_problem, register_recipe
 from cookbook.spec import JobSpec, SpecError
 
 _CONFIGS = Path(__file__).parent / "configs"
@@ -59,11 +58,12 @@ def leaf_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
 
 def _component_params(target: str) -> set[str] | None:
     """Parameter names of a ``_component_`` callable; None when it takes ``**kwargs`` or cannot load."""
-    module, _, attr = target.rpartition(".")
+    from torchtune.config._errors import InstantiationError
+    from torchtune.config._utils import _get_component_from_path   # what torchtune's instantiate resolves
+
     try:
-        fn = getattr(importlib.import_module(module), attr)
-        params = inspect.signature(fn).parameters.values()
-    except (ImportError, AttributeError, ValueError, TypeError):
+        params = inspect.signature(_get_component_from_path(target)).parameters.values()
+    except (ImportError, AttributeError, ValueError, TypeError, InstantiationError):
         return None
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
@@ -77,19 +77,40 @@ def suggest_key(key: str, keys: list[str]) -> list[str]:
     return same_leaf or difflib.get_close_matches(key, keys, n=3, cutoff=0.6)
 
 
+def _component_of(cfg: DictConfig, overrides: dict[str, str], parent: str) -> str | None:
+    """The ``_component_`` that keys under ``parent`` configure: the override's own, else the config's
+    (for an absent ``tensor_parallel_plan``, the plan :meth:`TorchtuneRecipe.config` writes); None if none."""
+    if f"{parent}._component_" in overrides:
+        return overrides[f"{parent}._component_"]
+    node = OmegaConf.select(cfg, parent, throw_on_resolution_failure=False)
+    if isinstance(node, DictConfig) and "_component_" in node:
+        return str(node["_component_"])
+    return TP_PLAN if parent == "tensor_parallel_plan" and node is None else None
+
+
 def check_override_keys(cfg: DictConfig, overrides: dict[str, str], recipe_file: str) -> list[str]:
     """Problems with override keys that the recipe would ignore or reject."""
     keys, problems = leaf_keys(cfg), []
     optional = optional_keys(recipe_file)
     for key in overrides:
-        if key in keys or key.split(".")[0] in optional:
+        if key in keys:
             continue
         parent, _, leaf = key.rpartition(".")
-        node = OmegaConf.select(cfg, parent) if parent else None
-        if isinstance(node, DictConfig) and "_component_" in node:
-            params = _component_params(str(node["_component_"]))
+        component = _component_of(cfg, overrides, parent) if parent and leaf != "_component_" else None
+        if component is not None:
+            # torchtune instantiates the section as component(**keys): each key must be a parameter of it
+            params = _component_params(component)
             if params is None or leaf in params:
                 continue
+            hint = ([f"{parent}.{p}" for p in difflib.get_close_matches(leaf, sorted(params), n=3, cutoff=0.6)]
+                    or [k for k in keys if k.rsplit(".", 1)[-1] == leaf])
+            where = (f"did you mean {' or '.join(hint)}?" if hint
+                     else f"it takes {', '.join(sorted(params)) or 'no parameters'}")
+            problems.append(f"override key {key!r} is not a parameter of {parent}'s _component_ {component} "
+                            f"(torchtune would fail to instantiate it): {where}")
+            continue
+        if key.split(".")[0] in optional:
+            continue
         hint = suggest_key(key, keys)
         where = f"did you mean {' or '.join(hint)}?" if hint else "see `tune cp` of the config for its keys"
         problems.append(f"override key {key!r} is not in the config (the recipe would ignore it): {where}")
@@ -97,13 +118,8 @@ def check_override_keys(cfg: DictConfig, overrides: dict[str, str], recipe_file:
 
 
 def _path_problem(label: str, value: str) -> str | None:
-    """An error when a path given by the user is on this filesystem but missing."""
-    if "$" in value or not value.startswith("/"):
-        return None
-    top = Path("/", *Path(value).parts[1:2])
-    if top.exists() and not Path(value).exists():
-        return f"{label}={value} does not exist (download it first, e.g. `tune download ... --output-dir {value}`)"
-    return None
+    """An error when a checkpoint/tokenizer path given by the user is on this filesystem but missing."""
+    return path_problem(label, value, f"download it first, e.g. `tune download ... --output-dir {value}`")
 
 
 class TorchtuneRecipe(Recipe):

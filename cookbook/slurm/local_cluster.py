@@ -191,8 +191,9 @@ class LocalCluster:
             raise ClusterError(
                 "The embedded local cluster needs root (it starts munged, slurmctld and one slurmd per "
                 "node in their own network namespaces) and the Debian packages "
-                f"{', '.join(sorted(set(DEBIAN_PACKAGES.values())))}. Run `sudo make setup` or use a "
-                "machine where you are root. On a real Slurm cluster you need none of this: skip "
+                f"{', '.join(sorted(set(DEBIAN_PACKAGES.values())))}. Run `sudo make cluster-up` (it installs "
+                "them and starts the cluster) or use a machine where you are root. On a real Slurm cluster you "
+                "need none of this: skip "
                 "`cookbook cluster up` and use the cluster's own SLURM_CONF.")
         missing = sorted({pkg for cmd, pkg in DEBIAN_PACKAGES.items() if not _which(cmd)})
         if not missing:

@@ -58,7 +58,71 @@ def test_torchtitan_overrides_checked_by_its_parser():
     assert "training.steps" in _problems(recipe="llama3_8b_c4", overrides={"steps": "5"})
     assert "must divide GPUs per node" in _problems(recipe="flux_schnell",
                                                     overrides={"parallelism.tensor_parallel_degree": "3"})
-    assert "rejects" in _problems(recipe="llama3_8b_c4", overrides={"training.steps": "many"})
+    text = _problems(recipe="llama3_8b_c4", overrides={"training.steps": "many"})
+    assert "rejects" in text and "For full helptext" not in text
+    assert "Error parsing --training.steps: invalid literal for int() with base 10: 'many'" in text
+    assert "(expected: --training.steps INT)" in text
+    text = _problems(recipe="flux_schnell", overrides={"parallelism.fsdp_reshard_after_forward": "sometimes"})
+    assert "'sometimes'" in text and "--parallelism.fsdp_reshard_after_forward" in text
+    assert "Expected one of ('default', 'always', 'never')" in text
+
+
+def test_torchtitan_rejection_reason_read_from_a_coloured_utf8_box(monkeypatch):
+    import tyro._fmtlib
+
+    from cookbook.recipes.torchtitan import parse_config, tyro_reason
+
+    monkeypatch.setattr(tyro._fmtlib, "_FORCE_ANSI", True)          # as on a terminal
+    monkeypatch.setattr(tyro._fmtlib, "_FORCE_UTF8_BOXES", True)
+    overrides = {"training.mixed_precision_param": "fp8"}
+    cfg, err = parse_config("llama3_8b_c4", overrides)
+    assert cfg is None and "\x1b[" in err and "\u2502" in err              # colours and box edges
+    assert tyro_reason(err, overrides) == ("invalid choice 'fp8' for argument '--training.mixed_precision_param'. "
+                                           "Expected one of ('bfloat16', 'float32').")
+    assert tyro_reason("ValueError: bad\nlast line") == "last line"      # not a box: its last line, as before
+
+
+def test_torchtitan_missing_local_paths(tmp_path):
+    missing = str(tmp_path / "nope")
+    text = _problems(recipe="llama3_8b_c4", overrides={"hf_assets_path": missing,
+                                                      "dataloader.dataset_path": missing + "/c4",
+                                                      "checkpoint.initial_load_path": missing + "/step-10"})
+    assert f"hf_assets_path={missing} does not exist" in text
+    assert f"dataloader.dataset_path={missing}/c4 does not exist" in text
+    assert f"checkpoint.initial_load_path={missing}/step-10 does not exist" in text
+    text = _problems(recipe="flux_schnell", overrides={"encoder.autoencoder_path": missing + "/ae.safetensors",
+                                                      "encoder.t5_encoder": missing + "/t5",
+                                                      "tokenizer.clip_tokenizer_path": missing + "/clip"})
+    for key in ("encoder.autoencoder_path", "encoder.t5_encoder", "tokenizer.clip_tokenizer_path"):
+        assert f"{key}={missing}/" in text
+    # as torchtune's check: existing paths, shell variables, ~, relative paths, Hub ids and paths on
+    # filesystems not mounted here are left to the job
+    for value in (str(tmp_path), "$TINY_DIR/c4", "${HOME}/c4", "~/c4", "assets/c4", "/not-mounted-here/c4"):
+        validate(JobSpec("llama3_8b_c4", overrides={"dataloader.dataset_path": value}))
+    validate(JobSpec("flux_schnell", overrides={"encoder.t5_encoder": "google/t5-v1_1-xxl"}))
+    validate(JobSpec("flux_schnell", profile="local-cpu", gpus_per_node=0,
+                     overrides={"encoder.autoencoder_path": "$TINY_DIR/flux/ae.safetensors"}))
+
+
+def test_torchtune_keys_under_an_optional_component_section_are_its_parameters():
+    cosine = "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup"
+    # tensor_parallel_plan is absent from the config: the cookbook writes torchtune's Llama TP plan there
+    text = _problems(recipe="llama3_3_70b_full", overrides={"tensor_parallel_plan.bogus": "1"})
+    assert "'tensor_parallel_plan.bogus' is not a parameter" in text and "base_llama_tp_plan" in text
+    tp_plan = "torchtune.models.llama3.base_llama_tp_plan"
+    validate(JobSpec("llama3_3_70b_full",
+                     overrides={"tensor_parallel_dim": "8", "tensor_parallel_plan._component_": tp_plan}))
+    # lr_scheduler is optional for full_finetune_distributed: checked against the component the override names
+    text = _problems(recipe="llama3_3_70b_full", overrides={"lr_scheduler._component_": cosine,
+                                                            "lr_scheduler.num_warmup_step": "10"})
+    assert "'lr_scheduler.num_warmup_step' is not a parameter" in text
+    assert "did you mean lr_scheduler.num_warmup_steps" in text
+    validate(JobSpec("llama3_3_70b_full", overrides={"lr_scheduler._component_": cosine,
+                                                     "lr_scheduler.num_warmup_steps": "10"}))
+    # ... and for the LoRA config against the one it holds
+    assert "'lr_scheduler.bogus' is not a parameter" in _problems(recipe="llama3_3_70b_lora",
+                                                                   overrides={"lr_scheduler.bogus": "1"})
+    validate(JobSpec("llama3_3_70b_lora", overrides={"lr_scheduler.num_warmup_steps": "10"}))
 
 
 def test_torchtitan_boolean_overrides_become_flags_its_parser_accepts():

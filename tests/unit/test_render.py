@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cookbook.cli import main
-from cookbook.render import generated_files, quote_with_vars, render_job, write_job
+from cookbook.render import generate_recipes, generated_files, quote_with_vars, render_job, write_job
 from cookbook.spec import JobSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +66,19 @@ def test_hf_token_never_written(tmp_path, monkeypatch):
     files = list(tmp_path.iterdir())
     assert len(files) > 3 and not any(token in f.read_text() for f in files)
     assert main(["render", "llama3_3_70b_full", "--env", f"HF_TOKEN={token}", "-o", str(tmp_path / "x")]) == 2
+
+
+def test_generated_recipes_carry_no_secret_from_the_environment(tmp_path, monkeypatch):
+    secrets = {"HF_TOKEN": "hf_SECRETgenerate1234567890", "WANDB_API_KEY": "wandbSECRET0123456789abcdef"}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    written = generate_recipes(tmp_path)
+    files = [f for f in tmp_path.rglob("*") if f.is_file()]
+    assert written and sorted(files) == sorted(written)
+    assert {f.suffix for f in files} >= {".sbatch", ".yaml", ".py"}
+    leaked = [(str(f.relative_to(tmp_path)), name) for f in files for name, value in secrets.items()
+              if value in f.read_text()]
+    assert not leaked
 
 
 def test_cli_render_errors_exit_2(tmp_path, capsys):
