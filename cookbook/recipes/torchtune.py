@@ -210,6 +210,10 @@ class TorchtuneRecipe(Recipe):
             if key not in spec.overrides and not Path(value).exists():
                 out.append(f"{key}={value} (the config's default) does not exist here; set it with "
                            f"--set {key}=PATH if the model is elsewhere on the cluster")
+        if spec.requeue and str(OmegaConf.select(cfg, "epochs")) == "1":
+            out.append("epochs=1: torchtune 0.6.1 saves a resumable checkpoint only at the end of an epoch that "
+                       "is not the last, so a preempted or requeued job starts over; to make it resumable split "
+                       "the run into several shorter epochs (--set epochs=N --set max_steps_per_epoch=M)")
         return out
 
     def files(self, spec: JobSpec) -> dict[str, str]:
@@ -227,21 +231,35 @@ class TorchtuneRecipe(Recipe):
         return Launch("tune", args)
 
     def resume(self, spec: JobSpec) -> str:
-        """torchtune 0.6.1 checkpoints at epoch ends (``RUN_DIR/epoch_N``) and reloads with
-        ``resume_from_checkpoint=True``. A full finetune then reads the model files relative to its
-        output_dir, so they are pointed at the newest ``epoch_N`` (LoRA reloads the base model from
-        checkpoint_dir and its adapter from the output). Resumes only once ``recipe_state/recipe_state.pt``
-        exists (torchtune writes it last, for every epoch but the final one)."""
-        # recipe_state.pt is written after the epoch's weights: without it the epoch folder may be cut off
-        # mid-save (and resume_from_checkpoint=True would fail), so the job starts afresh instead.
-        lines = ['if [[ -f "$RUN_DIR/recipe_state/recipe_state.pt" ]] && compgen -G "$RUN_DIR/epoch_*" > /dev/null; then',
-                 '  LATEST=$(ls -d "$RUN_DIR"/epoch_* | sort -V | tail -n 1)',
-                 '  echo "resuming from $LATEST"',
-                 "  RESUME_ARGS+=(resume_from_checkpoint=True)"]
+        """torchtune 0.6.1 checkpoints at epoch ends (``RUN_DIR/epoch_N``) and writes
+        ``recipe_state/recipe_state.pt`` last, after the weights of every epoch but the final one; it
+        reloads with ``resume_from_checkpoint=True``. A full finetune then reads the model files relative
+        to its output_dir, so they are pointed at the epoch the recipe state belongs to (LoRA reloads the
+        base model from checkpoint_dir and its adapter from the largest ``epoch_N`` folder).
+
+        The epoch the state belongs to is the newest ``epoch_N`` not written after the state file. A
+        folder written after it (the final epoch, or one cut off mid-save by the preemption) would be
+        loaded by torchtune against the wrong recipe state: it is moved aside (never deleted) and that
+        epoch trains again. No state file yet: the job starts afresh."""
+        lines = ['STATE="$RUN_DIR/recipe_state/recipe_state.pt"',
+                 'if [[ -f "$STATE" ]]; then',
+                 '  LATEST=""',
+                 '  mapfile -t EPOCHS < <(ls -d "$RUN_DIR"/epoch_* 2>/dev/null | sort -V)',
+                 '  for EPOCH in "${EPOCHS[@]}"; do',
+                 '    if [[ "$EPOCH" -nt "$STATE" ]]; then',
+                 '      mv "$EPOCH" "$RUN_DIR/superseded.$(basename "$EPOCH").$SLURM_JOB_ID.$(date +%s)"',
+                 '      echo "moved $EPOCH aside: written after the recipe state, it trains again"',
+                 '    else',
+                 '      LATEST=$EPOCH',
+                 '    fi',
+                 '  done',
+                 '  if [[ -n "$LATEST" ]]; then',
+                 '    echo "resuming from $LATEST"',
+                 "    RESUME_ARGS+=(resume_from_checkpoint=True)"]
         if self.resume_model_from_output:
             fmt = self.checkpoint_filename_format(spec)
-            lines.append(f'  RESUME_ARGS+=("checkpointer.checkpoint_files.filename_format=$(basename "$LATEST")/{fmt}")')
-        return "\n".join(lines + ["fi"])
+            lines.append(f'    RESUME_ARGS+=("checkpointer.checkpoint_files.filename_format=$(basename "$LATEST")/{fmt}")')
+        return "\n".join(lines + ["  fi", "fi"])
 
     def checkpoint_filename_format(self, spec: JobSpec) -> str:
         """The model shards' name pattern in the config (``model-{}-of-{}.safetensors``)."""

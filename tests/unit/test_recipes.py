@@ -132,3 +132,14 @@ def test_torchtitan_boolean_overrides_become_flags_its_parser_accepts():
         "--profiler.enable_profiling", "--checkpoint.no-enable", "--training.steps", "3"]
     cfg, err = parse_config("llama3_8b_c4_tiny", {"profiler.enable_profiling": "true", "checkpoint.enable": "False"})
     assert err == "" and cfg.profiler.enable_profiling is True and cfg.checkpoint.enable is False
+
+
+def test_single_epoch_torchtune_jobs_warn_that_a_requeue_starts_over():
+    from cookbook.render import render_job
+    from cookbook.spec import make_spec
+
+    one = render_job(make_spec("llama3_3_70b_lora", profile="generic")).warnings
+    assert any(w.startswith("epochs=1:") and "max_steps_per_epoch" in w for w in one)
+    split = render_job(make_spec("llama3_3_70b_lora", profile="generic",
+                                 overrides={"epochs": "4", "max_steps_per_epoch": "250"})).warnings
+    assert not any(w.startswith("epochs=1:") for w in split)

@@ -117,3 +117,38 @@ def test_jobs_sharing_nodes_rendezvous_on_ports_of_their_own():
     assert _rdzv_port(exclusive, 116) == _rdzv_port(exclusive, 117) == 29500
     with pytest.raises(SpecError, match="port=60000"):
         render_job(make_spec("llama3_3_70b_lora", profile="local-cpu", port=60000))
+
+
+def _run_resume_block(script: str, run_dir: Path) -> tuple[str, list[str]]:
+    """Run the script's resume block in bash against ``run_dir``; (its output, RESUME_ARGS)."""
+    block = script[script.index("RESUME_ARGS=()"):script.index("# --- preemption")]
+    r = subprocess.run(["bash", "-c", block + 'printf "%s\\n" "${RESUME_ARGS[@]}"'], capture_output=True, text=True,
+                       check=True, env={**os.environ, "RUN_DIR": str(run_dir), "SLURM_JOB_ID": "77"})
+    return r.stdout, [ln for ln in r.stdout.splitlines() if "=" in ln and not ln.startswith(("resuming", "moved"))]
+
+
+def test_torchtune_resumes_from_the_epoch_its_recipe_state_belongs_to(tmp_path):
+    """torchtune writes recipe_state.pt after epoch N's weights and not after the final epoch: an
+    epoch folder newer than the state (final, or cut off mid-save) is moved aside, never loaded."""
+    import time
+
+    from cookbook.spec import make_spec
+
+    script = render_job(make_spec("llama3_3_70b_full", profile="local-cpu")).script
+    run = tmp_path / "run"
+    (run / "epoch_0").mkdir(parents=True)
+    assert _run_resume_block(script, run)[1] == []              # no recipe state yet: start afresh
+    time.sleep(0.02)
+    (run / "recipe_state").mkdir()
+    (run / "recipe_state" / "recipe_state.pt").write_bytes(b"state after epoch 0")
+    time.sleep(0.02)
+    (run / "epoch_1").mkdir()                                     # cut off (or final): after the state
+    (run / "epoch_1" / "model-00001-of-00001.safetensors").write_bytes(b"partial")
+    out, args = _run_resume_block(script, run)
+    assert "resuming from" in out and out.split("resuming from ")[1].split()[0].endswith("/epoch_0")
+    assert args == ["resume_from_checkpoint=True",
+                    "checkpointer.checkpoint_files.filename_format=epoch_0/model-{}-of-{}.safetensors"]
+    moved = [p.name for p in run.iterdir() if p.name.startswith("superseded.")]
+    assert len(moved) == 1 and moved[0].startswith("superseded.epoch_1.77.")
+    assert (run / moved[0] / "model-00001-of-00001.safetensors").read_bytes() == b"partial"   # kept
+    assert sorted(p.name for p in run.glob("epoch_*")) == ["epoch_0"]
