@@ -66,7 +66,8 @@ def runs(slurm, tiny_assets, tmp_path_factory):
     jobs = {
         "full": _submit(slurm, root, tiny_assets, "llama3_3_70b_full", "tt-full", TUNE_FULL),
         "full_resumed": _submit(slurm, root, tiny_assets, "llama3_3_70b_full", "tt-full-resumed", TUNE_FULL),
-        "lora": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora", {"max_steps_per_epoch": "6"}),
+        "lora": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora", TUNE_FULL),
+        "lora_resumed": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora-resumed", TUNE_FULL),
         "titan": _submit(slurm, root, tiny_assets, "llama3_8b_c4", "titan-c4", titan_overrides),
         "flux": _submit(slurm, root, tiny_assets, "flux_schnell", "flux",
                         {"training.steps": "4", "metrics.enable_tensorboard": "True",
@@ -77,22 +78,29 @@ def runs(slurm, tiny_assets, tmp_path_factory):
     jobs.update(_submit_copied_scripts(slurm, root, tiny_assets, ("llama3_8b_c4", "flux_schnell")))
     interruptions: dict[str, str] = {}
 
-    # Preemption path: USR1 to the batch shell (what --signal=B:USR1@N sends before the time limit);
-    # the script's trap requeues the job, which resumes from epoch_0 when it starts again.
-    full = jobs["full_resumed"]
-    _wait_for(lambda: (full.run_dir / "epoch_0").is_dir() and _step_logged(full.log, 5), 300,
-              "the first torchtune epoch checkpoint and a step of epoch 2")
-    slurm.run("scancel", "--signal=USR1", "--batch", full.job_id)
-    interruptions["full_resumed"] = "USR1"
-    _release_requeued(slurm, full)
-
-    # Node failure / admin path: `scontrol requeue` once the first torchtitan checkpoint is there.
-    titan = jobs["titan"]
-    _wait_for(lambda: any((titan.run_dir / "checkpoint").glob("step-*/.metadata")), 300,
-              "a complete torchtitan checkpoint")
-    slurm.requeue(titan.job_id)
-    interruptions["titan"] = "requeue"
-    _release_requeued(slurm, titan)
+    # Each interruption fires as soon as its job is ready for it (the jobs run side by side):
+    # - preemption: USR1 to the batch shell (what --signal=B:USR1@N sends before the time limit); the
+    #   script's trap requeues the job, which resumes from epoch_0 when it starts again;
+    # - node failure / admin: `scontrol requeue` kills the LoRA job in its second epoch and the torchtitan
+    #   job once its first checkpoint is complete.
+    full, lora, titan = jobs["full_resumed"], jobs["lora_resumed"], jobs["titan"]
+    plan = {
+        "full_resumed": (lambda: (full.run_dir / "epoch_0").is_dir() and _step_logged(full.log, 5),
+                         lambda: slurm.run("scancel", "--signal=USR1", "--batch", full.job_id), "USR1"),
+        "lora_resumed": (lambda: (lora.run_dir / "recipe_state" / "recipe_state.pt").is_file()
+                         and _step_logged(lora.log, 5), lambda: slurm.requeue(lora.job_id), "requeue"),
+        "titan": (lambda: any((titan.run_dir / "checkpoint").glob("step-*/.metadata")),
+                  lambda: slurm.requeue(titan.job_id), "requeue"),
+    }
+    end = time.monotonic() + 300
+    while len(interruptions) < len(plan):
+        assert time.monotonic() < end, f"timed out; interrupted so far: {interruptions}"
+        for key, (ready, interrupt, how) in plan.items():
+            if key not in interruptions and ready():
+                interrupt()
+                interruptions[key] = how
+                _release_requeued(slurm, jobs[key])
+        time.sleep(0.2)
 
     for job in jobs.values():
         info = slurm.wait(job.job_id, timeout=600, poll=2)
@@ -189,8 +197,8 @@ def test_torchtune_lora_writes_an_adapter_that_loads(runs, tiny_assets):
     job = jobs["lora"]
     assert re.search(rf"^job {job.job_id}: 2 node\(s\)", job.log.read_text(), flags=re.M)
     losses = _losses(job)
-    assert len(losses) == 6 and all(math.isfinite(x) for x in losses) and losses[-1] < losses[0], losses
-    out = job.run_dir / "epoch_0"
+    assert len(losses) == 8 and all(math.isfinite(x) for x in losses) and losses[-1] < losses[0], losses
+    out = job.run_dir / "epoch_1"
     weights = load_file(out / "adapter_model.safetensors")          # PEFT layout, for Hugging Face users
     assert weights and all("lora" in k for k in weights), list(weights)[:5]
     # The adapter loads, strictly, into the recipe's own LoRA model on top of the base weights it was
@@ -223,6 +231,17 @@ def test_preempted_torchtune_job_resumes_from_its_epoch_checkpoint_with_the_same
     assert re.search(r"\|[1-4]\|Loss", second) is None
     assert re.search(r"\|8\|Loss", second)
     assert _losses(job)[-1] == pytest.approx(_losses(reference)[-1], rel=1e-6)
+
+
+def test_requeued_lora_job_resumes_its_adapter_with_the_same_final_loss(runs):
+    jobs, interruptions = runs
+    assert interruptions["lora_resumed"] == "requeue"
+    job, reference = jobs["lora_resumed"], jobs["lora"]
+    first, second = _segments(job.log)[:2]
+    assert "resuming from" in second and second.split("resuming from ")[1].split()[0].endswith("/epoch_0")
+    assert re.search(r"\|[1-4]\|Loss", second) is None and re.search(r"\|8\|Loss", second)
+    assert _losses(job)[-1] == pytest.approx(_losses(reference)[-1], rel=1e-6)
+    assert (job.run_dir / "epoch_1" / "adapter_model.safetensors").is_file()
 
 
 def test_torchtitan_llama3_c4_requeued_mid_run_resumes_without_losing_a_step(runs):
