@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cookbook.slurm.client import SlurmClient
+from cookbook.slurm.client import SlurmClient, SlurmError
 from cookbook.slurm.local_cluster import ClusterConfig, LocalCluster
 
 # `make test` distributes by file (--dist loadfile), so these tests share one worker and run in order.
@@ -74,6 +74,9 @@ def test_controller_restart_loses_no_queued_job(private_cluster, tmp_path):
         if not Path(f"/proc/{old}").exists():
             break
         time.sleep(0.1)
+    # controller down: Slurm's own message reaches the user (clients retry ~10 s first)
+    with pytest.raises(SlurmError, match="Unable to contact slurm controller"):
+        slurm.submit(script, f"--output={tmp_path}/%j.out")
     private_cluster.up()  # starts only the controller again
     assert private_cluster.status().daemons["slurmctld"] != old
     assert slurm.state(job).state == "PENDING"
