@@ -122,3 +122,25 @@ def test_down_leaves_no_process_namespace_or_job_behind(private_cluster, tmp_pat
     assert "cbtest-" not in netns
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert "cbtest-" not in links
+
+
+def test_multiple_slurmd_fallback_runs_a_two_node_job(tmp_path_factory, tmp_path):
+    """Without network namespaces (mode "multi"): one slurmd per node on its own port, each with its own
+    hostname, all on 127.0.0.1; a 2-node job still sees two nodes; down leaves nothing behind."""
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm cluster needs root")
+    cfg = ClusterConfig(name="cbmulti", nodes=2, cpus_per_node=1, mode="multi", ctld_port=6927,
+                        multi_port0=17200, base_dir=tmp_path_factory.mktemp("cbmulti"))
+    cluster = LocalCluster(cfg)
+    try:
+        status = cluster.up()
+        assert status.up and status.mode == "multi", status.render()
+        slurm = SlurmClient(cluster.env())
+        script = tmp_path / "two.sbatch"
+        script.write_text("#!/bin/bash\nsrun bash -c 'echo $SLURM_NODEID $(hostname)'\n")
+        job = slurm.submit(script, "--nodes=2", f"--output={tmp_path}/%j.out")
+        assert slurm.wait(job, timeout=60).state == "COMPLETED"
+        assert sorted((tmp_path / f"{job}.out").read_text().split("\n")[:2]) == ["0 n1", "1 n2"]
+    finally:
+        cluster.down()
+    assert _processes_mentioning(str(cfg.root)) == []
