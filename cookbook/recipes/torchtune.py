@@ -110,6 +110,10 @@ def check_override_keys(cfg: DictConfig, overrides: dict[str, str], recipe_file:
                             f"(torchtune would fail to instantiate it): {where}")
             continue
         if key.split(".")[0] in optional:
+            if parent and leaf != "_component_" and OmegaConf.select(cfg, parent) is None:
+                # a section the config does not have: torchtune instantiates it, so it needs a _component_
+                problems.append(f"override key {key!r}: the config has no {parent} section; torchtune builds it "
+                                f"from {parent}._component_, so set that too (e.g. --set {parent}._component_=...)")
             continue
         hint = suggest_key(key, keys)
         where = f"did you mean {' or '.join(hint)}?" if hint else "see `tune cp` of the config for its keys"

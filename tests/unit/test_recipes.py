@@ -123,6 +123,10 @@ def test_torchtune_keys_under_an_optional_component_section_are_its_parameters()
     assert "'lr_scheduler.bogus' is not a parameter" in _problems(recipe="llama3_3_70b_lora",
                                                                    overrides={"lr_scheduler.bogus": "1"})
     validate(JobSpec("llama3_3_70b_lora", overrides={"lr_scheduler.num_warmup_steps": "10"}))
+    # a key of a section the full config does not have, without the section's _component_: torchtune could
+    # not build it
+    text = _problems(recipe="llama3_3_70b_full", overrides={"lr_scheduler.num_warmup_steps": "10"})
+    assert "the config has no lr_scheduler section" in text and "lr_scheduler._component_" in text
 
 
 def test_torchtitan_boolean_overrides_become_flags_its_parser_accepts():
