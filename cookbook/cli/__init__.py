@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import pkgutil
 import sys
+
+# Import-time warnings about GPU kernels the login node never runs (torchao's C++ extensions built for
+# another torch, triton absent): noise on every `cookbook render` of a torchtune/torchtitan recipe.
+QUIET_LOGGERS = ("torchao", "torch._library.triton")
 
 
 class UserError(Exception):
@@ -28,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
