@@ -123,7 +123,8 @@ def check_override_keys(cfg: DictConfig, overrides: dict[str, str], recipe_file:
 
 def _path_problem(label: str, value: str) -> str | None:
     """An error when a checkpoint/tokenizer path given by the user is on this filesystem but missing."""
-    return path_problem(label, value, f"download it first, e.g. `tune download ... --output-dir {value}`")
+    model_dir = value.split("/original/")[0] if label == "tokenizer.path" else value
+    return path_problem(label, value, f"download the model first: `cookbook download REPO_ID --output-dir {model_dir}`")
 
 
 class TorchtuneRecipe(Recipe):
