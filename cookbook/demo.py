@@ -27,6 +27,17 @@ def _done(t0: float, detail: str = "") -> None:
     print(f"      done in {time.monotonic() - t0:.0f} s{': ' + detail if detail else ''}", flush=True)
 
 
+def _keep_previous(out: Path) -> None:
+    """Move the last demo's outputs to ``OUT.previous`` (replacing an older one), so this run's folder
+    holds only this run's notebooks, runs and plots."""
+    import shutil
+
+    if out.exists():
+        previous = out.with_name(out.name + ".previous")
+        shutil.rmtree(previous, ignore_errors=True)
+        out.rename(previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     from cookbook import notebook_runner as nr
 
@@ -37,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-sweep", action="store_true", help="skip the LoRA-rank sweep")
     args = ap.parse_args(argv)
     out = Path(args.out) if args.out else output_dir() / "demo"
+    _keep_previous(out)
     nb_out, plots = out / "notebooks", out / "plots"
     total = 3 + len(args.notebooks) + (0 if args.no_sweep else 1)
     n = 0

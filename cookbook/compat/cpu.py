@@ -16,6 +16,7 @@ a clear message (set ``COOKBOOK_COMPAT_ANY_VERSION=1`` to try anyway).
 
 from __future__ import annotations
 
+import logging
 import os
 import resource
 import runpy
@@ -467,5 +468,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def exit_now(code: int) -> None:
+    """Leave without the interpreter's C++ teardown. After a finished run (checkpoints written, process
+    group destroyed) torch 2.13 on CPU/gloo now and then aborts in static destructors ("terminate called
+    without an active exception", SIGABRT), and torchrun reports the run FAILED. Logs are flushed first."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
