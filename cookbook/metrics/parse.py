@@ -6,6 +6,7 @@ import mmap
 import os
 import warnings
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -47,7 +48,7 @@ def parse_log(path: str | os.PathLike, ranks: str = "first", workers: int | None
         skipped = _parse_parallel(p, size, n_workers, table)
     else:
         with open(p, "rb") as f:
-            skipped = _scan_file(f, 0, None, table)
+            skipped = _scan_file(f, 0, None, table.add)
     if skipped:                      # rare: map the file once to count lines up to each skipped one
         data = _map(p)
         table.skipped = with_line_numbers(data, skipped)
@@ -56,15 +57,13 @@ def parse_log(path: str | os.PathLike, ranks: str = "first", workers: int | None
     return _annotate(table, ranks, str(p))
 
 
-def _scan_file(f, start: int, end: int | None, table: RowTable | None,
-               buf: bytearray | None = None) -> list[tuple[int, str]] | tuple[list, list[tuple[int, str]]]:
+def _scan_file(f, start: int, end: int | None, add: Callable[[list], object],
+               buf: bytearray | None = None) -> list[tuple[int, str]]:
     """Scan bytes ``start``..``end`` (None: to EOF) of the open file ``f`` in ``_CHUNK`` windows.
 
-    Rows go into ``table`` and (byte offset, text) of skipped lines are returned; with ``table=None`` the
-    list of frames is returned as well, ``(frames, skipped)``, for a worker process to ship back.
+    Each window's frames go to ``add`` (``RowTable.add``, or a list's ``extend`` in a worker process);
+    returns (byte offset, text) of the skipped lines.
     """
-    frames_out: list = []
-    add = frames_out.extend if table is None else table.add
     skipped: list[tuple[int, str]] = []
     # Reads into one reused buffer (no fresh 64 MB allocation per read), not mmap: a log truncated
     # while mapped (Slurm truncates it on requeue) would kill the process with SIGBUS.
@@ -93,7 +92,7 @@ def _scan_file(f, start: int, end: int | None, table: RowTable | None,
         frames, skips = scan(bytes(buf[:keep]))
         add(frames)
         skipped += [(base + off, text) for off, text in skips]
-    return skipped if table is not None else (frames_out, skipped)
+    return skipped
 
 
 # --- parallel path: one worker process per ~64 MB byte range of a big file ----------------------------
@@ -130,7 +129,8 @@ def _parse_range(path: str, start: int, end: int, size: int) -> tuple[list, list
             return [], []
         if _WORKER_BUF is None or len(_WORKER_BUF) < _CHUNK:
             _WORKER_BUF = bytearray(_CHUNK)
-        frames, skipped = _scan_file(f, s, e, None, _WORKER_BUF)
+        frames: list = []
+        skipped = _scan_file(f, s, e, frames.extend, _WORKER_BUF)
     return [_pack(df) for df in frames], skipped
 
 
