@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import jinja2
@@ -18,7 +18,7 @@ from cookbook.recipes.base import Recipe
 from cookbook.spec import PROFILES, SHARED_PORT_SPAN, JobSpec, SpecError, check_spec
 
 _TEMPLATES = Path(__file__).parent / "templates"
-_BUILTIN_VARS = ("RECIPE_DIR", "RUN_DIR")
+_BUILTIN_VARS = ("RECIPE_DIR", "RUN_DIR", "SLURM_JOB_NUM_NODES")
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,12 @@ def quote_with_vars(value: object, names: tuple[str, ...] | list[str]) -> str:
     return "".join(parts)
 
 
+def log_file(spec: JobSpec) -> str:
+    """``#SBATCH --output``: ``<job name>-<job id>.out`` in ``spec.log_dir`` (``.``: where sbatch runs)."""
+    folder = spec.log_dir.rstrip("/")
+    return "%x-%j.out" if folder in ("", ".") else f"{folder}/%x-%j.out"
+
+
 def validate(spec: JobSpec) -> Recipe:
     """The spec's recipe, once the spec and the recipe both accept it; SpecError with every problem."""
     problems = check_spec(spec)
@@ -76,7 +82,7 @@ def render_job(spec: JobSpec) -> RenderedJob:
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     env.filters["q"] = quote
     env.filters["arg"] = lambda v: quote_with_vars(v, names)
-    launcher = "tune run" if launch.launcher == "tune" else "torchrun"
+    launcher = "tune run" if launch.launcher == "tune" else "torchrun"   # bash words of the LAUNCHER array
     srun_args: list[str] = []
     if spec.container_image:
         srun_args.append(f"--container-image={spec.container_image}")
@@ -85,12 +91,64 @@ def render_job(spec: JobSpec) -> RenderedJob:
     variables = {k: quote_with_vars(v, names) for k, v in launch.variables.items()}
     script = env.get_template("job.sbatch.j2").render(
         spec=spec, recipe=recipe, profile=spec.profile_info, env=spec.profile_info.env,
-        log_file=f"{spec.log_dir.rstrip('/') or '.'}/%x-%j.out",
+        log_file=log_file(spec),
         recipe_dir=quote(spec.recipe_dir) if spec.recipe_dir else '"$SLURM_SUBMIT_DIR"',
         run_dir=quote(spec.run_dir) if spec.run_dir else '"$RECIPE_DIR"/runs/' + quote(spec.name),
         variables=variables, resume=recipe.resume(spec).rstrip(), srun_args=srun_args,
         launcher=launcher, args=launch.args, port_span=SHARED_PORT_SPAN)
-    return RenderedJob(script, recipe.files(spec), recipe.warnings(spec))
+    warnings = recipe.warnings(spec) + start_path_warnings(spec, recipe) + mount_problems(spec, recipe)
+    return RenderedJob(script, recipe.files(spec), warnings)
+
+
+def resolve_here(value: str, spec: JobSpec, variables: dict[str, str]) -> str | None:
+    """``value`` with ``$RECIPE_DIR``/``$RUN_DIR``/script variables expanded as far as this machine knows
+    them; None when something stays unknown (``$SLURM_*``, ``$HOME`` of another machine)."""
+    known = {"RECIPE_DIR": spec.recipe_dir or "", **variables}
+    for _ in range(4):
+        new = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: known.get(m.group(1), m.group(0)), value)
+        if new == value:
+            break
+        value = new
+    return None if "$" in value or not value else value
+
+
+def start_path_warnings(spec: JobSpec, recipe: Recipe) -> list[str]:
+    """A warning for each start-up path that is not on this machine (the login node shares the cluster's
+    filesystem, so a path missing here is usually missing on the nodes too)."""
+    if spec.recipe_dir is None:
+        return []
+    out = []
+    variables = recipe.start_variables(spec)
+    for sp in recipe.start_paths(spec):
+        value = spec.overrides.get(sp.key, sp.default)
+        path = resolve_here(value, spec, variables)
+        if path is None or (sp.hub_ok and not path.startswith(("/", "."))):
+            continue
+        if not Path(path).exists():
+            how = (f"export {sp.variable}=PATH before sbatch, or render with --set {sp.key}=PATH"
+                   if sp.variable else f"render with --set {sp.key}=PATH")
+            out.append(f"{sp.key} = {path} ({sp.what}) does not exist on this machine: put it there, or {how}")
+    return out
+
+
+def mount_problems(spec: JobSpec, recipe: Recipe) -> list[str]:
+    """Container jobs: every folder the job reads or writes must lie inside a ``--container-mounts``
+    destination, else the job fails only after the queue."""
+    if not spec.container_image:
+        return []
+    dests = [m.split(":")[1].rstrip("/") or "/" for m in spec.container_mounts if len(m.split(":")) >= 2]
+    variables = recipe.start_variables(spec)
+    paths = {"recipe folder ($RECIPE_DIR)": spec.recipe_dir, "run folder ($RUN_DIR)": spec.run_dir}
+    paths.update({f"{sp.key} ({sp.what})": resolve_here(spec.overrides.get(sp.key, sp.default), spec, variables)
+                  for sp in recipe.start_paths(spec)})
+    out = []
+    for label, path in paths.items():
+        if not path or not path.startswith("/"):
+            continue
+        if not any(path == d or path.startswith(d.rstrip("/") + "/") for d in dests):
+            out.append(f"container: {label} {path} is inside no --container-mounts destination "
+                       f"({', '.join(dests) or 'none given'}): add --container-mount {path}:{path}")
+    return out
 
 
 def write_job(spec: JobSpec, script_path: str | Path) -> Path:
@@ -99,10 +157,8 @@ def write_job(spec: JobSpec, script_path: str | Path) -> Path:
     Without ``spec.recipe_dir`` the script refers to its configs through the folder it is written to.
     """
     script_path = Path(script_path)
-    if spec.recipe_dir is None:
-        from dataclasses import replace
-
-        spec = replace(spec, recipe_dir=str(script_path.parent.resolve()))
+    spec = replace(spec, script_name=script_path.name,
+                   recipe_dir=spec.recipe_dir or str(script_path.parent.resolve()))
     job = render_job(spec)
     script_path.parent.mkdir(parents=True, exist_ok=True)
     for name, text in job.files.items():
@@ -132,7 +188,7 @@ def generated_specs() -> list[JobSpec]:
             specs.append(JobSpec(
                 recipe=recipe.name, profile=name, nodes=2, gpus_per_node=0 if local else 8,
                 time="00:10:00" if local else "04:00:00", exclusive=not local, signal_seconds=30 if local else 120,
-                job_name=f"{recipe.name}-{name}".replace("_", "-"),
+                job_name=f"{recipe.name}-{name}".replace("_", "-"), script_name=f"{recipe.name}.{name}.sbatch",
                 venv="$RECIPE_DIR/../../.venv" if local else None,
                 assets_dir="$RECIPE_DIR/../../.cache/tiny" if local else None))
     return specs
@@ -162,5 +218,6 @@ def generate_recipes(root: Path) -> list[Path]:
     return written
 
 
-__all__ = ["generate_recipes", "generated_files", "generated_specs", "LOCAL_CPU", "RenderedJob", "quote", "quote_with_vars", "render_job", "validate", "write_job",
-           "log_dir_of"]
+__all__ = ["LOCAL_CPU", "RenderedJob", "generate_recipes", "generated_files", "generated_specs", "log_dir_of",
+           "log_file", "mount_problems", "quote", "quote_with_vars", "render_job", "resolve_here", "start_path_warnings",
+           "validate", "write_job"]

@@ -31,55 +31,73 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class EnvVar:
-    """One environment variable a profile sets, with where its value comes from."""
+    """One environment variable a profile sets, with where its value comes from.
+
+    ``expand``: the value is bash (e.g. ``${TMPDIR:-/tmp}/...``) evaluated on the node, not a literal.
+    """
 
     name: str
     value: str
     source: str
+    expand: bool = False
 
 
 @dataclass(frozen=True)
 class Profile:
-    """What one kind of cluster needs: backend, GPUs or not, and its environment."""
+    """What one kind of cluster needs: backend, GPUs or not, its environment and network interface.
+
+    ``interface``: ``"detect"`` sets ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME`` at run time to the
+    interface holding the head node's address (names differ between sites and images: eth0, ens*, enp*,
+    bond0); a pinned value is written as it is; None leaves NCCL's own choice.
+    """
 
     name: str
     description: str
     backend: Literal["nccl", "gloo"]
     env: tuple[EnvVar, ...]
     uses_gpus: bool = True
+    interface: str | None = None
+    interface_source: str = ""
 
+
+_DETECTED = ("names differ between images (eth0, ens*, enp*): a wrong NCCL_SOCKET_IFNAME fails silently or hangs, "
+             "so the script takes the interface holding the head node's address; export NCCL_SOCKET_IFNAME to pin one")
 
 _COMMON_GPU = (
     EnvVar("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1",
-           "PyTorch docs (ProcessGroupNCCL): a failed collective aborts the job instead of hanging it"),
-    EnvVar("NCCL_DEBUG", "WARN", "NCCL docs (env vars); set INFO to see the transport NCCL picked"),
+           "https://pytorch.org/docs/stable/torch_nccl_environment_variables.html: a failed collective aborts "
+           "the job instead of hanging it"),
+    EnvVar("NCCL_DEBUG", "WARN", "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html; set INFO "
+           "to see the transport NCCL picked"),
     EnvVar("HF_HUB_ETAG_TIMEOUT", "60",
-           "huggingface_hub docs: default 10 s times out when hundreds of ranks hit the hub at once"),
-    EnvVar("HF_HUB_DOWNLOAD_TIMEOUT", "60", "huggingface_hub docs, same reason"),
+           "https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables: the 10 s "
+           "default times out when hundreds of ranks hit the Hub at once"),
+    EnvVar("HF_HUB_DOWNLOAD_TIMEOUT", "60", "same page, same reason"),
     EnvVar("OMP_NUM_THREADS", "1", "torchrun's own default per process; avoids CPU oversubscription"),
+    EnvVar("TRITON_CACHE_DIR", "${TMPDIR:-/tmp}/triton-cache-$SLURM_JOB_ID",
+           "Triton compiles kernels into ~/.triton by default: on a shared home every rank of every node "
+           "writes the same files; a node-local folder avoids the contention", expand=True),
 )
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (
-    Profile("generic", "any Slurm cluster with NVIDIA GPUs; NCCL picks its transport", "nccl", _COMMON_GPU),
+    Profile("generic", "any Slurm cluster with NVIDIA GPUs; NCCL picks its transport and interface", "nccl",
+            _COMMON_GPU),
     Profile("nebius", "Nebius Soperator: H100/H200 nodes with InfiniBand", "nccl", _COMMON_GPU + (
-        EnvVar("NCCL_SOCKET_IFNAME", "eth0",
-               "Nebius Soperator worker pods: eth0 is the routable interface (check: `ip -br addr` on a node)"),
         EnvVar("NCCL_IB_HCA", "mlx5", "Nebius GPU hosts: InfiniBand HCAs are mlx5_* (check: `ibv_devices`)"),
-        EnvVar("UCX_NET_DEVICES", "eth0", "keeps UCX (if used by the MPI stack) off the IB ports NCCL uses"),
-    )),
+    ), interface="detect", interface_source="Nebius Soperator sets NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME "
+            "(https://github.com/nebius/ml-cookbook slurm/torchtitan/multinode_flux.sh uses eth0); " + _DETECTED),
     Profile("crusoe", "Crusoe Cloud Slurm: H100/H200/GB200 nodes with InfiniBand", "nccl", _COMMON_GPU + (
-        EnvVar("NCCL_SOCKET_IFNAME", "eth0", "Crusoe VM images: eth0 is the VPC interface (check: `ip -br addr`)"),
         EnvVar("NCCL_IB_HCA", "mlx5", "Crusoe IB nodes: HCAs are mlx5_* (check: `ibv_devices`)"),
-    )),
+    ), interface="detect", interface_source="Crusoe VM images: the VPC interface; " + _DETECTED),
     Profile("aws-efa", "AWS ParallelCluster / HyperPod p4d/p5 nodes with EFA", "nccl", _COMMON_GPU + (
-        EnvVar("FI_PROVIDER", "efa", "aws-ofi-nccl README: use the EFA libfabric provider"),
+        EnvVar("FI_PROVIDER", "efa", "https://github.com/aws/aws-ofi-nccl: use the EFA libfabric provider"),
         EnvVar("FI_EFA_USE_DEVICE_RDMA", "1", "AWS EFA docs: GPUDirect RDMA on p4d/p5"),
         EnvVar("FI_EFA_SET_CUDA_SYNC_MEMOPS", "0", "aws-ofi-nccl README (p5 recommended setting)"),
-        EnvVar("NCCL_SOCKET_IFNAME", "^docker,lo,veth", "awsome-distributed-training: every interface but "
-               "loopback/containers (instance interface names differ: ens*, enp*)"),
-        EnvVar("NCCL_BUFFSIZE", "8388608", "awsome-distributed-training FSDP example (EFA tuning)"),
-        EnvVar("NCCL_P2P_NET_CHUNKSIZE", "524288", "awsome-distributed-training FSDP example (EFA tuning)"),
-    )),
+        EnvVar("FI_EFA_USE_HUGE_PAGE", "0", "awsome-distributed-training and the AWS EFA troubleshooting notes: EFA "
+               "huge pages make os.fork() of data-loader workers fail with 'Cannot allocate memory'"),
+    ), interface="^docker,lo,veth", interface_source="https://github.com/aws-samples/awsome-distributed-training: "
+            "every interface but loopback/containers (instance interface names differ: ens*, enp*); NCCL_BUFFSIZE "
+            "and NCCL_P2P_NET_CHUNKSIZE stay at NCCL's defaults, as its NCCL cheat sheet advises"),
     Profile("local-cpu", "the embedded local cluster: tiny models on CPU, gloo", "gloo", (
         EnvVar("OMP_NUM_THREADS", "1", "2-core machine: one thread per rank keeps both ranks responsive"),
         EnvVar("CUDA_VISIBLE_DEVICES", "", "no GPU: make sure nothing tries one"),
@@ -108,7 +126,9 @@ class JobSpec:
     time: str = "04:00:00"
     exclusive: bool = True
     job_name: str | None = None
-    log_dir: str = "logs"                      # one log per job: LOG_DIR/<job name>-<job id>.out
+    log_dir: str = "."                         # one log per job: LOG_DIR/<job name>-<job id>.out ("." = where
+                                               # sbatch runs: always exists, Slurm creates no folder)
+    script_name: str | None = None             # the script's file name; its configs are named after it
     run_dir: str | None = None                 # checkpoints/metrics; default $RECIPE_DIR/runs/<job name>
     recipe_dir: str | None = None              # where the script's configs live; default $SLURM_SUBMIT_DIR
     container_image: str | None = None         # pyxis/enroot: --container-image
@@ -125,6 +145,14 @@ class JobSpec:
     @property
     def name(self) -> str:
         return self.job_name or self.recipe.replace("_", "-")
+
+    @property
+    def script_stem(self) -> str:
+        """The script's name without ``.sbatch``: configs written next to it are named after it."""
+        if self.script_name:
+            name = self.script_name.rsplit("/", 1)[-1]
+            return name[: -len(".sbatch")] if name.endswith(".sbatch") else name.rsplit(".", 1)[0] or name
+        return f"{self.recipe}.{self.profile}"
 
     @property
     def profile_info(self) -> Profile:

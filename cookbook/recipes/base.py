@@ -57,6 +57,26 @@ def path_problem(label: str, value: str, fix: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class StartPath:
+    """A file or folder a recipe reads at start-up, set through a script variable.
+
+    ``key`` is the framework's config key (torchtune dotted YAML key, torchtitan ``section.key``, FSDP flag);
+    ``variable`` the script variable holding it (``MODEL_DIR=${MODEL_DIR:-default}``, so it is written once
+    and can be changed in the environment before ``sbatch``), or None when the value derives from another
+    variable; ``default`` an absolute path at run time (``$RECIPE_DIR/...``) or a Hugging Face repo id
+    when ``hub_ok``. ``expect`` names files that must be inside a folder (checked by ``cookbook rehearse``).
+    """
+
+    key: str
+    variable: str | None
+    default: str
+    kind: Literal["dir", "file"]
+    what: str
+    expect: tuple[str, ...] = ()
+    hub_ok: bool = False
+
+
+@dataclass(frozen=True)
 class Launch:
     """How a recipe is started on every node: ``LAUNCHER <launcher flags> *args "${RESUME_ARGS[@]}"``.
 
@@ -77,6 +97,7 @@ class Recipe(ABC):
     name: ClassVar[str]
     framework: ClassVar[str]
     description: ClassVar[str]
+    config_paths: ClassVar[tuple[StartPath, ...]] = ()   # config keys naming files read at start-up
 
     @abstractmethod
     def validate(self, spec: "JobSpec") -> list[str]:
@@ -97,6 +118,37 @@ class Recipe(ABC):
     def resume(self, spec: "JobSpec") -> str:
         """Bash lines appending resume arguments to ``RESUME_ARGS`` when a checkpoint exists."""
         return ""
+
+    def start_paths(self, spec: "JobSpec") -> list[StartPath]:
+        """Files and folders the job reads at start-up (model, tokenizer, dataset...), see :class:`StartPath`."""
+        return []
+
+    def start_path_values(self, spec: "JobSpec") -> dict[str, str]:
+        """``{key: value}`` of :meth:`start_paths` as the job will see them: the user's override of the key
+        if given, else the default (still with ``$VARIABLE`` references)."""
+        return {sp.key: spec.overrides.get(sp.key, sp.default) for sp in self.start_paths(spec)}
+
+    def start_variables(self, spec: "JobSpec") -> dict[str, str]:
+        """Script variables of :meth:`start_paths` with their values (an override of the key sets the default)."""
+        return {sp.variable: spec.overrides.get(sp.key, sp.default)
+                for sp in self.start_paths(spec) if sp.variable}
+
+    def start_args(self, spec: "JobSpec") -> dict[str, str]:
+        """``{key: value}`` a recipe passes for its start paths: the variable where it has one."""
+        return {sp.key: (f"${sp.variable}" if sp.variable else spec.overrides.get(sp.key, sp.default))
+                for sp in self.start_paths(spec)}
+
+    def expected_config(self, spec: "JobSpec") -> dict[str, tuple[object, str]]:
+        """Config values the recipe sets on purpose, ``{key: (value, why)}``: ``cookbook rehearse`` notes a
+        script whose parsed config differs (an old or hand-edited copy)."""
+        return {}
+
+    def read_paths(self, spec: "JobSpec") -> list[StartPath]:
+        """Everything ``cookbook rehearse`` checks on the nodes: :meth:`start_paths`, then the framework's
+        other config keys that name files read at start-up (:attr:`config_paths`; checked when set)."""
+        own = self.start_paths(spec)
+        keys = {sp.key for sp in own}
+        return own + [sp for sp in self.config_paths if sp.key not in keys]
 
 
 _REGISTRY: dict[str, Recipe] = {}

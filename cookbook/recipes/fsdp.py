@@ -17,7 +17,7 @@ import functools
 import io
 from pathlib import Path
 
-from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, register_recipe
+from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, StartPath, register_recipe
 from cookbook.spec import JobSpec
 
 TRAIN_FILE = Path(__file__).resolve().parent.parent / "training" / "fsdp_train.py"
@@ -75,6 +75,8 @@ class FsdpRecipe(Recipe):
     """``fsdp_<shape>``: FSDP2 pretraining of one model shape on C4 (or a local dataset)."""
 
     framework = "fsdp"
+    config_paths = (StartPath("tokenizer", None, "", "dir", "the tokenizer (a Hub id or a folder)", hub_ok=True),
+                    StartPath("dataset", None, "", "dir", "the dataset (a Hub id or a folder)", hub_ok=True))
 
     def __init__(self, shape: str, title: str, max_steps: int):
         self.shape, self.title, self.max_steps = shape, title, max_steps

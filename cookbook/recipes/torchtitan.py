@@ -19,20 +19,27 @@ import re
 import sys
 from pathlib import Path
 
-from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, path_problem, register_recipe
+from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, StartPath, path_problem, register_recipe
 from cookbook.spec import JobSpec
 
 CONFIG_MODULE = "cookbook_titan"
 _MODULE_FILE = Path(__file__).parent / "configs" / f"{CONFIG_MODULE}.py"
 
 # torchtitan 0.3.0 fields naming files or folders the job reads at start-up (checked when on this
-# filesystem). FLUX's encoder/tokenizer fields take a local folder or a Hugging Face repo id.
-PATH_KEYS = (
-    "hf_assets_path", "dataloader.dataset_path", "validator.dataloader.dataset_path", "checkpoint.initial_load_path",
-    "encoder.t5_encoder", "encoder.clip_encoder", "encoder.autoencoder_path",
-    "tokenizer.t5_tokenizer_path", "tokenizer.clip_tokenizer_path",
-    "model_spec.model.t5_encoder.version", "model_spec.model.clip_encoder.version",
+# filesystem, and by `cookbook rehearse` on every node). FLUX's encoders/tokenizers take a folder or a Hub id.
+CONFIG_PATHS = (
+    StartPath("hf_assets_path", None, "", "dir", "the model's tokenizer/assets folder"),
+    StartPath("dataloader.dataset_path", None, "", "dir", "the training dataset folder"),
+    StartPath("validator.dataloader.dataset_path", None, "", "dir", "the validation dataset folder"),
+    StartPath("checkpoint.initial_load_path", None, "", "dir", "the initial checkpoint"),
+    StartPath("encoder.autoencoder_path", None, "", "file", "FLUX's autoencoder"),
+    *(StartPath(key, None, "", "dir", what, hub_ok=True) for key, what in (
+        ("encoder.t5_encoder", "the T5 encoder"), ("encoder.clip_encoder", "the CLIP encoder"),
+        ("tokenizer.t5_tokenizer_path", "the T5 tokenizer"), ("tokenizer.clip_tokenizer_path", "the CLIP tokenizer"),
+        ("model_spec.model.t5_encoder.version", "the T5 encoder"),
+        ("model_spec.model.clip_encoder.version", "the CLIP encoder"))),
 )
+PATH_KEYS = tuple(sp.key for sp in CONFIG_PATHS)
 
 
 @functools.cache
@@ -140,9 +147,49 @@ def _known_fields(config: str) -> tuple[str, ...]:
     return tuple(field_paths(cfg)) if cfg is not None else ()
 
 
+# why the GPU configs in cookbook_titan.py depart from torchtitan's defaults (values: the config functions)
+INTENT = {
+    "profiler.enable_profiling": "profile on request only (torchtitan's llama3_8b traces all ranks every 100 steps)",
+    "comm.train_timeout_seconds": "the 100 s default is shorter than a checkpoint save to a shared filesystem",
+}
+
+
 class TorchtitanRecipe(Recipe):
     framework = "torchtitan"
+    config_paths = CONFIG_PATHS
+    intent: dict[str, str] = INTENT
     config_fn: str              # function in cookbook_titan.py
+
+    def gpu_paths(self) -> list[StartPath]:
+        """The start-up paths of the GPU config (the tiny ``local-cpu`` config sets its own)."""
+        return []
+
+    def launch_overrides(self, spec: JobSpec) -> dict[str, str]:
+        """Flags the script adds before the user's overrides (may use ``$SLURM_JOB_NUM_NODES``)."""
+        return {}
+
+    def start_paths(self, spec: JobSpec) -> list[StartPath]:
+        return [] if spec.profile == LOCAL_CPU else self.gpu_paths()
+
+    def expected_config(self, spec: JobSpec) -> dict[str, tuple[object, str]]:
+        if spec.profile == LOCAL_CPU:
+            return {}
+        cfg, _ = parse_config(self.config_name(spec), {})
+        launch = self.launch_overrides(spec)
+        out: dict[str, tuple[object, str]] = {}
+        for key, why in self.intent.items():
+            value: object = cfg
+            for part in key.split("."):
+                value = getattr(value, part, None)
+            out[key] = (launch.get(key, value), why)
+        return out
+
+    def effective_overrides(self, spec: JobSpec) -> dict[str, str]:
+        """What torchtitan's parser sees at validation: the launch flags with this job's node count, the
+        start paths, then the user's overrides."""
+        launch = {k: v.replace("$SLURM_JOB_NUM_NODES", str(spec.nodes)) for k, v in self.launch_overrides(spec).items()}
+        paths = {k: v for k, v in self.start_path_values(spec).items()}
+        return {**launch, **paths, **spec.overrides}
 
     def config_name(self, spec: JobSpec) -> str:
         return self.config_fn + ("_tiny" if spec.profile == LOCAL_CPU else "")
@@ -159,7 +206,7 @@ class TorchtitanRecipe(Recipe):
                                 + (f": did you mean {' or '.join(hint[:3])}?" if hint else ""))
         if problems:
             return problems
-        cfg, err = parse_config(name, spec.overrides)
+        cfg, err = parse_config(name, self.effective_overrides(spec))
         if cfg is None:
             return [f"torchtitan rejects the overrides: {tyro_reason(err, spec.overrides)}"]
         par = cfg.parallelism
@@ -193,13 +240,14 @@ class TorchtitanRecipe(Recipe):
     def command(self, spec: JobSpec) -> Launch:
         args: list[str] = ["--module", CONFIG_MODULE, "--config", self.config_name(spec),
                            "--dump_folder", "$RUN_DIR"]
-        args += cli_args(spec.overrides)
+        user = {k: v for k, v in spec.overrides.items() if k not in self.start_args(spec)}
+        args += cli_args({**self.launch_overrides(spec), **self.start_args(spec), **user})
         if spec.profile == LOCAL_CPU:
             from cookbook.paths import cache_dir
 
             tiny = spec.assets_dir or str(cache_dir() / "tiny")
             return Launch("torchrun", ("-m", "cookbook.compat.cpu", "torchtitan", *args), {"TINY_DIR": tiny})
-        return Launch("torchrun", ("-m", "torchtitan.train", *args))
+        return Launch("torchrun", ("-m", "torchtitan.train", *args), self.start_variables(spec))
 
     def resume(self, spec: JobSpec) -> str:
         """torchtitan loads the newest COMPLETE ``step-N`` (one with DCP's ``.metadata``) under
@@ -214,11 +262,39 @@ class Llama3_8BC4(TorchtitanRecipe):
     description = "Llama-3.1-8B pretraining on C4, torchtitan (FSDP2 [+TP/PP/CP])"
     config_fn = "llama3_8b_c4"
 
+    def gpu_paths(self) -> list[StartPath]:
+        return [StartPath("hf_assets_path", "MODEL_DIR", "$RECIPE_DIR/models/Llama-3.1-8B", "dir",
+                          "the Llama-3.1-8B tokenizer (`cookbook download meta-llama/Llama-3.1-8B`)",
+                          ("tokenizer.json", "tokenizer_config.json"))]
+
 
 class FluxSchnell(TorchtitanRecipe):
     name = "flux_schnell"
     description = "FLUX.1-schnell training on cc12m, torchtitan"
     config_fn = "flux_schnell"
+    intent = {**INTENT, "training.local_batch_size": "the Nebius guide's 32 images per GPU",
+              "parallelism.data_parallel_replicate_degree": "HSDP as the Nebius guide: one replica per node"}
+
+    def gpu_paths(self) -> list[StartPath]:
+        return [
+            StartPath("hf_assets_path", "FLUX_DIR", "$RECIPE_DIR/models/FLUX.1-schnell", "dir",
+                      "the FLUX.1-schnell download (`cookbook download black-forest-labs/FLUX.1-schnell`)",
+                      ("model_index.json",)),
+            StartPath("encoder.autoencoder_path", None, "$FLUX_DIR/ae.safetensors", "file",
+                      "FLUX's autoencoder (inside the FLUX.1-schnell download)"),
+            StartPath("encoder.t5_encoder", "T5_DIR", "google/t5-v1_1-xxl", "dir",
+                      "the T5 text encoder: a Hub id (nodes need internet) or a local folder", hub_ok=True),
+            StartPath("tokenizer.t5_tokenizer_path", None, "$T5_DIR", "dir", "the T5 tokenizer (same folder)",
+                      hub_ok=True),
+            StartPath("encoder.clip_encoder", "CLIP_DIR", "openai/clip-vit-large-patch14", "dir",
+                      "the CLIP text encoder: a Hub id (nodes need internet) or a local folder", hub_ok=True),
+            StartPath("tokenizer.clip_tokenizer_path", None, "$CLIP_DIR", "dir", "the CLIP tokenizer (same folder)",
+                      hub_ok=True),
+        ]
+
+    def launch_overrides(self, spec: JobSpec) -> dict[str, str]:
+        # HSDP as the Nebius guide: one replica per node, sharded over the node's GPUs (shard degree -1 fills)
+        return {} if spec.profile == LOCAL_CPU else {"parallelism.data_parallel_replicate_degree": "$SLURM_JOB_NUM_NODES"}
 
 
 register_recipe(Llama3_8BC4())

@@ -16,11 +16,19 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, path_problem, register_recipe
+from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, StartPath, path_problem, register_recipe
 from cookbook.spec import JobSpec, SpecError
 
 _CONFIGS = Path(__file__).parent / "configs"
 TP_PLAN = "torchtune.models.llama3.base_llama_tp_plan"
+# what a Hugging Face download of a Llama 3.x model holds that torchtune's HF checkpointer reads
+MODEL_FILES = ("config.json", "original/tokenizer.model")
+_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+
+
+def env_interpolation(value: str) -> str:
+    """``$MODEL_DIR/x`` -> ``${oc.env:MODEL_DIR}/x``: the YAML reads the script's variable at run time."""
+    return _VAR.sub(lambda m: "${oc.env:%s}" % m.group(1), value)
 
 
 @functools.cache
@@ -131,10 +139,16 @@ class TorchtuneRecipe(Recipe):
     """A torchtune distributed recipe from a built-in config; see the module docstring."""
 
     framework = "torchtune"
+    config_paths = (
+        StartPath("checkpointer.checkpoint_dir", None, "", "dir", "the model's checkpoint folder", MODEL_FILES[:1]),
+        StartPath("tokenizer.path", None, "", "file", "the tokenizer"),
+        StartPath("dataset.data_files", None, "", "file", "the dataset file (a Hub dataset when source is a repo id)",
+                  hub_ok=True),
+    )
     recipe_file: str            # e.g. full_finetune_distributed
     config_name: str            # built-in config, e.g. llama3_3/70B_full_multinode
     tiny_config: str            # local-cpu config under recipes/configs/
-    defaults: dict[str, str] = {}
+    model_folder: str           # the Hugging Face download's folder name, e.g. Llama-3.3-70B-Instruct
     resume_model_from_output: bool  # full finetunes reload the model from output_dir/epoch_N on resume
 
     # ---------------------------------------------------------------- config
@@ -143,10 +157,15 @@ class TorchtuneRecipe(Recipe):
             cfg = OmegaConf.load(_CONFIGS / self.tiny_config)
             self._set_tiny_paths(cfg)
             return cfg
-        cfg = builtin_config(self.config_name)
-        for key, value in self.defaults.items():
-            OmegaConf.update(cfg, key, value, force_add=True)
-        return cfg
+        return builtin_config(self.config_name)
+
+    def start_paths(self, spec: JobSpec) -> list[StartPath]:
+        if spec.profile == LOCAL_CPU:
+            return []
+        return [StartPath("checkpointer.checkpoint_dir", "MODEL_DIR", f"$RECIPE_DIR/models/{self.model_folder}", "dir",
+                          f"the {self.model_folder} download (`cookbook download` / `tune download`)", MODEL_FILES),
+                StartPath("tokenizer.path", None, "$MODEL_DIR/original/tokenizer.model", "file",
+                          "the model's tiktoken tokenizer (inside the download)")]
 
     @staticmethod
     def _set_tiny_paths(cfg: DictConfig) -> None:
@@ -163,6 +182,8 @@ class TorchtuneRecipe(Recipe):
         """The merged config written next to the script (overrides applied, typed as YAML)."""
         cfg = self.base_config(spec)
         merged = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{k}={v}" for k, v in spec.overrides.items()]))
+        for key, value in self.start_args(spec).items():   # start-up paths read the script's variables
+            OmegaConf.update(merged, key, env_interpolation(value), force_add=True)
         tp = int(merged.get("tensor_parallel_dim", 1) or 1)
         if tp > 1 and merged.get("tensor_parallel_plan") is None:
             merged.tensor_parallel_plan = {"_component_": TP_PLAN}
@@ -171,7 +192,8 @@ class TorchtuneRecipe(Recipe):
         return merged
 
     def config_file(self, spec: JobSpec) -> str:
-        return f"{self.name}.{spec.profile}.yaml"
+        """The YAML's name: the script's name with ``.yaml`` (two scripts in one folder never share one)."""
+        return f"{spec.script_stem}.yaml"
 
     # ---------------------------------------------------------------- Recipe
     def validate(self, spec: JobSpec) -> list[str]:
@@ -210,11 +232,6 @@ class TorchtuneRecipe(Recipe):
             return []
         cfg = self.config(spec)
         out = []
-        for key in ("checkpointer.checkpoint_dir", "tokenizer.path"):
-            value = str(OmegaConf.select(cfg, key))
-            if key not in spec.overrides and not Path(value).exists():
-                out.append(f"{key}={value} (the config's default) does not exist here; set it with "
-                           f"--set {key}=PATH if the model is elsewhere on the cluster")
         if spec.requeue and str(OmegaConf.select(cfg, "epochs")) == "1":
             out.append("epochs=1: torchtune 0.6.1 saves a resumable checkpoint only at the end of an epoch that "
                        "is not the last, so a preempted or requeued job starts over; to make it resumable split "
@@ -224,6 +241,7 @@ class TorchtuneRecipe(Recipe):
     def files(self, spec: JobSpec) -> dict[str, str]:
         header = (f"# {self.name}: torchtune {self.config_name if spec.profile != LOCAL_CPU else self.tiny_config}"
                   f" + overrides, profile {spec.profile}. Generated by the cookbook recipe engine.\n"
+                  f"# for {spec.script_name or spec.script_stem + '.sbatch'}\n"
                   "# output_dir is set on the command line (the job's run folder).\n")
         return {self.config_file(spec): header + OmegaConf.to_yaml(self.config(spec))}
 
@@ -233,7 +251,7 @@ class TorchtuneRecipe(Recipe):
         if spec.profile == LOCAL_CPU:
             tiny = spec.assets_dir or str(_default_tiny_dir())
             return Launch("torchrun", ("-m", "cookbook.compat.cpu", "torchtune", *args), {"TINY_DIR": tiny})
-        return Launch("tune", args)
+        return Launch("tune", args, self.start_variables(spec))
 
     def resume(self, spec: JobSpec) -> str:
         """torchtune 0.6.1 checkpoints at epoch ends (``RUN_DIR/epoch_N``) and writes
@@ -250,7 +268,7 @@ class TorchtuneRecipe(Recipe):
                  'if [[ -f "$STATE" ]]; then',
                  '  LATEST=""',
                  '  mapfile -t EPOCHS < <(ls -d "$RUN_DIR"/epoch_* 2>/dev/null | sort -V)',
-                 '  for EPOCH in "${EPOCHS[@]}"; do',
+                 '  for EPOCH in ${EPOCHS[@]+"${EPOCHS[@]}"}; do',
                  '    if [[ "$EPOCH" -nt "$STATE" ]]; then',
                  '      mv "$EPOCH" "$RUN_DIR/superseded.$(basename "$EPOCH").$SLURM_JOB_ID.$(date +%s)"',
                  '      echo "moved $EPOCH aside: written after the recipe state, it trains again"',
@@ -287,6 +305,7 @@ class Llama33_70BFull(TorchtuneRecipe):
     recipe_file = "full_finetune_distributed"
     config_name = "llama3_3/70B_full_multinode"
     tiny_config = "tiny_full.yaml"
+    model_folder = "Llama-3.3-70B-Instruct"
     resume_model_from_output = True
 
 
@@ -297,6 +316,7 @@ class Llama33_70BLora(TorchtuneRecipe):
     recipe_file = "lora_finetune_distributed"
     config_name = "llama3_3/70B_lora"
     tiny_config = "tiny_lora.yaml"
+    model_folder = "Llama-3.3-70B-Instruct"
 
 
 register_recipe(Llama33_70BFull())

@@ -90,7 +90,7 @@ def test_cli_render_errors_exit_2(tmp_path, capsys):
     assert "checkpointer.checkpoint_dir" in capsys.readouterr().err
     assert not out.exists()
     assert main(["render", "llama3_3_70b_full", "--set", "batch_size=2", "-o", str(out)]) == 0
-    assert "batch_size: 2" in (tmp_path / "llama3_3_70b_full.generic.yaml").read_text()
+    assert "batch_size: 2" in (tmp_path / "job.yaml").read_text()   # configs are named after the script
 
 
 def test_slurm_recipes_match_the_generator():

@@ -1,0 +1,444 @@
+#!/usr/bin/env python3
+"""The check ``cookbook rehearse`` runs on every node in the training launcher's place.
+
+A generated sbatch script starts ``srun ... "${LAUNCHER[@]}" ARGS``; with ``COOKBOOK_REHEARSE`` set,
+``LAUNCHER`` becomes ``(node-check tune run)`` or ``(node-check torchrun)``, so this program receives the
+launcher and exactly the arguments the training would get, on every node of the same allocation, in the
+same environment. It trains nothing. It reports, as JSON in ``$COOKBOOK_REHEARSE_OUT/<node>.json``:
+
+- the command it would run (secrets masked) and the environment that matters;
+- GPUs visible (Slurm's ``CUDA_VISIBLE_DEVICES``, ``nvidia-smi -L`` where present) against ``--nproc-per-node``;
+- CPUs the launcher may use (its affinity) against the CPUs the job has on the node;
+- the rendezvous: the head node binds the address and port every node was given, every other node connects;
+- the config parsed by the framework's own parser, in the training interpreter (the launcher's ``#!``),
+  and the paths it names (model files, tokenizer, dataset, autoencoder/encoders) present and readable,
+  the run folder writable, each inside a container mount when the job uses a container;
+- the network interface NCCL/gloo are told to use, present on the node.
+
+Standard library only: it runs under any ``python3`` on the node; framework code runs only in the
+``--parse`` child started with the launcher's interpreter. It always exits 0 (srun's
+``--kill-on-bad-exit`` would otherwise stop the other nodes' checks); the verdict is in the report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SECRET = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)($|_)|_KEY($|_)", re.I)
+ENV_SHOWN = re.compile(r"^(NCCL_|FI_|GLOO_|TORCH_|CUDA_VISIBLE_DEVICES$|OMP_NUM_THREADS$|HF_|TRITON_CACHE_DIR$|"
+                       r"SLURM_CPUS|SLURM_GPUS|SLURM_JOB_NUM_NODES$|SLURM_NODEID$|PYTHONPATH$|VIRTUAL_ENV$|"
+                       r"RECIPE_DIR$|RUN_DIR$|MODEL_DIR$|FLUX_DIR$|T5_DIR$|CLIP_DIR$|TINY_DIR$|UCX_)")
+RDZV_WAIT_S = float(os.environ.get("COOKBOOK_REHEARSE_RDZV_WAIT", "45"))
+
+
+def secret_values() -> list[str]:
+    return [v for k, v in os.environ.items() if SECRET.search(k) and len(v) >= 6]
+
+
+def mask(text: str, secrets: list[str]) -> str:
+    for s in secrets:
+        text = text.replace(s, "***")
+    return text
+
+
+def launcher_split(argv: list[str]) -> tuple[list[str], dict[str, str], list[str]]:
+    """``["tune", "run", "--nnodes=2", ..., "recipe", ...]`` -> (launcher words, launcher flags, program args)."""
+    words = argv[:2] if argv[:2] == ["tune", "run"] else argv[:1]
+    rest = argv[len(words):]
+    flags: dict[str, str] = {}
+    i = 0
+    while i < len(rest) and rest[i].startswith("--"):
+        key, sep, value = rest[i][2:].partition("=")
+        if not sep and i + 1 < len(rest) and not rest[i + 1].startswith("-"):
+            value, i = rest[i + 1], i + 1
+        flags[key.replace("_", "-")] = value
+        i += 1
+    return words, flags, rest[i:]
+
+
+def program_of(words: list[str], args: list[str]) -> tuple[str, list[str]]:
+    """(framework, its own arguments) from what follows the launcher flags."""
+    if words == ["tune", "run"]:
+        return "torchtune", args
+    if args[:2] == ["-m", "cookbook.compat.cpu"] and len(args) > 2:
+        return args[2], args[3:]            # local-cpu: torchtune RECIPE ... / torchtitan ...
+    if args[:2] == ["-m", "torchtitan.train"]:
+        return "torchtitan", args[2:]
+    if args and args[0].endswith(".py"):
+        return "fsdp", args
+    return "unknown", args
+
+
+# ------------------------------------------------------------------------------------------ parse
+def parse_in_training_env(framework: str, args: list[str], keys: list[str]) -> dict:
+    """Runs in the training interpreter: the framework's own parser on ``args``; values of ``keys``."""
+    preload = os.environ.get("COOKBOOK_REHEARSE_PRELOAD")   # the local bench: torchtitan without triton
+    if preload:
+        mod, _, fn = preload.partition(":")
+        getattr(__import__(mod, fromlist=[fn]), fn)()
+    values: dict[str, object] = {}
+    if framework == "torchtune":
+        from omegaconf import OmegaConf
+        from torchtune.config._parse import TuneRecipeArgumentParser
+        from torchtune.config._utils import _merge_yaml_and_cli_args
+
+        recipe_args = args[1:] if args and not args[0].startswith("-") else args
+        cfg = _merge_yaml_and_cli_args(*TuneRecipeArgumentParser(description="").parse_known_args(recipe_args))
+        for key in keys:
+            node = OmegaConf.select(cfg, key, default=None)
+            values[key] = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+        values["tensor_parallel"] = int(cfg.get("tensor_parallel_dim", 1) or 1)
+        files = OmegaConf.select(cfg, "checkpointer.checkpoint_files", default=None)
+        if OmegaConf.is_dict(files) and "filename_format" in files:
+            n = int(str(files.max_filename))
+            values["checkpoint_files"] = [str(files.filename_format).format(str(i).zfill(len(str(files.max_filename))),
+                                                                            files.max_filename) for i in range(1, n + 1)]
+        elif OmegaConf.is_list(files):
+            values["checkpoint_files"] = [str(f) for f in files]
+    elif framework == "torchtitan":
+        from torchtitan.config.manager import ConfigManager
+
+        cfg = ConfigManager().parse_args(args)
+        for key in keys:
+            node: object = cfg
+            for part in key.split("."):
+                node = getattr(node, part, None)
+            values[key] = node if isinstance(node, (str, int, float, bool, type(None))) else str(node)
+        par = cfg.parallelism
+        values["tensor_parallel"] = par.tensor_parallel_degree
+        values["fixed_parallel"] = par.tensor_parallel_degree * par.pipeline_parallel_degree * par.context_parallel_degree
+        values["replicate"] = par.data_parallel_replicate_degree
+        values["shard"] = par.data_parallel_shard_degree
+    elif framework == "fsdp":
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("cookbook_fsdp_train", args[0])
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        ns = module.build_parser().parse_args(args[1:])
+        values.update({k: getattr(ns, k, None) for k in keys})
+    else:
+        raise ValueError(f"unknown program: {' '.join(args[:3])}")
+    return values
+
+
+def interpreter_of(launcher: str) -> str | None:
+    """The Python that runs ``launcher`` (its ``#!`` line), e.g. the venv's python for ``torchrun``."""
+    path = shutil.which(launcher)
+    if not path:
+        return None
+    try:
+        first = Path(path).read_text(errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    if first.startswith("#!"):
+        parts = first[2:].split()
+        if parts and parts[0].endswith("/env") and len(parts) > 1:
+            return shutil.which(parts[1])
+        return parts[0] if parts else None
+    return None
+
+
+# ------------------------------------------------------------------------------------------ checks
+def gpus(expected: int, uses_gpus: bool) -> tuple[dict, list[str]]:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    count = len([d for d in (visible or "").split(",") if d.strip()]) if visible is not None else None
+    smi = None
+    if shutil.which("nvidia-smi"):
+        r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+        smi = len([ln for ln in r.stdout.splitlines() if ln.startswith("GPU ")]) if r.returncode == 0 else None
+    info = {"CUDA_VISIBLE_DEVICES": visible, "visible": count, "nvidia_smi": smi}
+    problems = []
+    if uses_gpus:
+        seen = count if count is not None else smi
+        if not seen:
+            problems.append(f"no GPU visible (CUDA_VISIBLE_DEVICES={visible!r}): the job asked for GPUs; "
+                            "check #SBATCH --gpus-per-node and the node's gres.conf")
+        elif seen < expected:
+            problems.append(f"--nproc-per-node={expected} but only {seen} GPU(s) visible: lower --gpus-per-node "
+                            "to what the nodes have")
+        if smi is not None and count is not None and smi < count:
+            problems.append(f"nvidia-smi lists {smi} GPU(s) but Slurm gave {count}: a GPU is missing or failed")
+    return info, problems
+
+
+def step_cpus() -> int | None:
+    """CPUs Slurm gave this step's task (``scontrol show step``), when scontrol can say."""
+    job, step = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID")
+    if not (job and step and shutil.which("scontrol")):
+        return None
+    r = subprocess.run(["scontrol", "show", "step", f"{job}.{step}"], capture_output=True, text=True, timeout=30)
+    m = re.search(r"\bTRES=\S*?cpu=(\d+)", r.stdout) or re.search(r"\bCPUs?=(\d+)", r.stdout)
+    tasks = re.search(r"\bTasks=(\d+)", r.stdout)
+    if not m:
+        return None
+    return int(m.group(1)) // max(1, int(tasks.group(1)) if tasks else 1)
+
+
+def cpus() -> tuple[dict, list[str]]:
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    job_cpus = os.environ.get("SLURM_CPUS_PER_TASK") or os.environ.get("SLURM_CPUS_ON_NODE")
+    given = step_cpus()
+    info = {"affinity": affinity, "step": given, "job_on_node": int(job_cpus) if job_cpus else None}
+    problems = []
+    if given is not None and job_cpus and given < int(job_cpus):
+        problems.append(f"the launcher's step has {given} CPU(s) but the job has {job_cpus} on this node: pass "
+                        "--cpus-per-task=\"${SLURM_CPUS_PER_TASK:-$SLURM_CPUS_ON_NODE}\" to srun (Slurm 22.05-23.02 "
+                        "srun does not inherit it), else torchrun, its workers and data loaders share them")
+    return info, problems
+
+
+def interfaces() -> list[str]:
+    """This node's network interfaces (netlink: its own network namespace, not the host's /sys)."""
+    try:
+        return sorted(name for _, name in socket.if_nameindex())
+    except OSError:
+        return []
+
+
+def interface_problems(names: list[str]) -> tuple[dict, list[str]]:
+    """NCCL_SOCKET_IFNAME (prefixes, ``=exact``, ``^exclusions``) and GLOO_SOCKET_IFNAME against this node."""
+    info = {"interfaces": names, "NCCL_SOCKET_IFNAME": os.environ.get("NCCL_SOCKET_IFNAME"),
+            "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME")}
+    problems = []
+    nccl = info["NCCL_SOCKET_IFNAME"]
+    if nccl and not nccl.startswith("^"):
+        wanted = [w for w in nccl.split(",") if w]
+        ok = [w for w in wanted if (w[1:] in names if w.startswith("=") else any(n.startswith(w) for n in names))]
+        if not ok:
+            problems.append(f"NCCL_SOCKET_IFNAME={nccl}: no such interface on this node (it has {', '.join(names)}); "
+                            "unset it to let the script detect the interface, or name one of these")
+    gloo = info["GLOO_SOCKET_IFNAME"]
+    if gloo and any(g not in names for g in gloo.split(",")):
+        problems.append(f"GLOO_SOCKET_IFNAME={gloo}: no such interface on this node (it has {', '.join(names)})")
+    return info, problems
+
+
+def rendezvous(endpoint: str, nnodes: int) -> tuple[dict, list[str]]:
+    """The head node (SLURM_NODEID 0) binds the endpoint; every other node connects and says its name."""
+    host, _, port_text = endpoint.rpartition(":")
+    port = int(port_text)
+    me = socket.gethostname()
+    info: dict[str, object] = {"endpoint": endpoint, "head": os.environ.get("SLURM_NODEID", "0") == "0"}
+    if nnodes <= 1 and not info["head"]:
+        return info, []
+    if info["head"]:
+        try:
+            srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            srv.bind((host, port))
+        except OSError as e:
+            return info, [f"rendezvous {endpoint}: the head node cannot listen there ({e.strerror}): "
+                          + ("the port is taken by another process; set another --port"
+                             if e.errno == 98 else "the address is not one of this node's")]
+        srv.listen(64)
+        srv.settimeout(1.0)
+        seen: list[str] = []
+        end = time.monotonic() + RDZV_WAIT_S
+        while len(seen) < nnodes - 1 and time.monotonic() < end:
+            try:
+                conn, _ = srv.accept()
+            except socket.timeout:
+                continue
+            with conn:
+                conn.settimeout(5)
+                seen.append(conn.recv(256).decode(errors="replace").strip())
+                conn.sendall(b"ok\n")
+        srv.close()
+        info["reached_by"] = seen
+        missing = nnodes - 1 - len(seen)
+        return info, ([f"rendezvous {endpoint}: {missing} node(s) never reached the head node "
+                       f"(reached by: {', '.join(seen) or 'none'}); a firewall or the wrong address"]
+                      if missing > 0 else [])
+    end, err = time.monotonic() + RDZV_WAIT_S, ""
+    while time.monotonic() < end:
+        try:
+            with socket.create_connection((host, port), timeout=3) as c:
+                c.sendall(me.encode() + b"\n")
+                c.settimeout(5)
+                if c.recv(16).startswith(b"ok"):
+                    info["reached"] = True
+                    return info, []
+        except OSError as e:
+            err = e.strerror or str(e)
+        time.sleep(0.5)
+    info["reached"] = False
+    return info, [f"rendezvous {endpoint}: cannot reach the head node from here ({err}): the address must be one "
+                  "every node can route to (not 127.x), and the port open between nodes"]
+
+
+def path_check(label: str, value: str, kind: str, expect: list[str], mounts: list[str]) -> list[str]:
+    p = Path(value)
+    problems = []
+    if not p.is_absolute():
+        return [f"{label}: {value} is a relative path, read from whatever folder the job starts in ({os.getcwd()}): "
+                "give an absolute path on the shared filesystem"]
+    if not p.exists():
+        return [f"{label}: {value} does not exist on this node ({'folder' if kind == 'dir' else 'file'} expected; "
+                "is it on the shared filesystem every node mounts?)"]
+    if kind == "dir" and not p.is_dir():
+        return [f"{label}: {value} is not a folder"]
+    if not os.access(value, os.R_OK | (os.X_OK if p.is_dir() else 0)):
+        problems.append(f"{label}: {value} is not readable by {os.environ.get('USER', 'this user')} on this node")
+    missing = [e for e in expect if not (p / e).exists()]
+    if missing:
+        problems.append(f"{label}: {value} lacks {', '.join(missing[:5])}"
+                        + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+                        + " (an incomplete download?)")
+    if mounts and not any(value == d or value.startswith(d.rstrip("/") + "/") for d in mounts):
+        problems.append(f"{label}: {value} is inside no --container-mounts destination ({', '.join(mounts)})")
+    return problems
+
+
+def paths(framework: str, values: dict, manifest: dict, mounts: list[str],
+          notes: list[str]) -> tuple[dict, list[str]]:
+    shown, problems = {}, []
+    for entry in manifest.get("paths", {}).get(framework, []):
+        value = values.get(entry["key"])
+        if value in (None, ""):
+            continue
+        value = str(value)
+        shown[entry["key"]] = value
+        looks_local = value.startswith(("/", "./", "../", "~"))
+        if entry.get("hub_ok") and not looks_local:
+            continue                       # a Hub id: read from the Hub (or its cache) at start-up
+        expect = list(entry.get("expect", []))
+        if entry["key"] == "checkpointer.checkpoint_dir":
+            expect += values.get("checkpoint_files", [])
+        problems += path_check(f"{entry['key']} ({entry['what']})", os.path.expanduser(value), entry["kind"], expect,
+                               mounts)
+        if value.startswith(("/tmp/", "/dev/shm/")) and int(os.environ.get("SLURM_JOB_NUM_NODES", "1")) > 1:
+            notes.append(f"{entry['key']}: {value} is on node-local storage on most clusters: every node needs its own "
+                         "copy; prefer the shared filesystem")
+    run_dir = os.environ.get("RUN_DIR")
+    if run_dir:
+        try:
+            os.makedirs(run_dir, exist_ok=True)
+            probe = Path(run_dir) / f".rehearse-{socket.gethostname()}-{os.getpid()}"
+            probe.write_text("ok")
+            probe.unlink()
+            shown["RUN_DIR"] = run_dir
+        except OSError as e:
+            problems.append(f"run folder {run_dir} is not writable on this node ({e.strerror})")
+    return shown, problems
+
+
+def parallel_problems(framework: str, values: dict, nproc: int, nnodes: int) -> list[str]:
+    tp = int(values.get("tensor_parallel") or 1)
+    problems = []
+    if tp > 1 and nproc % tp:
+        key = "tensor_parallel_dim" if framework == "torchtune" else "parallelism.tensor_parallel_degree"
+        problems.append(f"{key}={tp} does not divide the {nproc} processes per node (--nproc-per-node): tensor "
+                        "parallelism stays inside a node; use a divisor of the GPUs per node")
+    world = nproc * nnodes
+    fixed = int(values.get("fixed_parallel") or tp)
+    if world % fixed:
+        problems.append(f"world size {world} is not a multiple of the model-parallel degrees ({fixed})")
+    rep, shard = values.get("replicate"), values.get("shard")
+    if isinstance(rep, int) and isinstance(shard, int) and shard > 0 and rep * shard * fixed != world:
+        problems.append(f"data_parallel_replicate_degree {rep} x shard {shard} x {fixed} != world size {world}")
+    return problems
+
+
+def config_notes(values: dict, expected: dict, nnodes: int) -> list[str]:
+    """Values the recipe sets on purpose (``expected``: key -> [value, why]) that this config does not have."""
+    notes = []
+    for key, (want, why) in expected.items():
+        want = nnodes if want == "$SLURM_JOB_NUM_NODES" else want
+        if key in values and values[key] != want:
+            notes.append(f"{key}={values[key]!r} where the recipe sets {want!r}: {why}")
+    return notes
+
+
+def env_notes(expected: dict) -> list[str]:
+    """Profile variables (name -> [value, source]) missing or different here."""
+    return [f"{name}={os.environ.get(name)!r} where the profile sets {value!r} ({source})"
+            for name, (value, source) in expected.items() if os.environ.get(name) != value]
+
+
+# ------------------------------------------------------------------------------------------ main
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--parse"]:                  # child in the training interpreter
+        framework, keys, args = argv[1], json.loads(argv[2]), argv[3:]
+        try:
+            print(json.dumps({"ok": True, "values": parse_in_training_env(framework, args, keys)}, default=str))
+        except BaseException as e:  # noqa: BLE001  (SystemExit from argparse included: report, never raise)
+            print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}))
+        return 0
+    started = time.monotonic()
+    out_dir = Path(os.environ.get("COOKBOOK_REHEARSE_OUT", "."))
+    manifest = json.loads(Path(os.environ["COOKBOOK_REHEARSE_MANIFEST"]).read_text()) \
+        if os.environ.get("COOKBOOK_REHEARSE_MANIFEST") else {}
+    secrets = secret_values()
+    words, flags, args = launcher_split(argv)
+    framework, program_args = program_of(words, args)
+    nproc = int(flags.get("nproc-per-node", "1") or 1)
+    nnodes = int(flags.get("nnodes", os.environ.get("SLURM_JOB_NUM_NODES", "1")).split(":")[-1])
+    mounts = list(manifest.get("mounts", []))
+    report: dict[str, object] = {
+        "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()), "host": socket.gethostname(),
+        "nodeid": os.environ.get("SLURM_NODEID"), "framework": framework,
+        "command": mask(" ".join(argv), secrets),
+        "env": {k: ("set (hidden)" if SECRET.search(k) else mask(v, secrets))
+                for k, v in sorted(os.environ.items()) if ENV_SHOWN.match(k) or SECRET.search(k)},
+    }
+    problems: list[str] = []
+    launcher = shutil.which(words[0])
+    report["launcher"] = launcher
+    if not launcher:
+        problems.append(f"{words[0]} is not on PATH on this node: activate the training environment in the script "
+                        "(render with --venv) or before sbatch")
+    report["gpus"], p = gpus(nproc, bool(manifest.get("uses_gpus", True)))
+    problems += p
+    report["cpus"], p = cpus()
+    problems += p
+    report["network"], p = interface_problems(interfaces())
+    problems += p
+    if "rdzv-endpoint" in flags:        # first: every node starts it at about the same time
+        report["rendezvous"], p = rendezvous(flags["rdzv-endpoint"], nnodes)
+        problems += p
+    interp = interpreter_of(words[0]) if launcher else None
+    values: dict = {}
+    if interp and framework != "unknown":
+        keys = [e["key"] for e in manifest.get("paths", {}).get(framework, [])]
+        keys += list(manifest.get("expect_config", {}).get(framework, {}))
+        r = subprocess.run([interp, os.path.abspath(__file__), "--parse", framework, json.dumps(keys), *program_args],
+                           capture_output=True, text=True, timeout=300)
+        lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+        parsed = json.loads(lines[-1]) if lines else {"ok": False, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
+        if parsed["ok"]:
+            values = parsed["values"]
+            report["config"] = "parsed by " + framework
+        else:
+            report["config"] = "rejected"
+            problems.append(f"{framework} rejects the config: {mask(parsed['error'], secrets)[:500]}")
+    notes: list[str] = []
+    report["paths"], p = paths(framework, values, manifest, mounts, notes)
+    problems += p
+    if values:
+        problems += parallel_problems(framework, values, nproc, nnodes)
+        notes += config_notes(values, manifest.get("expect_config", {}).get(framework, {}), nnodes)
+    notes += env_notes(manifest.get("expect_env", {}))
+    if os.environ.get("SLURM_LABELIO") != "1" or "tee" not in flags:
+        notes.append("log lines are not tagged with node and rank (srun --label, torchrun --role=rank --tee=3): "
+                     "ranks cannot be told apart and a parser may keep another rank's numbers")
+    report["problems"] = [mask(x, secrets) for x in problems]
+    report["notes"] = [mask(x, secrets) for x in notes]
+    report["seconds"] = round(time.monotonic() - started, 1)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"node-{report['nodeid'] or '0'}.json").write_text(json.dumps(report, indent=1, default=str))
+    print(f"rehearsal {report['node']}: {'ok' if not problems else str(len(problems)) + ' problem(s)'}"
+          + (f", {len(notes)} note(s)" if notes else ""), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,239 @@
+"""``rehearse(script)``: run a rendered sbatch script on the real cluster with its launcher swapped for a check.
+
+The script is submitted as it is (same nodes, GPUs, CPUs, partition, profile environment, head-node and
+interface logic), with four environment variables that only the launch line reads:
+``COOKBOOK_REHEARSE`` (the check program, :mod:`cookbook.rehearsal.node_check`, copied next to its report
+folder), ``COOKBOOK_REHEARSE_OUT`` (where every node writes its report), ``COOKBOOK_REHEARSE_MANIFEST``
+(what to check: the recipe's start-up paths and config keys) and ``RECIPE_DIR``. The time limit becomes a
+few minutes and the log goes to the report folder, so the real run's log stays clean. Nothing trains.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cookbook.recipes import Recipe, get_recipe
+from cookbook.slurm.client import SlurmClient, SlurmError, read_output
+from cookbook.spec import PROFILES, JobSpec
+
+HOOK = "COOKBOOK_REHEARSE"
+NODE_CHECK = Path(__file__).with_name("node_check.py")
+_HEADER = re.compile(r"^# (?P<recipe>\S+) \((?P<framework>\w+)\), profile (?P<profile>[\w-]+):", re.M)
+
+
+class RehearsalError(ValueError):
+    """The script cannot be rehearsed (missing, not a cookbook script, Slurm refused it): one line for the user."""
+
+
+@dataclass
+class NodeReport:
+    """One node's result, as its check wrote it (``problems`` empty = passed)."""
+
+    node: str
+    data: dict = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)      # worth reading, not failing (e.g. a changed default)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass
+class RehearsalReport:
+    """Every node's result; ``ok`` only when every node of the allocation passed."""
+
+    script: Path
+    job_id: str | None
+    state: str
+    nodes: list[NodeReport]
+    problems: list[str] = field(default_factory=list)    # not tied to a node (before submission, the job)
+    folder: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and bool(self.nodes) and all(n.ok for n in self.nodes)
+
+    def rows(self) -> list[dict[str, str]]:
+        """One row per node: the columns of :meth:`table`."""
+        out = []
+        for n in self.nodes:
+            d = n.data
+            g, c, net = d.get("gpus", {}), d.get("cpus", {}), d.get("network", {})
+            rdzv = d.get("rendezvous", {})
+            out.append({
+                "node": n.node, "host": str(d.get("host", "?")),
+                "gpus": f"{g.get('visible')}" + (f" (smi {g['nvidia_smi']})" if g.get("nvidia_smi") is not None else ""),
+                "cpus": f"{c.get('step') or c.get('affinity')}/{c.get('job_on_node')}",
+                "rendezvous": ("head, reached by " + str(len(rdzv.get("reached_by", []))) if rdzv.get("head")
+                               else ("reached" if rdzv.get("reached") else "-")) if rdzv else "-",
+                "config": str(d.get("config", "-")),
+                "paths": str(len(d.get("paths", {}))),
+                "interface": str(net.get("NCCL_SOCKET_IFNAME") or "-"),
+                "result": "ok" if n.ok else f"{len(n.problems)} problem(s)",
+            })
+        return out
+
+    def table(self) -> str:
+        """The per-node table and every problem, named by node, as plain text."""
+        rows = self.rows()
+        lines = [f"rehearsal of {self.script} (job {self.job_id or '-'}, {self.state})"]
+        if rows:
+            cols = list(rows[0])
+            width = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
+            lines.append("  ".join(c.ljust(width[c]) for c in cols))
+            lines += ["  ".join(r[c].ljust(width[c]) for c in cols) for r in rows]
+        lines += [f"problem: {p}" for p in self.problems]
+        lines += [f"problem on {n.node}: {p}" for n in self.nodes for p in n.problems]
+        lines += [f"note on {n.node}: {x}" for n in self.nodes for x in n.notes]
+        lines.append("PASSED: every node can run this job" if self.ok else "FAILED: fix the problems above")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+# ------------------------------------------------------------------------------------------ script
+def script_header(text: str) -> tuple[str, str] | None:
+    """(recipe, profile) from a generated script's second line, if it has one."""
+    m = _HEADER.search(text)
+    return (m["recipe"], m["profile"]) if m else None
+
+
+def sbatch_value(text: str, option: str) -> str | None:
+    """The value of ``#SBATCH --option=value`` in a script (the last one wins, as in sbatch)."""
+    found = re.findall(rf"^#SBATCH\s+--{re.escape(option)}(?:[= ](\S+))?\s*$", text, re.M)
+    return found[-1] if found else None
+
+
+def container_mounts(text: str) -> list[str]:
+    """Destinations of the script's ``--container-mounts`` (empty: no container)."""
+    m = re.search(r"--container-mounts=('[^']*'|\S+)", text)
+    if not m:
+        return []
+    value = shlex.split(m.group(1))[0]
+    return [part.split(":")[1] for part in value.split(",") if len(part.split(":")) >= 2]
+
+
+def manifest(text: str) -> dict:
+    """What the node check verifies for this script: start-up paths and config keys per framework."""
+    header = script_header(text)
+    recipe: Recipe | None = None
+    profile = "generic"
+    if header:
+        try:
+            recipe = get_recipe(header[0])
+            profile = header[1] if header[1] in PROFILES else profile
+        except KeyError:
+            recipe = None
+    paths: dict[str, list[dict]] = {}
+    expect_config: dict[str, dict] = {}
+    if recipe is not None:
+        spec = JobSpec(recipe=recipe.name, profile=profile, gpus_per_node=0 if profile == "local-cpu" else 8)
+        entries = [{"key": sp.key, "kind": sp.kind, "what": sp.what, "expect": list(sp.expect), "hub_ok": sp.hub_ok}
+                   for sp in recipe.read_paths(spec)]
+        paths[recipe.framework] = entries
+        expect_config[recipe.framework] = {k: list(v) for k, v in recipe.expected_config(spec).items()}
+    expect_env = {v.name: [v.value, v.source] for v in PROFILES[profile].env if not v.expand} if header else {}
+    return {"recipe": recipe.name if recipe else None, "profile": profile, "paths": paths,
+            "expect_config": expect_config, "expect_env": expect_env,
+            "uses_gpus": bool(sbatch_value(text, "gpus-per-node") or sbatch_value(text, "gres")
+                              or sbatch_value(text, "gpus")),
+            "mounts": container_mounts(text)}
+
+
+def possibly_empty_arrays(text: str) -> list[str]:
+    """Arrays the script expands as ``"${A[@]}"`` although they may be empty (declared ``A=()`` or filled by
+    ``mapfile``): under ``set -u`` bash before 4.4 aborts there with "unbound variable"."""
+    names = set(re.findall(r"\b([A-Za-z_]\w*)=\(\)", text)) | set(re.findall(r"mapfile\s+(?:-\w+\s+)*([A-Za-z_]\w*)", text))
+    return sorted(n for n in names if re.search(r'(?<!\+)"\$\{%s\[@\]\}"' % re.escape(n), text))
+
+
+def static_problems(text: str, script: Path | None = None) -> list[str]:
+    """Problems found in the script's text (and the files it names) before anything is submitted."""
+    problems = []
+    for name in possibly_empty_arrays(text):
+        problems.append(f"\"${{{name}[@]}}\" may be an empty array: bash before 4.4 (RHEL/CentOS 7, Amazon Linux 2) "
+                        f"aborts with 'unbound variable' under set -u; write ${{{name}[@]+\"${{{name}[@]}}\"}}")
+    if re.search(r"scontrol show hostnames[^\n|]*\|\s*head\b", text):
+        problems.append("the head node is taken with `scontrol show hostnames | head`: under set -o pipefail "
+                        "scontrol dies of SIGPIPE on large allocations; use awk 'NR == 1'")
+    if script is not None:
+        output = sbatch_value(text, "output")
+        folder = Path(output).parent if output else None
+        if folder is not None and not folder.is_absolute() and not (script.parent / folder).is_dir():
+            problems.append(f"#SBATCH --output={output}: Slurm does not create {folder}/, so plain `sbatch` of this "
+                            "script fails with no log at all; write the log where sbatch runs (--output=%x-%j.out)")
+        m = re.search(r"--config\s+\\?\s*\"\$\{RECIPE_DIR\}\"/(\S+?\.yaml)", text)
+        config = script.parent / m.group(1) if m else None
+        if config is not None and config.is_file():
+            owner = re.search(r"^# for (\S+)$", config.read_text(errors="replace"), re.M)
+            if owner and owner.group(1) != script.name:
+                problems.append(f"{config.name} was written for {owner.group(1)}, not {script.name}: a second render "
+                                "into this folder replaced this script's config; render each job into its own name")
+    return problems
+
+
+# ------------------------------------------------------------------------------------------ run
+def rehearse(script: str | os.PathLike, client: SlurmClient | None = None, timeout: float = 600,
+             time_limit: str = "00:05:00", folder: str | os.PathLike | None = None,
+             env: dict[str, str] | None = None) -> RehearsalReport:
+    """Submit ``script`` with its launcher replaced by the node check; wait; collect every node's report.
+
+    ``env`` adds to the environment the job inherits (as ``export X=...`` before ``sbatch`` would).
+    Raises :class:`RehearsalError` when the script cannot be rehearsed at all.
+    """
+    script = Path(script).resolve()
+    if not script.is_file():
+        raise RehearsalError(f"{script}: no such script (render one with `cookbook render RECIPE -o FILE`)")
+    text = script.read_text(errors="replace")
+    if HOOK not in text:
+        raise RehearsalError(f"{script}: not a cookbook script with the rehearsal hook ({HOOK}); "
+                             "render it again with `cookbook render`")
+    problems = static_problems(text, script)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = Path(folder).resolve() if folder else script.parent / ".rehearsal" / f"{script.stem}-{stamp}-{os.getpid()}"
+    out.mkdir(parents=True, exist_ok=True)
+    check = out / "node-check"
+    shutil.copyfile(NODE_CHECK, out / "node_check.py")
+    check.write_text(f"#!/bin/sh\n# cookbook rehearse: runs in the training launcher's place on every node\n"
+                     f"exec python3 {shlex.quote(str(out / 'node_check.py'))} \"$@\"\n")
+    check.chmod(0o755)
+    (out / "manifest.json").write_text(json.dumps(manifest(text), indent=1))
+    base = dict(client.env) if client is not None else dict(os.environ)
+    job_env = {**base, **(env or {}), HOOK: str(check), f"{HOOK}_OUT": str(out / "reports"),
+               f"{HOOK}_MANIFEST": str(out / "manifest.json")}
+    job_env.setdefault("RECIPE_DIR", str(script.parent))
+    runner = SlurmClient(job_env, timeout=client.timeout if client else 60)
+    try:
+        job_id = runner.submit(script, f"--time={time_limit}", f"--output={out}/rehearsal-%j.out", "--no-requeue",
+                               cwd=script.parent)
+    except SlurmError as e:
+        raise RehearsalError(f"Slurm refused the script: {' '.join((e.stderr or str(e)).split())}") from e
+    info = runner.wait(job_id, timeout=timeout, poll=1.0)
+    nodes = collect(out / "reports")
+    log = out / f"rehearsal-{job_id}.out"
+    if len(nodes) < int(sbatch_value(text, "nodes") or 1) or info.state != "COMPLETED":
+        tail = read_output(log, tail_lines=8).strip() if log.exists() else "(no log)"
+        missing = int(sbatch_value(text, "nodes") or 1) - len([n for n in nodes if n.data])
+        if missing > 0 or info.state != "COMPLETED":
+            problems.append(f"job {job_id} ended {info.state}"
+                            + (f"; {missing} node(s) wrote no report" if missing > 0 else "")
+                            + f". Log tail:\n{tail}")
+    return RehearsalReport(script, job_id, info.state, nodes, problems, out)
+
+
+def collect(reports: Path) -> list[NodeReport]:
+    """Every node's JSON report under ``reports``, in node order."""
+    nodes = []
+    for path in sorted(reports.glob("node-*.json"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0)):
+        data = json.loads(path.read_text())
+        nodes.append(NodeReport(str(data.get("node")), data, list(data.get("problems", [])), list(data.get("notes", []))))
+    return nodes
