@@ -1,0 +1,225 @@
+"""The generated scripts against what a first real run would hit (issue: rehearse every GPU script).
+
+Each test fails on the script text as it was before the fix (the "broken" variants below are those
+texts), so a regression in the template is caught without a GPU cluster.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cookbook.recipes import get_recipe, list_recipes
+from cookbook.rehearsal.rehearse import manifest, possibly_empty_arrays, static_problems
+from cookbook.render import generated_files, render_job, write_job
+from cookbook.spec import PROFILES, JobSpec, make_spec
+
+SCRIPTS = {name: text for name, text in generated_files().items() if name.endswith(".sbatch")}
+GPU_SCRIPTS = {n: t for n, t in SCRIPTS.items() if ".local-cpu." not in n}
+
+
+def test_every_recipe_and_profile_is_generated():
+    assert len(SCRIPTS) == len(list_recipes()) * len(PROFILES)
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_no_script_expands_a_possibly_empty_array_unguarded(name):
+    """Problem 1: bash before 4.4 aborts on "${A[@]}" of an empty array under set -u."""
+    text = SCRIPTS[name]
+    assert possibly_empty_arrays(text) == []
+    assert 'RESUME_ARGS=()' in text and '${RESUME_ARGS[@]+"${RESUME_ARGS[@]}"}' in text
+    broken = text.replace('${RESUME_ARGS[@]+"${RESUME_ARGS[@]}"}', '"${RESUME_ARGS[@]}"')
+    assert possibly_empty_arrays(broken) == ["RESUME_ARGS"]
+    assert any("RESUME_ARGS" in p and "4.4" in p for p in static_problems(broken))
+
+
+def test_guarded_expansion_keeps_arguments_and_expands_empty_to_nothing():
+    script = ('set -euo pipefail\nA=()\nprintf "[%s]" x ${A[@]+"${A[@]}"}\nA+=("a b" c)\n'
+              'printf "[%s]" ${A[@]+"${A[@]}"}\n')
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out == "[x][a b][c]"
+
+
+def test_torchtune_resume_loop_is_guarded_too():
+    text = SCRIPTS["torchtune/llama3_3_70b_full.nebius.sbatch"]
+    assert 'mapfile -t EPOCHS' in text and possibly_empty_arrays(text) == []
+
+
+def test_no_script_takes_the_head_node_with_head():
+    """Problem 2 (static half; the real scontrol half is in tests/cluster/test_rehearsal.py)."""
+    for text in SCRIPTS.values():
+        line = next(ln for ln in text.splitlines() if ln.startswith("HEAD_NODE="))
+        assert "| awk 'NR == 1'" in line and "head" not in line
+    broken = SCRIPTS["torchtitan/llama3_8b_c4.generic.sbatch"].replace("| awk 'NR == 1'", "| head -n 1")
+    assert any("SIGPIPE" in p for p in static_problems(broken))
+
+
+def test_two_renders_into_one_folder_keep_their_own_configs(tmp_path):
+    """Problem 3: the YAML is named after the script, and says which script it belongs to."""
+    a = write_job(make_spec("llama3_3_70b_lora", "nebius", overrides={"batch_size": "1"}), tmp_path / "a.sbatch")
+    b = write_job(make_spec("llama3_3_70b_lora", "nebius", overrides={"batch_size": "3"}), tmp_path / "b.sbatch")
+    assert "batch_size: 1" in (tmp_path / "a.yaml").read_text() and "batch_size: 3" in (tmp_path / "b.yaml").read_text()
+    assert '"${RECIPE_DIR}"/a.yaml' in a.read_text() and '"${RECIPE_DIR}"/b.yaml' in b.read_text()
+    assert not [p for p in static_problems(a.read_text(), a) if "written for" in p]
+    # the old naming: both scripts read one file, the second render's
+    (tmp_path / "a.yaml").write_text((tmp_path / "b.yaml").read_text())
+    assert any("written for b.sbatch" in p for p in static_problems(a.read_text(), a))
+
+
+@pytest.mark.parametrize("name", sorted(GPU_SCRIPTS))
+def test_every_start_path_is_an_absolute_script_variable(name):
+    """Problem 4: no start-up path is left relative to the folder the job starts in."""
+    text = GPU_SCRIPTS[name]
+    recipe, profile = re.search(r"^# (\S+) \(\w+\), profile ([\w-]+):", text, re.M).groups()
+    rec = get_recipe(recipe)
+    spec = JobSpec(recipe=recipe, profile=profile)
+    for sp in rec.start_paths(spec):
+        if sp.variable:
+            default = re.search(rf"^{sp.variable}=\$\{{{sp.variable}:-(.*)\}}$", text, re.M)
+            assert default, f"{sp.variable} not defined in {name}"
+            value = default.group(1)
+            assert sp.hub_ok or value.startswith('"${RECIPE_DIR}"/'), value
+    if rec.framework == "torchtitan":
+        for sp in rec.start_paths(spec):
+            assert f"--{sp.key} \\" in text, sp.key
+
+
+def test_flux_autoencoder_and_assets_are_set_and_warned_about(tmp_path):
+    job = render_job(make_spec("flux_schnell", "nebius", recipe_dir=str(tmp_path)))
+    assert "--encoder.autoencoder_path \\\n  \"${FLUX_DIR}\"/ae.safetensors" in job.script
+    assert any("encoder.autoencoder_path" in w and "does not exist" in w for w in job.warnings)
+    assert any("hf_assets_path" in w for w in render_job(make_spec("llama3_8b_c4", "crusoe",
+                                                                   recipe_dir=str(tmp_path))).warnings)
+
+
+def test_torchtitan_gpu_configs_profile_only_on_request_with_the_seed_timeout():
+    """Problems 5, 6, 7: what the parsed GPU configs say (torchtitan's own parser)."""
+    from cookbook.recipes.torchtitan import parse_config
+
+    llama, err = parse_config("llama3_8b_c4", {})
+    assert llama is not None, err
+    assert llama.profiler.enable_profiling is False and llama.comm.train_timeout_seconds == 300
+    flux, err = parse_config("flux_schnell", {"parallelism.data_parallel_replicate_degree": "2"})
+    assert flux is not None, err
+    assert flux.profiler.enable_profiling is False and flux.comm.train_timeout_seconds == 300
+    assert flux.training.local_batch_size == 32 and flux.parallelism.data_parallel_replicate_degree == 2
+    text = GPU_SCRIPTS["torchtitan/flux_schnell.nebius.sbatch"]
+    assert '--parallelism.data_parallel_replicate_degree \\\n  "${SLURM_JOB_NUM_NODES}"' in text
+    expected = get_recipe("flux_schnell").expected_config(JobSpec("flux_schnell", profile="nebius"))
+    assert expected["parallelism.data_parallel_replicate_degree"][0] == "$SLURM_JOB_NUM_NODES"
+    assert expected["training.local_batch_size"][0] == 32
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_cpus_reach_the_launcher(name):
+    """Problem 8: srun gets --cpus-per-task (Slurm 22.05-23.02 srun does not inherit it)."""
+    srun = next(ln for ln in SCRIPTS[name].splitlines() if ln.startswith("srun "))
+    assert '--cpus-per-task="${SLURM_CPUS_PER_TASK:-$SLURM_CPUS_ON_NODE}"' in srun
+
+
+def test_profiles_settings_with_sources():
+    """Problem 9."""
+    efa = {v.name: v for v in PROFILES["aws-efa"].env}
+    assert efa["FI_EFA_USE_HUGE_PAGE"].value == "0"
+    assert "NCCL_BUFFSIZE" not in efa and "NCCL_P2P_NET_CHUNKSIZE" not in efa
+    for name in ("nebius", "crusoe"):
+        assert PROFILES[name].interface == "detect"
+        assert "NCCL_SOCKET_IFNAME" not in {v.name for v in PROFILES[name].env}
+    for prof in PROFILES.values():
+        assert all(v.source for v in prof.env)
+        assert "seed" not in " ".join(v.source for v in prof.env).lower()
+    nebius = GPU_SCRIPTS["torchtune/llama3_3_70b_lora.nebius.sbatch"]
+    assert "GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME:-$NCCL_SOCKET_IFNAME}" in nebius
+    assert 'export TRITON_CACHE_DIR="${TMPDIR:-/tmp}/triton-cache-$SLURM_JOB_ID"' in nebius
+
+
+def test_interface_detection_picks_the_interface_holding_the_address():
+    text = GPU_SCRIPTS["torchtitan/llama3_8b_c4.crusoe.sbatch"]
+    start = text.index('if [[ -z "${NCCL_SOCKET_IFNAME:-}" ]]; then')
+    block = text[start:text.index("RDZV_PORT=", start)]
+    out = subprocess.run(["bash", "-c", f"set -euo pipefail; unset NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME; "
+                          f"HEAD_ADDR=127.0.0.1\n{block}\necho \"$NCCL_SOCKET_IFNAME $GLOO_SOCKET_IFNAME\""],
+                         capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[-2] == "lo lo"
+
+
+def test_container_mounts_must_cover_what_the_job_reads(tmp_path):
+    """Problem 10: render says which folder no mount covers."""
+    spec = make_spec("llama3_8b_c4", "generic", recipe_dir="/shared/jobs", run_dir="/shared/runs/x",
+                     container_image="nvcr.io#nvidia/pytorch:25.01-py3", container_mounts=["/shared/jobs:/shared/jobs"])
+    warnings = render_job(spec).warnings
+    assert any("run folder" in w and "/shared/runs/x" in w for w in warnings)
+    ok = make_spec("llama3_8b_c4", "generic", recipe_dir="/shared/jobs", run_dir="/shared/runs/x",
+                   container_image="img", container_mounts=["/shared:/shared"])
+    assert not [w for w in render_job(ok).warnings if "container" in w]
+
+
+def test_plain_sbatch_needs_no_folder_created_first(tmp_path):
+    """Problem 11: the log goes where sbatch runs; the old logs/ default is caught before submission."""
+    for text in SCRIPTS.values():
+        assert "#SBATCH --output=%x-%j.out" in text
+    script = write_job(make_spec("fsdp_llama3_1_8b", "generic"), tmp_path / "job.sbatch")
+    assert not static_problems(script.read_text(), script)
+    broken = tmp_path / "old.sbatch"
+    broken.write_text(script.read_text().replace("--output=%x-%j.out", "--output=logs/%x-%j.out"))
+    assert any("does not create logs/" in p for p in static_problems(broken.read_text(), broken))
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_every_log_line_is_tagged_with_node_and_rank(name):
+    """Problem 13: srun --label (node index) and torchrun --role=rank --tee=3 ("[rankN]:")."""
+    text = SCRIPTS[name]
+    srun = next(ln for ln in text.splitlines() if ln.startswith("srun "))
+    assert "--label" in srun and "--role=rank --tee=3" in text
+
+
+def test_manifest_names_the_recipe_paths_and_intent():
+    m = manifest(GPU_SCRIPTS["torchtitan/flux_schnell.aws-efa.sbatch"])
+    keys = {e["key"]: e for e in m["paths"]["torchtitan"]}
+    assert keys["hf_assets_path"]["expect"] == ["model_index.json"] and keys["encoder.t5_encoder"]["hub_ok"]
+    assert m["uses_gpus"] and m["expect_env"]["FI_EFA_USE_HUGE_PAGE"][0] == "0"
+    assert "profiler.enable_profiling" in m["expect_config"]["torchtitan"]
+    tune = manifest(GPU_SCRIPTS["torchtune/llama3_3_70b_full.generic.sbatch"])
+    assert {e["key"] for e in tune["paths"]["torchtune"]} >= {"checkpointer.checkpoint_dir", "tokenizer.path"}
+
+
+def test_node_check_masks_secrets_and_knows_secret_names():
+    from cookbook.rehearsal import node_check
+
+    for name in ("HF_TOKEN", "WANDB_API_KEY", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "MLFLOW_TRACKING_PASSWORD"):
+        assert node_check.SECRET.search(name), name
+    for name in ("TOKENIZERS_PARALLELISM", "NCCL_SOCKET_IFNAME", "KEYBOARD"):
+        assert not node_check.SECRET.search(name), name
+    assert node_check.mask("tune run x hf_abcdef123", ["hf_abcdef123"]) == "tune run x ***"
+
+
+def test_node_check_splits_launcher_arguments():
+    from cookbook.rehearsal.node_check import launcher_split, program_of
+
+    words, flags, args = launcher_split(["tune", "run", "--nnodes=2", "--nproc-per-node=8", "--rdzv-endpoint=h:1",
+                                         "--role=rank", "--tee=3", "full_finetune_distributed", "--config", "x.yaml"])
+    assert words == ["tune", "run"] and flags["nproc-per-node"] == "8" and flags["tee"] == "3"
+    assert program_of(words, args) == ("torchtune", ["full_finetune_distributed", "--config", "x.yaml"])
+    words, flags, args = launcher_split(["torchrun", "--nnodes=2", "-m", "torchtitan.train", "--module", "m"])
+    assert program_of(words, args) == ("torchtitan", ["--module", "m"])
+    words, flags, args = launcher_split(["torchrun", "--nnodes=2", "/r/train.py", "--model=x"])
+    assert program_of(words, args) == ("fsdp", ["/r/train.py", "--model=x"])
+
+
+def test_rehearse_refuses_what_it_cannot_run(tmp_path):
+    from cookbook.cli import main
+
+    assert main(["rehearse", str(tmp_path / "missing.sbatch")]) == 2
+    plain = tmp_path / "plain.sbatch"
+    plain.write_text("#!/bin/bash\nsrun hostname\n")
+    assert main(["rehearse", str(plain)]) == 2
+
+
+def test_slurm_recipes_folders_run_as_they_are():
+    root = Path(__file__).resolve().parents[2] / "slurm-recipes"
+    for rel in SCRIPTS:
+        script = root / rel
+        assert not static_problems(script.read_text(), script), rel
