@@ -310,17 +310,60 @@ def submit(spec: JobSpec, root: str | os.PathLike = "runs", client: SlurmClient 
 
 
 # ------------------------------------------------------------------------------------------ steps
-def model_overrides(recipe: str, model_dir: str | None) -> dict[str, str]:
-    """Overrides pointing a torchtune recipe at a downloaded model: checkpoint folder AND tokenizer.
+def default_model_dir(repo_id: str, run_root: str | os.PathLike = "runs") -> Path:
+    """Where a model goes unless the user says otherwise: ``models/<name>`` beside the run folder root.
 
-    (The seeds' top-level ``checkpoint_dir=`` is ignored by the 70B configs; these are the keys read.)
+    A multi-node job needs the model on storage every node mounts; the run folders must be there too
+    (checkpoints are written by every node), so the folder they are on is the natural default. ``/tmp``
+    is node-local on every cluster: the other nodes would never see a model put there.
+    """
+    return Path(run_root).resolve().parent / "models" / repo_id.rstrip("/").split("/")[-1]
+
+
+def model_dir_for(recipe: str, model_dir: str | os.PathLike | None, run_root: str | os.PathLike = "runs") -> Path:
+    """``model_dir`` if given, else the :func:`default_model_dir` of the model the recipe finetunes."""
+    from cookbook.recipes import get_recipe
+
+    if model_dir:
+        return Path(model_dir)
+    folder = getattr(get_recipe(recipe), "model_folder", None)
+    require(folder is not None, f"{recipe} trains from scratch: it needs no model_dir")
+    return default_model_dir(str(folder), run_root)
+
+
+def model_overrides(recipe: str, model_dir: str | os.PathLike | None, profile: str = "generic",
+                    run_root: str | os.PathLike = "runs") -> dict[str, str]:
+    """Overrides pointing a torchtune recipe at a downloaded model: checkpoint folder AND tokenizer
+    (``model_dir=None``: :func:`default_model_dir`; nothing for ``local-cpu``, whose config uses the tiny model).
+
+    (The top-level ``checkpoint_dir=`` of some published scripts is ignored by the 70B configs; these are the
+    keys torchtune reads.)
     """
     from cookbook.recipes import get_recipe
 
-    if not model_dir or get_recipe(recipe).framework != "torchtune":
+    if profile == LOCAL_CPU or get_recipe(recipe).framework != "torchtune":
         return {}
-    d = str(model_dir).rstrip("/")
+    d = str(model_dir_for(recipe, model_dir, run_root)).rstrip("/")
     return {"checkpointer.checkpoint_dir": d, "tokenizer.path": f"{d}/original/tokenizer.model"}
+
+
+def rehearse_job(spec: JobSpec, root: str | os.PathLike = "runs", client: SlurmClient | None = None,
+                 timeout: float = 900) -> Any:
+    """Rehearse ``spec`` on the cluster (:func:`cookbook.rehearsal.rehearse`): its script runs on the same
+    allocation with a check in the launcher's place on every node. A node that cannot run the job stops
+    the notebook with the per-node table and what to change."""
+    from cookbook.rehearsal import RehearsalError, rehearse
+    from cookbook.render import write_job
+
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
+    script = write_job(spec, (Path(root) / f"{spec.name}-rehearsal-{stamp}").resolve() / "job.sbatch")
+    try:
+        report = rehearse(script, client or slurm_client(spec.profile), timeout=timeout)
+    except RehearsalError as e:
+        raise NotebookStop(str(e)) from None
+    if not report.ok:
+        raise NotebookStop(report.table())
+    return report
 
 
 def plan_for(spec: JobSpec, gpu: str = "H100") -> str:

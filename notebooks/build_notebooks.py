@@ -63,6 +63,17 @@ change, instead of failing after an hour in the queue. On a machine without GPU 
 defaults stop here too, with the parameters to use instead.
 '''),
         code("wt.check_job(spec)"),
+        md('''
+## Rehearse it on the cluster
+
+`rehearse_job` submits the job's own script to the same nodes, with the launcher swapped for a check
+that runs on every node for about a minute: GPUs and CPUs the launcher gets, the rendezvous address
+reachable from every node, every file the job reads present (model, tokenizer, dataset), the config
+parsed by the framework's own parser, the network interface NCCL is told to use. One table row per
+node; a node that cannot run the job stops the notebook with what to change (`cookbook rehearse
+job.sbatch` does the same from a terminal).
+'''),
+        code("wt.rehearse_job(spec, run_root)"),
     ]
 
 
@@ -128,7 +139,7 @@ profile = "generic"                         # generic, nebius, crusoe, aws-efa, 
 partition = None                            # None: the cluster's default partition
 probe = True                                # submit a tiny probe job to every node of the partition
 model_repo = "meta-llama/Llama-3.3-70B-Instruct"
-model_dir = "/tmp/Llama-3.3-70B-Instruct"   # put it on the shared filesystem
+model_dir = None                            # None: models/<name> beside run folders (shared storage)
 download = False                            # True: download now (about 140 GB for 70B)
 '''),
     SETUP_IMPORTS,
@@ -142,6 +153,12 @@ reported as present or absent, never shown.
 
 A failed check stops the notebook with what to do.
 '''),
+    md('''
+The model must live on storage **every node** mounts (`/tmp` is node-local everywhere). With
+`model_dir=None` it goes to `models/<name>` beside the `runs/` folder, which is where your jobs write
+checkpoints too; the probe below checks that every node sees that folder.
+'''),
+    code("model_dir = model_dir or wt.default_model_dir(model_repo)\nprint(model_dir)"),
     code("checks = wt.setup_checks(profile, partition, probe=probe, model_dir=model_dir)"),
     md('''
 ## Get the model
@@ -177,7 +194,7 @@ run proves it trains.
     params('''
 # Parameters (papermill). Defaults: the seeds' example dataset with Llama-3.3-70B.
 profile = "generic"
-model_dir = "/tmp/Llama-3.3-70B-Instruct"                  # the downloaded model (00_setup)
+model_dir = None                                           # the downloaded model (00_setup); None: its default
 dataset = "NewEden/xlam-function-calling-60k-shareGPT"     # a Hub name or a local .json/.jsonl/.csv/.parquet
 style = "sharegpt"                                         # sharegpt, openai, alpaca, instruct, text
 column_map = {}                                            # e.g. {"conversations": "dialog"}
@@ -199,7 +216,8 @@ run_root = "runs"
 empty messages, missing columns, broken JSON lines), then builds the dataset exactly as the recipe's
 `dataset:` block would and tokenizes a sample. Problems stop here with the row number.
 '''),
-    code("report = wt.check_dataset(dataset, style, model_dir, column_map=column_map, max_seq_len=max_seq_len)\n"
+    code("model_dir = wt.model_dir_for(recipe, model_dir, run_root)   # where 00_setup put the model\n"
+         "report = wt.check_dataset(dataset, style, model_dir, column_map=column_map, max_seq_len=max_seq_len)\n"
          "print(report.render())"),
     md('''
 ## How long are the samples?
@@ -226,7 +244,7 @@ A short run with the dataset plugged in: `overrides` (a parameter) keeps it to a
     code('''
 spec = wt.job_spec(recipe, profile=profile, nodes=nodes, gpus_per_node=gpus_per_node, partition=partition,
                    time=time_limit, container_image=container_image,
-                   overrides={**wt.model_overrides(recipe, model_dir), **data_overrides, **overrides})
+                   overrides={**wt.model_overrides(recipe, model_dir, profile), **data_overrides, **overrides})
 wt.check_job(spec)
 '''),
     code('''
@@ -248,7 +266,7 @@ JobMonitor(job)
 ]
 
 # ----------------------------------------------------------------------------------------- 02 / 03
-MODEL_PARAM = 'model_dir = "/tmp/Llama-3.3-70B-Instruct"   # the downloaded model (00_setup); None on local-cpu\n'
+MODEL_PARAM = 'model_dir = None   # the downloaded model (00_setup); None: models/<name> beside run_root\n'
 
 
 def torchtune_notebook(number: int, title: str, recipe: str, intro: str, look: str) -> list[Cell]:
@@ -268,7 +286,7 @@ an hour later looking for `/tmp/Llama-3.3-70B-Instruct/config.json`.
 RECIPE = "{recipe}"
 spec = wt.job_spec(RECIPE, profile=profile, nodes=nodes, gpus_per_node=gpus_per_node, partition=partition,
                    time=time_limit, container_image=container_image,
-                   overrides={{**wt.model_overrides(RECIPE, model_dir), **overrides}})
+                   overrides={{**wt.model_overrides(RECIPE, model_dir, profile, run_root), **overrides}})
 spec
 '''),
         md('''
@@ -384,7 +402,7 @@ cheap for these few steps, and the trace files stay small.
 RECIPE = "llama3_3_70b_lora"
 spec = wt.job_spec(RECIPE, profile=profile, nodes=nodes, gpus_per_node=gpus_per_node, partition=partition,
                    time=time_limit, container_image=container_image,
-                   overrides={**wt.model_overrides(RECIPE, model_dir), **wt.profiling_overrides(RECIPE, profile),
+                   overrides={**wt.model_overrides(RECIPE, model_dir, profile, run_root), **wt.profiling_overrides(RECIPE, profile),
                               **overrides})
 {k: v for k, v in spec.overrides.items() if k.startswith("profiler")}
 '''),
