@@ -205,8 +205,44 @@ def generated_files() -> dict[str, str]:
     return out
 
 
+START_PATHS_BEGIN, START_PATHS_END = "<!-- start-paths: generated -->", "<!-- /start-paths -->"
+
+
+def start_paths_table() -> str:
+    """Markdown: every file or folder a GPU script reads at start-up, its variable and default."""
+    from cookbook.recipes import list_recipes
+
+    rows = ["| recipe | variable | config key | default | what |", "| --- | --- | --- | --- | --- |"]
+    seen: set[tuple[str, ...]] = set()
+    for recipe in list_recipes():
+        spec = JobSpec(recipe=recipe.name, profile="generic")
+        paths = recipe.start_paths(spec)
+        key = tuple(f"{sp.key}={sp.default}" for sp in paths)
+        name = "`fsdp_<model>`" if recipe.framework == "fsdp" else f"`{recipe.name}`"
+        if not paths or (recipe.framework == "fsdp" and key in seen):
+            continue
+        seen.add(key)
+        for sp in paths:
+            rows.append(f"| {name} | {f'`{sp.variable}`' if sp.variable else '(derived)'} | `{sp.key}` | "
+                        f"`{sp.default}` | {sp.what} |")
+    return "\n".join(rows)
+
+
+def with_start_paths_table(readme: str) -> str:
+    """``readme`` with the text between the start-paths markers replaced by :func:`start_paths_table`."""
+    head, sep, rest = readme.partition(START_PATHS_BEGIN)
+    if not sep:
+        return readme
+    _, _, tail = rest.partition(START_PATHS_END)
+    return f"{head}{START_PATHS_BEGIN}\n{start_paths_table()}\n{START_PATHS_END}{tail}"
+
+
 def generate_recipes(root: Path) -> list[Path]:
-    """Write every generated script and config under ``root``; return the paths written."""
+    """Write every generated script and config under ``root`` (and the README's start-paths table);
+    return the paths written."""
+    readme = Path(root) / "README.md"
+    if readme.exists():
+        readme.write_text(with_start_paths_table(readme.read_text()))
     written = []
     for rel, text in sorted(generated_files().items()):
         path = Path(root) / rel

@@ -223,3 +223,12 @@ def test_slurm_recipes_folders_run_as_they_are():
     for rel in SCRIPTS:
         script = root / rel
         assert not static_problems(script.read_text(), script), rel
+
+
+def test_readme_lists_every_start_path():
+    from cookbook.render import START_PATHS_BEGIN, with_start_paths_table
+
+    readme = (Path(__file__).resolve().parents[2] / "slurm-recipes" / "README.md").read_text()
+    assert START_PATHS_BEGIN in readme
+    assert with_start_paths_table(readme) == readme, "run `make recipes`: the start-paths table drifted"
+    assert "`MODEL_DIR` | `checkpointer.checkpoint_dir`" in readme and "`encoder.autoencoder_path`" in readme
