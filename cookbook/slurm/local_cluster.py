@@ -195,6 +195,10 @@ class LocalCluster:
         self._make_gpu_devices()  # before any node namespace exists
         self._start_munge()
         settings = self._settings_of_running() or self._configure()
+        asked = {"nodes": self.cfg.nodes, "gpus_per_node": self.cfg.gpus_per_node}
+        kept = {k: settings.get(k, 0) for k in asked}
+        if kept != asked:
+            _log(f"already running with {kept}, kept; `cookbook cluster down --name {self.cfg.name}` first to change")
         if settings["mode"] == "netns":
             self._plumb_netns(settings)
         self._start_slurmctld()
