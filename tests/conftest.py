@@ -59,3 +59,17 @@ def tiny_assets():
 def job_dir(tmp_path: Path) -> Path:
     """A per-test folder visible to the cluster's nodes (same filesystem)."""
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def gpu_cluster():
+    """The GPU-shaped local cluster `gpu` (preset: 2 nodes x 8 fake GPUs, 192 CPUs), beside `cookbook`."""
+    from cookbook.slurm.local_cluster import ClusterConfig, LocalCluster
+
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm cluster needs root")
+    cluster = LocalCluster(ClusterConfig.named("gpu"))
+    with _locked("gpu-up"):
+        if not cluster.status().up:
+            cluster.up()
+    return cluster

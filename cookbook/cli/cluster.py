@@ -1,4 +1,9 @@
-"""``cookbook cluster up|down|status|env``: the embedded local Slurm cluster."""
+"""``cookbook cluster up|down|status|env``: the embedded local Slurm cluster.
+
+``up`` with no flags starts the shared CPU cluster ``cookbook``; ``up --gpus-per-node 8`` starts the preset
+``gpu`` (fake GPUs, 192 claimed CPUs per node, its own subnet and ports: see ``cookbook.slurm.local_cluster``)
+beside it. ``--name`` picks the instance for every verb.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +17,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("cluster", help="start/stop the embedded local Slurm cluster")
     verbs = p.add_subparsers(dest="verb", required=True)
     up = verbs.add_parser("up", help="start it (idempotent)")
-    up.add_argument("--nodes", type=int, default=2)
-    up.add_argument("--cpus-per-node", type=int, default=None)
-    up.add_argument("--name", default="cookbook", help="instance name (state under .cluster/NAME)")
+    up.add_argument("--nodes", type=int, default=None, help="compute nodes (default 2)")
+    up.add_argument("--cpus-per-node", type=int, default=None, help="CPUs each node claims")
+    up.add_argument("--gpus-per-node", type=int, default=None,
+                    help="fake GPUs per node (gres/gpu); alone it starts the preset `gpu` beside `cookbook`")
+    up.add_argument("--name", default=None,
+                    help="instance name (state under .cluster/NAME); default cookbook, or gpu with --gpus-per-node")
     up.set_defaults(func=_up)
     down = verbs.add_parser("down", help="stop every daemon and job it started")
     down.add_argument("--name", default="cookbook")
@@ -28,12 +36,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _cluster(args: argparse.Namespace) -> LocalCluster:
-    kw = {"name": args.name}
-    if getattr(args, "nodes", None):
-        kw["nodes"] = args.nodes
-    if getattr(args, "cpus_per_node", None):
-        kw["cpus_per_node"] = args.cpus_per_node
-    return LocalCluster(ClusterConfig(**kw))
+    gpus = getattr(args, "gpus_per_node", None)
+    name = args.name or ("gpu" if gpus else "cookbook")
+    counts = {"nodes": getattr(args, "nodes", None), "cpus_per_node": getattr(args, "cpus_per_node", None),
+              "gpus_per_node": gpus}
+    for flag, value in counts.items():
+        if value is not None and (value < 0 or (value == 0 and flag != "gpus_per_node")):
+            raise UserError(f"--{flag.replace('_', '-')} must be a positive number, not {value}")
+    return LocalCluster(ClusterConfig.named(name, **counts))
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -43,7 +53,8 @@ def _up(args: argparse.Namespace) -> int:
     except ClusterError as e:
         raise UserError(str(e)) from e
     print(status.render())
-    print(f"\nready. Use:  {cluster.env_line()}    (or: eval $(cookbook cluster env))")
+    name = "" if cluster.cfg.name == "cookbook" else f" --name {cluster.cfg.name}"
+    print(f"\nready. Use:  {cluster.env_line()}    (or: eval $(cookbook cluster env{name}))")
     return 0
 
 

@@ -8,6 +8,34 @@ allowed, the nodes fall back to several ``slurmd`` on 127.0.0.1 with their own h
 Everything (config, state, logs, munge key, pid files) lives under one git-ignored folder.
 ``up`` is idempotent and repairs a cluster whose daemons died without ``down``; ``down`` stops
 only what ``up`` started, by PID, and kills job processes left in the nodes' namespaces.
+
+GPU-shaped nodes (``cookbook cluster up --gpus-per-node 8``, the preset ``gpu`` in ``PRESETS``) let the
+GPU profiles' scripts be accepted and run as written (``--gpus-per-node=8 --exclusive --signal=B:USR1@120
+--requeue --cpus-per-task=16..128 --mem=...``). Each node claims 192 CPUs and 1.8 TiB
+(``SlurmdParameters=config_overrides`` lets slurmd claim more than the machine has) and 8 fake GPUs: Slurm
+22.05 drops count-only GPUs (the node drains "gres/gpu count reported lower than configured") and sets no
+``CUDA_VISIBLE_DEVICES`` for regular files, so each GPU is a character device ``<root>/dev/nvidiaI``
+(``mknod c 195 I``, made before the nodes' namespaces; nothing opens them), declared in ``gres.conf`` with
+``AutoDetect=off`` and ``GresTypes=gpu``. A step then sees ``CUDA_VISIBLE_DEVICES=0,...,7``,
+``SLURM_GPUS_ON_NODE=8``, ``SLURM_STEP_GPUS`` and ``SLURM_JOB_GPUS``.
+
+The preset ``gpu`` runs beside the shared CPU cluster ``cookbook`` (both up at once):
+
+    ============  ==========  =========  ==========  ===========  ==========================
+    name          subnet      ctld_port  slurmd_port multi_port0  state / SLURM_CONF
+    ============  ==========  =========  ==========  ===========  ==========================
+    cookbook      10.77.0     6817       6818        17000        .cluster/cookbook/etc/...
+    gpu           10.79.0     7017       7018        17300        .cluster/gpu/etc/slurm.conf
+    ============  ==========  =========  ==========  ===========  ==========================
+
+(tests' private clusters use 10.78.0 / 6917 / 17100 and 6927 / 17200; ``cookbook cluster env --name gpu``
+prints the ``export SLURM_CONF=`` line for the GPU cluster.)
+
+CPU binding: nodes run ``TaskPlugin=task/none`` by default, so a task is not pinned and the CPUs Slurm
+gave a step's task are read from Slurm itself (``STEP_CPUS_SNIPPET``). ``cpu_bind=True`` switches to
+``task/affinity`` with ``TaskPluginParam=Cores``, which pins each task to its ``--cpus-per-task`` cores for
+real; it needs nodes claiming no more CPUs than the machine has (with more, every mask folds onto the
+real cores, and a step asking more cores than exist fails "Unable to layout tasks on given cpus").
 """
 
 from __future__ import annotations
@@ -16,6 +44,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -28,6 +57,14 @@ Mode = Literal["auto", "netns", "multi"]
 DEBIAN_PACKAGES = {"slurmctld": "slurmctld", "slurmd": "slurmd", "sbatch": "slurm-client",
                    "munged": "munge", "ip": "iproute2", "nsenter": "util-linux"}
 _SBIN = ("/usr/sbin", "/sbin")
+
+
+#: Named clusters that can run side by side with the shared CPU cluster ``cookbook`` (own subnet, ports).
+PRESETS: dict[str, dict] = {
+    "gpu": {"gpus_per_node": 8, "cpus_per_node": 192, "mem_mb_per_node": 1_843_200, "subnet": "10.79.0",
+            "ctld_port": 7017, "slurmd_port": 7018, "multi_port0": 17300},
+}
+GPU_DEVICE_MAJOR = 195  # the NVIDIA driver's character-device major; nothing opens these files
 
 
 class ClusterError(RuntimeError):
@@ -47,6 +84,14 @@ class ClusterConfig:
     slurmd_port: int = 6818        # netns mode: the same port inside every node namespace
     multi_port0: int = 17000       # multi mode: node i listens on multi_port0 + i
     base_dir: Path | None = None   # default: <project>/.cluster/<name>
+    gpus_per_node: int = 0         # fake GPUs (character devices under <root>/dev) advertised as gres/gpu
+    mem_mb_per_node: int | None = None  # claimed RealMemory; default: 80 % of this machine's memory / nodes
+    cpu_bind: bool = False         # TaskPlugin=task/affinity (tasks pinned to real cores) instead of task/none
+
+    @classmethod
+    def named(cls, name: str, **overrides) -> "ClusterConfig":
+        """The preset called ``name`` (see ``PRESETS``; any other name: the defaults) with ``overrides``."""
+        return cls(**{"name": name, **PRESETS.get(name, {}), **{k: v for k, v in overrides.items() if v is not None}})
 
     @property
     def root(self) -> Path:
@@ -147,8 +192,13 @@ class LocalCluster:
                   self.munge_dir):
             d.mkdir(parents=True, exist_ok=True)
         os.chmod(self.munge_dir, 0o700)
+        self._make_gpu_devices()  # before any node namespace exists
         self._start_munge()
         settings = self._settings_of_running() or self._configure()
+        asked = {"nodes": self.cfg.nodes, "gpus_per_node": self.cfg.gpus_per_node}
+        kept = {k: settings.get(k, 0) for k in asked}
+        if kept != asked:
+            _log(f"already running with {kept}, kept; `cookbook cluster down --name {self.cfg.name}` first to change")
         if settings["mode"] == "netns":
             self._plumb_netns(settings)
         self._start_slurmctld()
@@ -260,9 +310,13 @@ class LocalCluster:
         if not _port_free(cfg.ctld_port):
             raise ClusterError(f"port {cfg.ctld_port} (slurmctld) is in use by another program; "
                                "pass another ClusterConfig(ctld_port=...)")
-        mem_mb = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.8 / cfg.nodes)
+        mem_mb = cfg.mem_mb_per_node or int(
+            os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.8 / cfg.nodes)
+        gres = f" Gres=gpu:{cfg.gpus_per_node}" if cfg.gpus_per_node else ""
         cpu = (f"CPUs={cfg.cpus_per_node} Boards=1 SocketsPerBoard=1 CoresPerSocket={cfg.cpus_per_node} "
-               f"ThreadsPerCore=1 RealMemory={mem_mb} State=UNKNOWN")
+               f"ThreadsPerCore=1 RealMemory={mem_mb}{gres} State=UNKNOWN")
+        self._write_gres_conf()
+        gpus = f", gpus/node={cfg.gpus_per_node}" if cfg.gpus_per_node else ""
         if mode == "netns":
             ctld_addr = f"{cfg.subnet}.254"
             nodes = "\n".join(f"NodeName=n{i} NodeAddr={cfg.subnet}.{i} {cpu}" for i in range(1, cfg.nodes + 1))
@@ -276,8 +330,13 @@ class LocalCluster:
             hosts = base_hosts + ["127.0.0.1 " + " ".join(cfg.node_names)]
         (self.etc / "hosts.nodes").write_text("\n".join(hosts) + "\n")
         r = cfg.root
+        task = "TaskPlugin=task/none"
+        if cfg.cpu_bind:  # pin each task to its --cpus-per-task cores (needs CPUs <= real cores, see above)
+            task = "TaskPlugin=task/affinity\nTaskPluginParam=Cores"
+        if cfg.gpus_per_node:
+            task += "\nGresTypes=gpu"
         cfg.conf.write_text(f"""\
-# Written by `cookbook cluster up` (mode={mode}, nodes={cfg.nodes}, cpus/node={cfg.cpus_per_node}).
+# Written by `cookbook cluster up` (mode={mode}, nodes={cfg.nodes}, cpus/node={cfg.cpus_per_node}{gpus}).
 ClusterName={cfg.name}
 SlurmctldHost=localhost({ctld_addr})
 SlurmUser=root
@@ -297,7 +356,7 @@ SlurmctldDebug=info
 SlurmdDebug=info
 # No cgroups in a container: track job processes through /proc.
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+{task}
 JobAcctGatherType=jobacct_gather/linux
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
@@ -318,11 +377,37 @@ AccountingStorageType=accounting_storage/none
 {nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
-        settings = {"mode": mode, "nodes": cfg.nodes, "subnet": cfg.subnet, "ctld_addr": ctld_addr}
+        settings = {"mode": mode, "nodes": cfg.nodes, "subnet": cfg.subnet, "ctld_addr": ctld_addr,
+                    "gpus_per_node": cfg.gpus_per_node, "cpus_per_node": cfg.cpus_per_node}
         self.settings_file.write_text(json.dumps(settings))
         (cfg.root / "env.sh").write_text(self.env_line() + "\n")
         _log(f"wrote {cfg.conf} (mode={mode}, nodes={cfg.nodes}, cpus/node={cfg.cpus_per_node})")
         return settings
+
+    def gpu_devices(self) -> list[Path]:
+        """The fake GPUs' device files, one per GPU index (the same files serve every node)."""
+        return [self.cfg.root / "dev" / f"nvidia{i}" for i in range(self.cfg.gpus_per_node)]
+
+    def _make_gpu_devices(self) -> None:
+        """Character devices for gres/gpu: slurmd drops count-only GPUs (the node then drains with "gres/gpu
+        count reported lower than configured") and sets no CUDA_VISIBLE_DEVICES for regular files."""
+        for i, dev in enumerate(self.gpu_devices()):
+            dev.parent.mkdir(parents=True, exist_ok=True)
+            if dev.exists() and not dev.is_char_device():
+                dev.unlink()
+            if not dev.exists():
+                os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(GPU_DEVICE_MAJOR, i))
+
+    def _write_gres_conf(self) -> None:
+        gres_conf = self.etc / "gres.conf"
+        if not self.cfg.gpus_per_node:
+            gres_conf.unlink(missing_ok=True)
+            return
+        last = self.cfg.gpus_per_node - 1
+        files = self.cfg.root / "dev" / (f"nvidia[0-{last}]" if last else "nvidia0")
+        gres_conf.write_text(f"# Written by `cookbook cluster up`: fake GPUs, character devices (major "
+                             f"{GPU_DEVICE_MAJOR}) nothing opens.\nAutoDetect=off\n"
+                             f"NodeName=n[1-{self.cfg.nodes}] Name=gpu File={files}\n")
 
     # ------------------------------------------------------------------ network namespaces
     def _ns(self, node: str) -> str:
@@ -484,3 +569,45 @@ def _kill(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+#: Bash, run inside an ``srun`` step (one line per task): the CPUs this task was given. It prints
+#: ``step_cpus host=H slurm_cpus_per_task=N affinity=M job_cpus_per_task=J`` where N is what Slurm allocated
+#: to each task of this step (``TresPerTask=cpu:N`` of ``scontrol show step``, 1 when absent: what
+#: task/affinity pins the task to), M the CPUs the kernel lets the task run on (``Cpus_allowed_list``) and J
+#: the job's ``--cpus-per-task``. Since Slurm 22.05 (until 23.11) a plain ``srun`` does not inherit the
+#: job's ``--cpus-per-task``: N=1 where J=16; ``srun --cpus-per-task=$SLURM_CPUS_PER_TASK`` gives N=J.
+#: Safe under ``set -euo pipefail``; needs only scontrol, sed, awk.
+STEP_CPUS_SNIPPET = r"""n=$(scontrol show step -o "${SLURM_JOB_ID:-}.${SLURM_STEP_ID:-}" 2>/dev/null \
+  | sed -n 's/.*TresPerTask=[^ ]*cpu[:=]\([0-9][0-9]*\).*/\1/p' || true)
+aff=$(awk '/^Cpus_allowed_list:/ { n = 0; k = split($2, r, ","); for (i = 1; i <= k; i++) {
+  m = split(r[i], b, "-"); n += (m == 2 ? b[2] - b[1] + 1 : 1) } print n }' /proc/self/status)
+echo "step_cpus host=$(hostname) slurm_cpus_per_task=${n:-1} affinity=${aff:-0}" \
+  "job_cpus_per_task=${SLURM_CPUS_PER_TASK:-1}"
+"""
+
+
+@dataclass(frozen=True)
+class StepCpus:
+    """One task's line from ``STEP_CPUS_SNIPPET``."""
+
+    host: str
+    slurm_cpus_per_task: int  # CPUs Slurm gave this task (what CPU binding pins it to)
+    affinity: int             # CPUs the kernel lets it run on now
+    job_cpus_per_task: int    # the job's --cpus-per-task
+
+    @property
+    def short(self) -> bool:
+        """The task got fewer CPUs than the job asked for (srun did not pass --cpus-per-task)."""
+        return self.slurm_cpus_per_task < self.job_cpus_per_task
+
+
+def parse_step_cpus(text: str) -> list[StepCpus]:
+    """Every ``step_cpus`` line in ``text`` (a job's output), in order."""
+    found = []
+    for line in text.splitlines():
+        if line.startswith("step_cpus "):
+            kv = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
+            found.append(StepCpus(kv["host"], int(kv["slurm_cpus_per_task"]), int(kv["affinity"]),
+                                  int(kv["job_cpus_per_task"])))
+    return found
