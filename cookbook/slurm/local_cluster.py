@@ -397,6 +397,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 dev.unlink()
             if not dev.exists():
                 os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(GPU_DEVICE_MAJOR, i))
+                dev.chmod(0o666)  # mknod's mode passes through the umask
 
     def _write_gres_conf(self) -> None:
         gres_conf = self.etc / "gres.conf"
@@ -405,9 +406,10 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             return
         last = self.cfg.gpus_per_node - 1
         files = self.cfg.root / "dev" / (f"nvidia[0-{last}]" if last else "nvidia0")
+        nodes = f"n[1-{self.cfg.nodes}]" if self.cfg.nodes > 1 else "n1"
         gres_conf.write_text(f"# Written by `cookbook cluster up`: fake GPUs, character devices (major "
                              f"{GPU_DEVICE_MAJOR}) nothing opens.\nAutoDetect=off\n"
-                             f"NodeName=n[1-{self.cfg.nodes}] Name=gpu File={files}\n")
+                             f"NodeName={nodes} Name=gpu File={files}\n")
 
     # ------------------------------------------------------------------ network namespaces
     def _ns(self, node: str) -> str:
