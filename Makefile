@@ -37,6 +37,7 @@ cluster-up: setup deps-debian
 
 cluster-down:
 	@test -x $(BIN)/cookbook && $(BIN)/cookbook cluster down || true
+	@test -x $(BIN)/cookbook && $(BIN)/cookbook cluster down --name gpu || true
 
 demo: setup deps-debian
 	$(BIN)/python -m cookbook.demo

@@ -122,6 +122,7 @@ def parse_in_training_env(framework: str, args: list[str], keys: list[str]) -> d
 
         spec = importlib.util.spec_from_file_location("cookbook_fsdp_train", args[0])
         module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[spec.name] = module          # dataclasses in the script look their module up here
         spec.loader.exec_module(module)  # type: ignore[union-attr]
         ns = module.build_parser().parse_args(args[1:])
         values.update({k: getattr(ns, k, None) for k in keys})
@@ -171,16 +172,16 @@ def gpus(expected: int, uses_gpus: bool) -> tuple[dict, list[str]]:
 
 
 def step_cpus() -> int | None:
-    """CPUs Slurm gave this step's task (``scontrol show step``), when scontrol can say."""
+    """CPUs Slurm gave this step's task: ``TresPerTask=cpu:N`` of ``scontrol show step`` (absent: 1, what CPU
+    binding pins the task to); None when scontrol cannot say."""
     job, step = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID")
     if not (job and step and shutil.which("scontrol")):
         return None
-    r = subprocess.run(["scontrol", "show", "step", f"{job}.{step}"], capture_output=True, text=True, timeout=30)
-    m = re.search(r"\bTRES=\S*?cpu=(\d+)", r.stdout) or re.search(r"\bCPUs?=(\d+)", r.stdout)
-    tasks = re.search(r"\bTasks=(\d+)", r.stdout)
-    if not m:
+    r = subprocess.run(["scontrol", "show", "step", "-o", f"{job}.{step}"], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0 or not r.stdout.strip():
         return None
-    return int(m.group(1)) // max(1, int(tasks.group(1)) if tasks else 1)
+    m = re.search(r"TresPerTask=\S*?cpu[:=](\d+)", r.stdout)
+    return int(m.group(1)) if m else 1
 
 
 def cpus() -> tuple[dict, list[str]]:

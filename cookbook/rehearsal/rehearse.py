@@ -15,6 +15,7 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,11 +182,53 @@ def static_problems(text: str, script: Path | None = None) -> list[str]:
     return problems
 
 
+def script_folders(text: str, env: dict[str, str], submit_dir: Path) -> dict[str, str]:
+    """The script's folder variables (``RECIPE_DIR``, ``RUN_DIR``, ``MODEL_DIR``...) as bash evaluates them
+    with ``env``, from the script's own "where things are" block."""
+    m = re.search(r"^# --- where things are.*?\n(.*?)^export (RECIPE_DIR[^\n]*)$", text, re.M | re.S)
+    if not m:
+        return {}
+    names = m.group(2).split()
+    show = "".join(f'printf "%s=%s\\n" {n} "${{{n}:-}}"\n' for n in names)
+    r = subprocess.run(["bash", "-c", f"set -u\n{m.group(1)}\n{show}"], capture_output=True, text=True, timeout=30,
+                       env={**env, "SLURM_SUBMIT_DIR": str(submit_dir)})
+    return dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line) if r.returncode == 0 else {}
+
+
+def container_problems(text: str, client: SlurmClient, submit_dir: Path) -> list[str]:
+    """A container job on a cluster whose srun has no ``--container-image`` (pyxis), and folders the job
+    uses that no ``--container-mounts`` destination covers (inside the container they do not exist)."""
+    if "--container-image" not in text:
+        return []
+    problems = []
+    r = client.run("srun", "--help", check=False)
+    if "--container-image" not in r.stdout + r.stderr:
+        problems.append("the script runs in a container (--container-image) but this cluster's srun has no such "
+                        "option (the pyxis plugin is not installed): srun would fail at launch")
+    mounts = container_mounts(text)
+    for name, value in script_folders(text, dict(client.env), submit_dir).items():
+        if value.startswith("/") and not any(value == d or value.startswith(d.rstrip("/") + "/") for d in mounts):
+            problems.append(f"{name}={value} is inside no --container-mounts destination ({', '.join(mounts) or 'none'}):"
+                            f" inside the container it does not exist; add {value}:{value} to the mounts")
+    return problems
+
+
 # ------------------------------------------------------------------------------------------ run
-def rehearse(script: str | os.PathLike, client: SlurmClient | None = None, timeout: float = 600,
-             time_limit: str = "00:05:00", folder: str | os.PathLike | None = None,
-             env: dict[str, str] | None = None) -> RehearsalReport:
-    """Submit ``script`` with its launcher replaced by the node check; wait; collect every node's report.
+@dataclass
+class Rehearsal:
+    """A submitted rehearsal: its job, folder and the script's text (see :func:`start_rehearsal`)."""
+
+    script: Path
+    text: str
+    job_id: str
+    folder: Path
+    client: SlurmClient
+    problems: list[str]
+
+
+def start_rehearsal(script: str | os.PathLike, client: SlurmClient | None = None, time_limit: str = "00:05:00",
+                    folder: str | os.PathLike | None = None, env: dict[str, str] | None = None) -> Rehearsal:
+    """Submit ``script`` with its launcher replaced by the node check; return without waiting.
 
     ``env`` adds to the environment the job inherits (as ``export X=...`` before ``sbatch`` would).
     Raises :class:`RehearsalError` when the script cannot be rehearsed at all.
@@ -212,22 +255,36 @@ def rehearse(script: str | os.PathLike, client: SlurmClient | None = None, timeo
                f"{HOOK}_MANIFEST": str(out / "manifest.json")}
     job_env.setdefault("RECIPE_DIR", str(script.parent))
     runner = SlurmClient(job_env, timeout=client.timeout if client else 60)
+    problems += container_problems(text, runner, script.parent)
     try:
         job_id = runner.submit(script, f"--time={time_limit}", f"--output={out}/rehearsal-%j.out", "--no-requeue",
                                cwd=script.parent)
     except SlurmError as e:
         raise RehearsalError(f"Slurm refused the script: {' '.join((e.stderr or str(e)).split())}") from e
-    info = runner.wait(job_id, timeout=timeout, poll=1.0)
-    nodes = collect(out / "reports")
-    log = out / f"rehearsal-{job_id}.out"
-    if len(nodes) < int(sbatch_value(text, "nodes") or 1) or info.state != "COMPLETED":
+    return Rehearsal(script, text, job_id, out, runner, problems)
+
+
+def finish_rehearsal(r: Rehearsal, timeout: float = 600) -> RehearsalReport:
+    """Wait for a started rehearsal and collect every node's report."""
+    info = r.client.wait(r.job_id, timeout=timeout, poll=1.0)
+    nodes = collect(r.folder / "reports")
+    expected = int(sbatch_value(r.text, "nodes") or 1)
+    problems = list(r.problems)
+    missing = expected - len(nodes)
+    if missing > 0 or info.state != "COMPLETED":
+        log = r.folder / f"rehearsal-{r.job_id}.out"
         tail = read_output(log, tail_lines=8).strip() if log.exists() else "(no log)"
-        missing = int(sbatch_value(text, "nodes") or 1) - len([n for n in nodes if n.data])
-        if missing > 0 or info.state != "COMPLETED":
-            problems.append(f"job {job_id} ended {info.state}"
-                            + (f"; {missing} node(s) wrote no report" if missing > 0 else "")
-                            + f". Log tail:\n{tail}")
-    return RehearsalReport(script, job_id, info.state, nodes, problems, out)
+        problems.append(f"job {r.job_id} ended {info.state}" + (f"; {missing} node(s) wrote no report" if missing > 0
+                                                                 else "") + f". Log tail:\n{tail}")
+    return RehearsalReport(r.script, r.job_id, info.state, nodes, problems, r.folder)
+
+
+def rehearse(script: str | os.PathLike, client: SlurmClient | None = None, timeout: float = 600,
+             time_limit: str = "00:05:00", folder: str | os.PathLike | None = None,
+             env: dict[str, str] | None = None) -> RehearsalReport:
+    """Submit ``script`` with its launcher replaced by the node check, wait, and collect every node's report
+    (:func:`start_rehearsal` + :func:`finish_rehearsal`)."""
+    return finish_rehearsal(start_rehearsal(script, client, time_limit, folder, env), timeout)
 
 
 def collect(reports: Path) -> list[NodeReport]:

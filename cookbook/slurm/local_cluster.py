@@ -61,7 +61,8 @@ _SBIN = ("/usr/sbin", "/sbin")
 
 #: Named clusters that can run side by side with the shared CPU cluster ``cookbook`` (own subnet, ports).
 PRESETS: dict[str, dict] = {
-    "gpu": {"gpus_per_node": 8, "cpus_per_node": 192, "mem_mb_per_node": 1_843_200, "subnet": "10.79.0",
+    # 4 nodes: two 2-node GPU jobs run at once (the rehearsal test submits dozens)
+    "gpu": {"nodes": 4, "gpus_per_node": 8, "cpus_per_node": 192, "mem_mb_per_node": 1_843_200, "subnet": "10.79.0",
             "ctld_port": 7017, "slurmd_port": 7018, "multi_port0": 17300},
 }
 GPU_DEVICE_MAJOR = 195  # the NVIDIA driver's character-device major; nothing opens these files

@@ -66,7 +66,9 @@ def test_gpu_profile_job_runs_on_two_nodes_and_each_step_sees_eight_gpus(gpu_clu
     lines = sorted(ln for ln in out.splitlines() if ln.startswith("gpus "))
     assert lines == [f"gpus host={h} cvd=0,1,2,3,4,5,6,7 on_node=8 step_gpus=0,1,2,3,4,5,6,7"
                      for h in ("n1", "n2")], out
-    assert _node_states(gpu_cluster) == {"n1": "idle", "n2": "idle"}, "a GPU job must not drain its nodes"
+    states = _node_states(gpu_cluster)       # other tests' jobs may hold nodes: none may be drained or invalid
+    assert set(states) >= {"n1", "n2"} and not [s for s in states.values() if s.startswith(("drain", "inval", "down"))], \
+        f"a GPU job must not drain its nodes: {states}"
 
 
 def test_plain_srun_gives_the_task_one_cpu_and_srun_cpus_per_task_gives_all(gpu_cluster, tmp_path):
@@ -111,7 +113,7 @@ def test_with_cpu_binding_plain_srun_pins_the_task_to_one_core(tmp_path_factory,
 def test_gpu_nodes_work_in_the_multiple_slurmd_fallback(tmp_path_factory, tmp_path):
     if os.geteuid() != 0:
         pytest.skip("the local Slurm cluster needs root")
-    cfg = dataclasses.replace(ClusterConfig.named("gpu"), name="gpumulti", mode="multi", ctld_port=7037,
+    cfg = dataclasses.replace(ClusterConfig.named("gpu"), name="gpumulti", nodes=2, mode="multi", ctld_port=7037,
                               multi_port0=17500, base_dir=tmp_path_factory.mktemp("gpumulti"))
     cluster = LocalCluster(cfg)
     try:
