@@ -117,3 +117,14 @@ def stragglers_plot(df: "pd.DataFrame") -> "tuple[pd.DataFrame, object]":
     ax.set_title("time to reach each step, by rank")
     fig.tight_layout()
     return table, fig
+
+
+def straggler_lines(log: str, hosts: Sequence[str] | None = None, procs_per_node: int = 1) -> list[str]:
+    """``straggler: ...`` lines for a log with 2+ ranks (what ``cookbook watch`` prints at the end)."""
+    from cookbook.metrics import parse_log
+
+    try:
+        df = parse_log(log, ranks="all")
+    except (OSError, ValueError):
+        return []
+    return [f"straggler: {s}" for s in stragglers(df, hosts, procs_per_node)]

@@ -86,3 +86,12 @@ def test_measured_vs_planned_mfu_and_the_cli(tmp_path, capsys):
     assert "nccl_socket" in out and (tmp_path / "e.png").exists()
     assert cli_main(["explain", str(tmp_path / "missing.log")]) == 2
     assert cli_main(["explain", str(LOGS / "nccl_socket_gcp_slurm.log"), "--nodes", "0"]) == 2
+
+
+def test_watch_lines_name_the_straggler():
+    from cookbook.analysis.stragglers import straggler_lines
+
+    assert straggler_lines(str(LOGS / "torchtitan_slow_rank.log"), ["n1", "n2"], 2) == [
+        "straggler: rank 3 on n2 is slow in 100% of 11 steps: reaches each step 0.68 s after the first rank"]
+    assert straggler_lines(str(LOGS / "torchtitan_debug_2rank.log")) == []
+    assert straggler_lines(str(LOGS / "no_such.log")) == []
