@@ -136,7 +136,6 @@ class Segment:
 
 
 def _titan_events(seg: Segment) -> None:
-    seen_saves: dict[str, float] = {}
     for line in seg.text.splitlines():
         m = _TITAN_TIME.search(line)
         if not m:
@@ -150,13 +149,13 @@ def _titan_events(seg: Segment) -> None:
         if (s := _LOADED.search(msg)):
             seg.restore_s = max(seg.restore_s, float(s.group(1)))
         if (s := _SAVED.search(msg)):
-            # every rank reports its save: keep one per second of wall clock (the slowest)
-            key = m.group(1)
-            seen_saves[key] = max(seen_saves.get(key, 0.0), float(s.group(1) or s.group(2)))
-            if not seg.saves or seg.saves[-1][0].strftime("%Y-%m-%d %H:%M:%S") != key:
-                seg.saves.append((t, seen_saves[key]))
+            secs = float(s.group(1) or s.group(2))
+            # every rank reports the same save: reports within one save's duration (or 1 s) are one save,
+            # counted at its slowest rank's figure
+            if seg.saves and (t - seg.saves[-1][0]).total_seconds() < max(1.0, secs, seg.saves[-1][1]):
+                seg.saves[-1] = (seg.saves[-1][0], max(secs, seg.saves[-1][1]))
             else:
-                seg.saves[-1] = (seg.saves[-1][0], seen_saves[key])
+                seg.saves.append((t, secs))
 
 
 def log_segments(log: str | Path) -> list[Segment]:
