@@ -276,6 +276,12 @@ class Job:
         out = self.script.parent / "metrics.png" if save else None
         return plot_runs({self.name: self.metrics()}, out=out)
 
+    def goodput(self, gpu: str | None = None, price: float | None = None) -> Any:
+        """The goodput ledger of this job across its requeues (``.table()``, ``.plot()``, ``.render()``)."""
+        from cookbook.analysis.goodput import resolve_run, run_ledger
+
+        return run_ledger(resolve_run(str(self.script.parent)), self.slurm, gpu=gpu, price=price)
+
     def outputs(self) -> pd.DataFrame:
         """Files the run wrote (checkpoints, adapters, logs), with sizes."""
         rows = [{"file": str(p.relative_to(self.run_dir)), "MB": round(p.stat().st_size / 1e6, 3)}

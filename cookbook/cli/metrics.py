@@ -149,4 +149,9 @@ def _watch(args: argparse.Namespace) -> int:
     print(f"job {args.job_id} ended {info.state} (exit {info.exit_code or '?'}), {len(follower.df)} steps logged")
     for finding in diagnose(out) if Path(out).exists() else []:
         print(finding)
+    if Path(out).exists():
+        from cookbook.analysis.stragglers import straggler_lines
+
+        for line in straggler_lines(str(out)):
+            print(line)
     return 0 if info.state == "COMPLETED" else 1

@@ -29,8 +29,23 @@ Checkpointing = Literal["none", "selective", "full"]
 CHECKPOINTING_MODES: tuple[str, ...] = ("none", "selective", "full")
 
 # FLUX: the only published run (Nebius, 2x8 H100, full AC, 64 images/GPU) logs ~7.9 images/s/GPU, i.e.
-# ~24% MFU by flops_per_sample(): 0.75 of what the LLM anchors give. Calibrated, not independently checked.
-FLUX_MFU_FACTOR = 0.75
+# ~24% MFU by flops_per_sample(): 0.64 of what the LLM anchors give with full AC. Calibrated, not
+# independently checked.
+FLUX_MFU_FACTOR = 0.64
+# Forward FLOPs recomputed in backward, in units of N (parameters) per token: selective op AC recomputes
+# about every other matmul (torchtitan's "op" policy keeps wq, wv, w1, w2 outputs): ~1N of the 2N forward;
+# full AC the whole forward: 2N. The MFU anchors are selective-op runs (6N useful of ~7N executed), so a
+# mode's MFU is anchor x 7/6 x useful / (useful + recomputed), useful = 6N (4N for LoRA: no weight
+# gradients of the frozen base). Full AC is then 0.875 of selective (was 6/8 = 0.75, 0.73-0.75 of the
+# published 70B full-AC runs); torchtitan's 13B A100 table has no-AC 61.1% vs selective op 53.8% (x1.14,
+# this gives x1.17).
+RECOMPUTED_N: dict[str, float] = {"none": 0.0, "selective": 1.0, "full": 2.0}
+# LoRA: torchtune's optimisation-flags table (Llama 3.2 3B, A100, same flags) gives 8.5 GiB peak active for
+# LoRA r64 vs 21.8 GiB for the full fine-tune: activations + loss temporaries of ~2.0 GiB against ~3.9 GiB.
+# The planner's loss temporaries (bf16 logits + one fp32 chunk) over-count that by ~2x for LoRA; the cause is
+# not derived here (frozen tied output projection: no output-weight gradient is formed). Empirical, fitted on
+# that one row (its ratio was 1.27); the 70B LoRA row checks it (1.05 -> 1.02).
+LORA_LOSS_FACTOR = 0.5
 # Assumption (no published anchor in this project's sources): each doubling of the TP degree costs 5%.
 TP_PENALTY_PER_DOUBLING = 0.05
 
@@ -189,6 +204,8 @@ def estimate_memory(model: ModelShape | FluxShape, s: Settings, world: int) -> M
         # live (3 x 4V bytes/token). chunked: bf16 logits (2V) + one of 8 chunks upcast (12V/8).
         per_token = 12 * model.vocab_size if s.loss == "fp32" else 2 * model.vocab_size + 1.5 * model.vocab_size
         loss = tokens * per_token / s.tp
+        if s.lora_rank > 0:
+            loss *= LORA_LOSS_FACTOR
 
     held = MemoryBreakdown(params, grads, optimizer, activations, loss, buffers)
     overhead = s.fragmentation * held.live + s.fixed_overhead_gib * GIB
@@ -217,12 +234,11 @@ def flops_per_sample(model: ModelShape | FluxShape, s: Settings) -> float:
 
 
 def effective_mfu(gpu: GpuSpec, s: Settings, model: ModelShape | FluxShape | None = None) -> float:
-    """The GPU's MFU anchor, less full-AC recompute (6N of 8N useful), plus torch.compile's gain."""
+    """The GPU's MFU anchor (selective AC) scaled for recompute (see ``RECOMPUTED_N``), plus compile's gain."""
     mfu = gpu.mfu
     if isinstance(model, FluxShape):
         mfu *= FLUX_MFU_FACTOR
-    if s.checkpointing == "full":
-        mfu *= 6 / 8
+    mfu *= recompute_factor(s)
     if s.compile:
         mfu *= COMPILE_SPEEDUP
     if s.tp > 1:
@@ -230,6 +246,12 @@ def effective_mfu(gpu: GpuSpec, s: Settings, model: ModelShape | FluxShape | Non
     if s.fsdp_cpu_offload:
         mfu *= 0.5  # optimizer step and H2D/D2H copies on the critical path
     return mfu
+
+
+def recompute_factor(s: Settings) -> float:
+    """MFU of this AC mode relative to the selective-op anchor: 7/6 x useful / (useful + recomputed)."""
+    useful = 4.0 if s.lora_rank > 0 else 6.0
+    return (7 / 6) * useful / (useful + RECOMPUTED_N[s.checkpointing])
 
 
 def samples_per_second_per_gpu(model: ModelShape | FluxShape, s: Settings, gpu: GpuSpec) -> float:

@@ -1,0 +1,289 @@
+"""Why is MFU low: measured MFU against the planner's expectation, and evidence checks ranked by cost.
+
+Each check reads the job's log (and, when given, the job's script, its 1-node baseline log, profiler
+traces) and returns :class:`Evidence` with an estimated cost (share of throughput it takes) and a fix:
+
+- NCCL on TCP sockets (``NCCL INFO ... NET/Socket``, ``Using network Socket``) where the profile has
+  InfiniBand/EFA, and the fabric plugin not loaded (``NET/Plugin : No plugin found``);
+- fewer GPUs per node than the node has; every rank of a node bound to one CPU core;
+- data-loader stalls: step-time spikes and a first-step gap;
+- activation checkpointing heavier than needed (the planner says a lighter mode fits);
+- a straggler rank (rank-tagged logs, or profiler traces: the rank the others wait for);
+- scaling efficiency against the 1-node run of the same recipe.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+NCCL_SOCKET = re.compile(r"NCCL INFO (?:Using network Socket|.*via NET/Socket|NET/Socket : Using)")
+NCCL_FABRIC = re.compile(r"NCCL INFO (?:Using network (?:IB|AWS Libfabric|OFI)|.*via NET/(?:IB|OFI|AWS Libfabric)|"
+                         r"NET/OFI Selected [Pp]rovider is efa|NET/IB : Using \[)")
+NCCL_NO_PLUGIN = re.compile(r"NCCL INFO NET/Plugin ?: (?:No plugin found|Plugin load returned|Could not find)")
+NCCL_IB_NONE = re.compile(r"NCCL INFO NET/IB : No device found")
+AC_APPLIED = re.compile(r"Applied (full|selective|SelectiveAC|FullAC)\w* activation checkpointing", re.I)
+
+STALL_FACTOR = 2.0  # a step this many times the median step counts as a stall
+SOCKET_COST = 0.5  # multi-node FSDP on TCP sockets instead of IB/EFA: typically half the throughput or worse
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One finding: what was seen, what it likely costs (share of throughput), how to fix it."""
+
+    kind: str
+    cost: float  # estimated share of throughput lost, 0..1 (ranking only)
+    finding: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"[{self.kind}, ~{100 * self.cost:.0f}% of throughput] {self.finding}\n    fix: {self.fix}"
+
+
+@dataclass
+class Explanation:
+    """Measured vs expected MFU and the evidence, most costly first."""
+
+    measured_mfu: float | None
+    expected_mfu: float | None
+    evidence: list[Evidence] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def causes(self) -> list[str]:
+        return [e.kind for e in self.evidence]
+
+    def render(self) -> str:
+        def pct(x: float | None) -> str:
+            return "unknown" if x is None else f"{100 * x:.1f}%"
+
+        head = f"MFU measured {pct(self.measured_mfu)}, planner expects {pct(self.expected_mfu)}"
+        if self.measured_mfu and self.expected_mfu:
+            head += f" ({self.measured_mfu / self.expected_mfu:.2f} of expected)"
+        body = [str(e) for e in self.evidence] or ["no evidence of a known cause in the log"]
+        return "\n".join([head, *body, *(f"note: {n}" for n in self.notes)])
+
+    def table(self) -> "pd.DataFrame":
+        import pandas as pd
+
+        return pd.DataFrame([{"cause": e.kind, "cost_pct": round(100 * e.cost, 1), "finding": e.finding,
+                              "fix": e.fix} for e in self.evidence], columns=["cause", "cost_pct", "finding", "fix"])
+
+
+# ------------------------------------------------------------------------------------------ checks
+def check_nccl(text: str, nodes: int | None, expects_fabric: bool) -> list[Evidence]:
+    """NCCL's transport from its ``NCCL_DEBUG=INFO`` lines."""
+    out = []
+    socket = NCCL_SOCKET.search(text)
+    fabric = NCCL_FABRIC.search(text)
+    multi = nodes is None or nodes > 1
+    if socket and not fabric and multi and expects_fabric:
+        a = text.rfind("\n", 0, socket.start()) + 1
+        b = text.find("\n", socket.end())
+        line = text[a:b if b >= 0 else len(text)]
+        out.append(Evidence("nccl_socket", SOCKET_COST,
+                            f"NCCL runs over TCP sockets, not InfiniBand/EFA: `{line.strip()}`",
+                            "load the fabric: on AWS (EFA) install aws-ofi-nccl and set FI_PROVIDER=efa (the aws-efa "
+                            "profile); on InfiniBand check `ibstat`, NCCL_IB_HCA and that /dev/infiniband is in the "
+                            "container; set NCCL_SOCKET_IFNAME only for the bootstrap interface"))
+    if NCCL_NO_PLUGIN.search(text) and not fabric and multi and expects_fabric:
+        out.append(Evidence("nccl_plugin_missing", SOCKET_COST * 0.9,
+                            "NCCL found no network plugin (libnccl-net.so): the EFA/OFI plugin is not loaded"
+                            + (" and no InfiniBand device was found" if NCCL_IB_NONE.search(text) else ""),
+                            "put aws-ofi-nccl's lib folder on LD_LIBRARY_PATH (or NCCL_NET_PLUGIN) on every node"))
+    return out
+
+
+def check_stalls(steps: "pd.DataFrame") -> list[Evidence]:
+    """Data-loader stalls: steps far above the median and a gap before the first step."""
+    if "time" not in steps or steps["time"].isna().all() or len(steps) < 5:
+        return []
+    import pandas as pd
+
+    t = pd.to_datetime(steps.sort_values("step")["time"]).reset_index(drop=True)
+    dt = t.diff().dt.total_seconds().iloc[2:]  # skip the first two steps (warm-up, compilation)
+    if dt.empty:
+        return []
+    med = dt.median()
+    spikes = dt[dt > STALL_FACTOR * med]
+    if med <= 0 or len(spikes) == 0:
+        return []
+    lost = float((spikes - med).sum() / dt.sum())
+    cv = float(dt.std() / dt.mean()) if dt.mean() else 0.0
+    return [Evidence("dataloader_stall", lost,
+                     f"{len(spikes)} of {len(dt)} steps took over {STALL_FACTOR:g}x the median step ({med:.2f} s; "
+                     f"longest {spikes.max():.2f} s; step-time variation {100 * cv:.0f}%): the GPUs waited for data",
+                     "raise the data loader's workers (num_workers) and prefetch, give each task more CPUs "
+                     "(--cpus-per-task), pre-tokenize/pack the dataset onto local or shared fast storage")]
+
+
+def check_gpus_per_node(gpus_per_node: int | None, node_gpus: int | None) -> list[Evidence]:
+    if not gpus_per_node or not node_gpus or gpus_per_node >= node_gpus:
+        return []
+    return [Evidence("gpus_per_node", 1 - gpus_per_node / node_gpus,
+                     f"the job uses {gpus_per_node} of the node's {node_gpus} GPUs",
+                     f"--gpus-per-node={node_gpus} (same nodes, more GPUs), or fewer nodes with all GPUs each")]
+
+
+def check_cpu_binding(script_text: str | None, procs_per_node: int | None) -> list[Evidence]:
+    """All ranks of a node on one core: no --cpus-per-task with several processes per node."""
+    if not script_text or not procs_per_node or procs_per_node < 2:
+        return []
+    if re.search(r"^#SBATCH --cpus-per-task=\d+", script_text, flags=re.M):
+        return []
+    return [Evidence("cpu_binding", 0.2,
+                     f"{procs_per_node} processes per node share the CPUs of a task without --cpus-per-task "
+                     "(Slurm may bind them all to one core): data loading and kernel launches starve",
+                     "#SBATCH --cpus-per-task=<cores per node> (the generated scripts set it from the profile)")]
+
+
+def check_checkpointing(text: str, recipe: str | None, gpu: str | None, nodes: int | None,
+                        gpus_per_node: int | None, mode: str | None) -> list[Evidence]:
+    """Full activation checkpointing where the planner says selective (or none) fits with 10% to spare."""
+    if mode is None:
+        m = AC_APPLIED.search(text)
+        mode = None if m is None else ("selective" if "select" in m.group(1).lower() else "full")
+    if mode != "full" or not (recipe and gpu and nodes and gpus_per_node):
+        return []
+    from cookbook.planner import plan
+    from cookbook.planner.estimate import Settings, recompute_factor
+
+    try:
+        lighter = [plan(recipe, nodes, gpus_per_node, gpu, checkpointing=m) for m in ("none", "selective")]
+    except (KeyError, ValueError):
+        return []
+    fits = [p for p in lighter if p.margin_fraction >= 0.10]
+    if not fits:
+        return []
+    best = fits[0].settings.checkpointing
+    gain = 1 - recompute_factor(Settings(checkpointing="full")) / recompute_factor(Settings(checkpointing=best))
+    return [Evidence("activation_checkpointing", gain,
+                     f"full activation checkpointing recomputes the whole forward; the planner says "
+                     f"AC={best} fits ({fits[0].peak_gib:.0f} of {fits[0].capacity_gib:.0f} GiB)",
+                     f"set activation checkpointing to {best} (torchtitan activation_checkpoint.mode={best}; "
+                     "torchtune has only on/off)")]
+
+
+def check_stragglers(log: Path, hosts: Sequence[str] | None, procs_per_node: int) -> list[Evidence]:
+    from cookbook.analysis.stragglers import stragglers
+    from cookbook.metrics import parse_log
+
+    found = stragglers(parse_log(log, ranks="all"), hosts, procs_per_node)
+    out = []
+    for s in found[:2]:
+        cost = max(0.0, min(0.9, s.median_ratio - 1)) if s.median_lag_s <= 0 else 0.1
+        out.append(Evidence("straggler", cost, str(s),
+                            "check that node (nvidia-smi -q for clocks/throttling/ECC, `dmesg`), exclude it "
+                            "(--exclude=HOST) and compare; a rank with a slower data shard points at the data"))
+    return out
+
+
+def check_trace_stragglers(traces: Sequence[str | Path]) -> list[Evidence]:
+    """From profiler traces: the rank that waits least in collectives is the one the others wait for."""
+    from cookbook.profiling.summarize import summarize
+
+    s = summarize(list(traces))
+    if len(s.per_rank) < 2:
+        return []
+    comm = s.per_rank.set_index("rank")["comm_share"]
+    spread = float(comm.max() - comm.min())
+    if spread < 0.10:
+        return []
+    rank = s.straggler_rank
+    return [Evidence("straggler", spread,
+                     f"rank {rank} waits {100 * comm[rank]:.0f}% of its step in collectives, the others up to "
+                     f"{100 * comm.max():.0f}%: they wait for rank {rank}",
+                     "profile that rank's host (clocks, thermal throttling, a noisy neighbour) and exclude it")]
+
+
+def check_scaling(measured_tps: float | None, baseline_tps: float | None, nodes: int | None) -> list[Evidence]:
+    if not measured_tps or not baseline_tps or not nodes or nodes < 2:
+        return []
+    eff = measured_tps / baseline_tps
+    if eff >= 0.9:
+        return []
+    return [Evidence("scaling", 1 - eff,
+                     f"{nodes} nodes give {eff:.2f} of the 1-node run's tokens/s per GPU "
+                     f"({measured_tps:,.0f} vs {baseline_tps:,.0f}): communication between nodes dominates",
+                     "check the NCCL transport (above), raise the per-GPU batch, use HSDP "
+                     "(shard within a node, replicate across nodes)")]
+
+
+# ------------------------------------------------------------------------------------------ the report
+def _median_after_warmup(df: "pd.DataFrame", column: str) -> float | None:
+    if column not in df or df[column].dropna().empty:
+        return None
+    values = df.sort_values("step")[column].dropna()
+    values = values.iloc[2:] if len(values) > 4 else values
+    v = float(values.median())
+    return v if v > 0 else None
+
+
+def explain_log(log: str | Path, *, recipe: str | None = None, gpu: str | None = None, nodes: int | None = None,
+                gpus_per_node: int | None = None, node_gpus: int | None = None, expects_fabric: bool = True,
+                script: str | Path | None = None, procs_per_node: int | None = None,
+                checkpointing: str | None = None, baseline_log: str | Path | None = None,
+                hosts: Sequence[str] | None = None, traces: Sequence[str | Path] | None = None) -> Explanation:
+    """Explain a run's efficiency from its log (plus whatever else is known about it)."""
+    from cookbook.metrics import parse_log
+
+    log = Path(log)
+    text = _ANSI.sub("", log.read_text(errors="replace"))
+    df = parse_log(log)
+    train = df[df["split"] == "train"] if "split" in df and len(df) else df
+    notes: list[str] = []
+    measured = _median_after_warmup(train, "mfu_pct")
+    measured = None if measured is None else measured / 100
+    tps = _median_after_warmup(train, "tokens_per_second_per_gpu")
+    expected = None
+    if recipe and gpu and nodes and gpus_per_node:
+        from cookbook.planner import plan
+
+        try:
+            p = plan(recipe, nodes, gpus_per_node, gpu, **({"checkpointing": checkpointing} if checkpointing else {}))
+            expected = p.mfu
+            if measured is None and tps:
+                from cookbook.planner.estimate import flops_per_token
+
+                measured = tps * flops_per_token(p.model, p.settings) / (p.gpu.peak_bf16_tflops * 1e12)
+                notes.append("measured MFU from the log's tokens/s and the planner's FLOPs per token")
+        except (KeyError, ValueError) as e:
+            notes.append(f"no planner expectation: {e}")
+    script_text = Path(script).read_text() if script and Path(script).exists() else None
+    evidence = [
+        *check_nccl(text, nodes, expects_fabric),
+        *check_stalls(train),
+        *check_gpus_per_node(gpus_per_node, node_gpus),
+        *check_cpu_binding(script_text, procs_per_node),
+        *check_checkpointing(text, recipe, gpu, nodes, gpus_per_node, checkpointing),
+        *check_stragglers(log, hosts, procs_per_node or 1),
+    ]
+    if traces:
+        evidence += check_trace_stragglers(traces)
+    if baseline_log is not None:
+        base = parse_log(baseline_log)
+        evidence += check_scaling(tps, _median_after_warmup(base, "tokens_per_second_per_gpu"), nodes)
+    evidence.sort(key=lambda e: -e.cost)
+    return Explanation(measured, expected, evidence, notes)
+
+
+def explain_plot(explanation: Explanation) -> Any:
+    """Bar chart of the evidence by estimated cost (for a notebook cell); returns the figure."""
+    import matplotlib.pyplot as plt
+
+    t = explanation.table()
+    fig, ax = plt.subplots(figsize=(6, 0.4 * max(1, len(t)) + 1))
+    ax.barh(t["cause"], t["cost_pct"], color="tab:red")
+    ax.invert_yaxis()
+    ax.set_xlabel("estimated % of throughput lost")
+    m, e = explanation.measured_mfu, explanation.expected_mfu
+    ax.set_title("MFU " + (f"{100 * m:.1f}%" if m else "?") + " vs planner " + (f"{100 * e:.1f}%" if e else "?"))
+    fig.tight_layout()
+    return fig

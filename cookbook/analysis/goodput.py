@@ -1,0 +1,431 @@
+"""Goodput ledger: where the allocated GPU-hours of a run went, across all its requeues.
+
+Inputs: Slurm accounting (``sacct -D``, or the job-completion log with ``sacct -c`` where there is no
+slurmdbd: one record per start of the job, a requeued job keeping its id) and the job's log, split at
+each start of the batch script (the generated scripts print ``job ID: N node(s) ...`` first). Inside
+each allocation window the log's timestamps split the time into:
+
+- ``preflight``: allocation start to the first framework log line (script, srun, torchrun, imports);
+- ``startup``: first log line to "Training starts" (model build, data loader), less ``restore``;
+- ``restore``: loading the checkpoint (the framework's own "Finished loading ... in X seconds");
+- ``productive``: steps run for the first time; ``redone``: steps run again after a resume;
+- ``checkpoint``: checkpoint saves ("Finished saving the checkpoint in X seconds");
+- ``lost``: after the last finished step of an interrupted start (partial step, kill): failure downtime;
+- ``shutdown``: after the last step of the final start (teardown);
+- ``untimed``: a start whose log has no timestamps (torchtune's progress bar) -- counted, not split.
+
+``queue`` (waiting before each start) is wall time but not allocated: it costs no GPU-hours.
+The parts of each window add up to the window by construction; Slurm's times have 1 s resolution.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from cookbook.slurm.client import SlurmClient
+
+# USD per GPU-hour, rough 2025 on-demand list prices, for orders of magnitude only: pass your contract's
+# price (--price-per-gpu-hour). TODO: move to the cluster profiles in cookbook/spec.py (PROFILES).
+DEFAULT_PRICE_PER_GPU_HOUR: dict[str, float] = {
+    "h100": 3.00, "h100-500w": 3.00, "h100-96": 3.00, "h200": 3.80, "a100-80": 1.80, "a100-40": 1.30,
+    "b200": 5.00, "gb200": 6.00,
+}
+
+ALLOCATED_PARTS: tuple[str, ...] = ("preflight", "startup", "restore", "productive", "redone", "checkpoint",
+                                    "lost", "shutdown", "untimed")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_SCRIPT_START = re.compile(r"^(?:\d+: )?job (\d+): (\d+) node\(s\)", re.M)
+_TITAN_TIME = re.compile(r"\[titan\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) - \S+ - \w+ - (.*)$")
+_TRAIN_START = re.compile(r"Training starts at step (\d+)")
+_SAVED = re.compile(r"Finished saving the checkpoint in ([\d.]+) ?s|Last step checkpoint completed in ([\d.]+) ?s")
+_LOADED = re.compile(r"Finished loading the checkpoint in ([\d.]+) ?s")
+
+
+def price_per_gpu_hour(gpu: str | None, override: float | None = None) -> float:
+    """The price used for costs: ``override`` if given, else the table's price for ``gpu`` (0 if unknown)."""
+    if override is not None:
+        return float(override)
+    return DEFAULT_PRICE_PER_GPU_HOUR.get((gpu or "").lower(), 0.0)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One start of a Slurm job (a requeued job has several, all with the same job id)."""
+
+    start: datetime
+    end: datetime
+    state: str
+    nodes: int
+    gpus: int = 0  # accelerators in the allocation (0: none, e.g. the local CPU cluster)
+    submit: datetime | None = None
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, (self.end - self.start).total_seconds())
+
+    @property
+    def units(self) -> int:
+        """What the allocation is billed in: GPUs, or nodes when it has none."""
+        return self.gpus or self.nodes
+
+
+def _slurm_time(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None  # Unknown, None, empty
+
+
+def _gpus_from_tres(tres: str, nodes: int) -> int:
+    m = re.search(r"gres/gpu(?::[^=,]+)?=(\d+)", tres)
+    return int(m.group(1)) if m else 0
+
+
+def parse_accounting(text: str, job_id: str, now: datetime | None = None) -> list[Attempt]:
+    """``sacct -D -P -n -o JobID,State,Submit,Start,End,NNodes,AllocTRES`` text -> one Attempt per start."""
+    out = []
+    for line in text.splitlines():
+        cols = line.split("|")
+        if len(cols) < 6 or cols[0] != job_id:
+            continue
+        start = _slurm_time(cols[3])
+        if start is None:
+            continue  # never started (pending)
+        end = _slurm_time(cols[4]) or now or datetime.now()
+        nodes = int(cols[5]) if cols[5].isdigit() else 1
+        tres = cols[6] if len(cols) > 6 else ""
+        out.append(Attempt(start, end, cols[1].split()[0], nodes, _gpus_from_tres(tres, nodes),
+                           _slurm_time(cols[2])))
+    return sorted(out, key=lambda a: a.start)
+
+
+def slurm_attempts(client: "SlurmClient", job_id: str) -> list[Attempt]:
+    """Every start of ``job_id`` from sacct (slurmdbd), else from the job-completion log (``sacct -c``)."""
+    fields = "JobID,State,Submit,Start,End,NNodes,AllocTRES"
+    for flags in (["-X"], ["-c"]):
+        try:
+            r = client.run("sacct", *flags, "-D", "-P", "-n", "-j", job_id, "-o", fields, check=False)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        attempts = parse_accounting(r.stdout, job_id) if r.returncode == 0 else []
+        if attempts:
+            return attempts
+    return []
+
+
+# ------------------------------------------------------------------------------------------ the log
+@dataclass
+class Segment:
+    """The log of one start of the batch script."""
+
+    job_id: str | None
+    text: str
+    first_time: datetime | None = None
+    train_start: datetime | None = None
+    restore_s: float = 0.0
+    steps: list[tuple[int, datetime | None]] = field(default_factory=list)  # (step, end time) in order
+    saves: list[tuple[datetime, float]] = field(default_factory=list)  # (logged at, seconds)
+
+
+def _titan_events(seg: Segment) -> None:
+    for line in seg.text.splitlines():
+        m = _TITAN_TIME.search(line)
+        if not m:
+            continue
+        t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S") + timedelta(milliseconds=int(m.group(2)))
+        msg = m.group(3)
+        if seg.first_time is None:
+            seg.first_time = t
+        if seg.train_start is None and _TRAIN_START.search(msg):
+            seg.train_start = t
+        if (s := _LOADED.search(msg)):
+            seg.restore_s = max(seg.restore_s, float(s.group(1)))
+        if (s := _SAVED.search(msg)):
+            secs = float(s.group(1) or s.group(2))
+            # every rank reports the same save: reports within one save's duration (or 1 s) are one save,
+            # counted at its slowest rank's figure
+            if seg.saves and (t - seg.saves[-1][0]).total_seconds() < max(1.0, secs, seg.saves[-1][1]):
+                seg.saves[-1] = (seg.saves[-1][0], max(secs, seg.saves[-1][1]))
+            else:
+                seg.saves.append((t, secs))
+
+
+def log_segments(log: str | Path) -> list[Segment]:
+    """The log split at each start of the batch script, with step end times and framework events."""
+    from cookbook.metrics import parse_text
+
+    text = _ANSI.sub("", Path(log).read_text(errors="replace"))
+    starts = list(_SCRIPT_START.finditer(text))
+    bounds = [(m.start(), m.group(1)) for m in starts] or [(0, None)]
+    segments = []
+    for i, (a, job_id) in enumerate(bounds):
+        b = bounds[i + 1][0] if i + 1 < len(bounds) else len(text)
+        seg = Segment(job_id, text[a:b])
+        _titan_events(seg)
+        df = parse_text(seg.text)
+        if len(df):
+            df = df[df["split"] == "train"] if "split" in df else df
+            times = df["time"] if "time" in df else [None] * len(df)
+            for step, t in zip(df["step"], times):
+                ok = t is not None and not (hasattr(t, "value") and str(t) == "NaT")
+                seg.steps.append((int(step), t.to_pydatetime() if ok and hasattr(t, "to_pydatetime") else None))
+        segments.append(seg)
+    return segments
+
+
+# ------------------------------------------------------------------------------------------ the ledger
+@dataclass
+class Ledger:
+    """Wall and GPU time of a run by part, with goodput and cost."""
+
+    parts_s: dict[str, float]  # wall seconds per allocated part (summed over starts)
+    parts_unit_s: dict[str, float]  # the same weighted by the allocation's GPUs (or nodes)
+    queue_s: float
+    attempts: list[Attempt]
+    steps_done: int
+    steps_redone: int
+    redone_steps: list[int]
+    unit: str = "GPU"
+    price: float = 0.0
+    forecast_productive_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def allocated_s(self) -> float:
+        return sum(a.seconds for a in self.attempts)
+
+    @property
+    def allocated_unit_hours(self) -> float:
+        return sum(a.seconds * a.units for a in self.attempts) / 3600
+
+    @property
+    def goodput(self) -> float:
+        """Productive GPU-time / allocated GPU-time."""
+        total = sum(self.parts_unit_s.values())
+        return self.parts_unit_s.get("productive", 0.0) / total if total else 0.0
+
+    @property
+    def cost(self) -> float:
+        return self.allocated_unit_hours * self.price
+
+    def table(self) -> "pd.DataFrame":
+        """One row per part: wall seconds, share of the allocation, GPU-hours, cost."""
+        import pandas as pd
+
+        total = sum(self.parts_unit_s.values()) or 1.0
+        rows = [{"part": "queue", "wall_s": round(self.queue_s, 1), "share_pct": None,
+                 f"{self.unit}_hours": 0.0, "cost": 0.0}]
+        for name in ALLOCATED_PARTS:
+            if name not in self.parts_s:
+                continue
+            hours = self.parts_unit_s[name] / 3600
+            rows.append({"part": name, "wall_s": round(self.parts_s[name], 1),
+                         "share_pct": round(100 * self.parts_unit_s[name] / total, 1),
+                         f"{self.unit}_hours": hours, "cost": round(hours * self.price, 2)})
+        return pd.DataFrame(rows)
+
+    def render(self) -> str:
+        t = self.table()
+        lines = [f"{len(self.attempts)} start(s), {self.allocated_s:.0f} s allocated, "
+                 f"{self.allocated_unit_hours:.3f} {self.unit}-hours, cost {self.cost:,.2f} "
+                 f"(at {self.price:g} per {self.unit}-hour); goodput {100 * self.goodput:.1f}%",
+                 f"steps: {self.steps_done} done, {self.steps_redone} redone after a resume"
+                 + (f" ({', '.join(map(str, self.redone_steps))})" if self.redone_steps else ""),
+                 t.to_string(index=False)]
+        if self.forecast_productive_s is not None:
+            prod = self.parts_s.get("productive", 0.0)
+            lines.append(f"planner forecast for these steps: {self.forecast_productive_s:.0f} s productive "
+                         f"(measured {prod:.0f} s, x{prod / self.forecast_productive_s:.2f})")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def plot(self, ax: Any = None) -> Any:
+        """A horizontal bar per part (GPU-hours), goodput in the title; returns the matplotlib figure."""
+        import matplotlib.pyplot as plt
+
+        t = self.table()
+        t = t[t["part"] != "queue"]
+        if ax is None:
+            fig, ax = plt.subplots(figsize=(7, 0.35 * len(t) + 1.2))
+        else:
+            fig = ax.figure
+        colours = {"productive": "tab:green", "redone": "tab:red", "lost": "tab:red", "checkpoint": "tab:blue"}
+        ax.barh(t["part"], t[f"{self.unit}_hours"], color=[colours.get(p, "tab:gray") for p in t["part"]])
+        ax.invert_yaxis()
+        ax.set_xlabel(f"{self.unit}-hours")
+        ax.set_title(f"goodput {100 * self.goodput:.1f}% of {self.allocated_unit_hours:.3f} {self.unit}-hours "
+                     f"({len(self.attempts)} start(s); queue {self.queue_s:.0f} s)")
+        fig.tight_layout()
+        return fig
+
+
+def goodput_ledger(log: str | Path, attempts: Sequence[Attempt], *, gpu: str | None = None,
+                   price: float | None = None, forecast_step_s: float | None = None) -> Ledger:
+    """Split each start's allocation window into the parts above, using the log's timestamps.
+
+    ``attempts`` come from :func:`slurm_attempts`; ``forecast_step_s`` (the planner's step time) adds a
+    forecast of the productive time for the steps done.
+    """
+    segments = [s for s in log_segments(log) if s.job_id is not None] or log_segments(log)
+    notes: list[str] = []
+    if len(segments) != len(attempts):
+        notes.append(f"{len(attempts)} start(s) in Slurm's accounting, {len(segments)} in the log: matched in order")
+    parts = {p: 0.0 for p in ALLOCATED_PARTS}
+    unit_parts = dict(parts)
+    queue = 0.0
+    done_before = 0
+    done: set[int] = set()
+    redone: list[int] = []
+    previous_end: datetime | None = None
+    for i, att in enumerate(attempts):
+        if i == 0 and att.submit is not None:
+            queue += max(0.0, (att.start - att.submit).total_seconds())
+        elif previous_end is not None:
+            queue += max(0.0, (att.start - previous_end).total_seconds())
+        previous_end = att.end
+        seg = segments[i] if i < len(segments) else None
+        final = i == len(attempts) - 1 and att.state == "COMPLETED"
+        split = _split_window(att, seg, done_before, final)
+        for name, secs in split.items():
+            parts[name] += secs
+            unit_parts[name] += secs * att.units
+        if seg is not None:
+            for step, _ in seg.steps:
+                if step <= done_before:
+                    redone.append(step)
+                done.add(step)
+            done_before = max([done_before] + [s for s, _ in seg.steps])
+    used = {k: v for k, v in parts.items() if v > 0 or k in ("productive", "redone")}
+    unit = "GPU" if any(a.gpus for a in attempts) else "node"
+    ledger = Ledger({k: parts[k] for k in used}, {k: unit_parts[k] for k in used}, queue, list(attempts),
+                    len(done), len(redone), redone, unit, price_per_gpu_hour(gpu, price), None, notes)
+    if forecast_step_s is not None:
+        ledger.forecast_productive_s = forecast_step_s * len(done)
+    if unit == "node":
+        notes.append("the allocation has no GPUs: hours are node-hours")
+    return ledger
+
+
+def _clip(t: datetime | None, lo: datetime, hi: datetime) -> datetime | None:
+    return None if t is None else min(max(t, lo), hi)
+
+
+def _split_window(att: Attempt, seg: Segment | None, done_before: int, final: bool) -> dict[str, float]:
+    """Seconds of one allocation window by part; they add up to the window."""
+    window = att.seconds
+    out = {p: 0.0 for p in ALLOCATED_PARTS}
+    timed = seg is not None and seg.first_time is not None and all(t is not None for _, t in seg.steps)
+    if not timed:
+        out["untimed"] = window
+        return out
+    lo, hi = att.start, att.end
+    first = _clip(seg.first_time, lo, hi)
+    out["preflight"] = (first - lo).total_seconds()
+    cursor = first
+    begin = _clip(seg.train_start, lo, hi) or first
+    restore = min(seg.restore_s, (begin - cursor).total_seconds())
+    out["restore"] = restore
+    out["startup"] = (begin - cursor).total_seconds() - restore
+    cursor = begin
+    saves = sorted(seg.saves)
+    for step, t in seg.steps:
+        t = _clip(t, lo, hi)
+        if t <= cursor:
+            continue
+        span = (t - cursor).total_seconds()
+        saved = min(span, sum(s for when, s in saves if cursor < when <= t and when < t))
+        out["checkpoint"] += saved
+        out["redone" if step <= done_before else "productive"] += span - saved
+        cursor = t
+    tail = (hi - cursor).total_seconds()
+    saved = min(tail, sum(s for when, s in saves if when >= cursor))
+    out["checkpoint"] += saved
+    out["shutdown" if final else "lost"] += tail - saved
+    assert abs(sum(out.values()) - window) < 1e-6, (out, window)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ a run
+@dataclass(frozen=True)
+class RunRef:
+    """What the ledger and the explainer need to know about a run: job id, log, recipe and shape."""
+
+    job_id: str | None
+    log: Path
+    recipe: str | None = None
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+
+
+def _sbatch_int(script: Path, option: str) -> int | None:
+    try:
+        m = re.search(rf"^#SBATCH --{option}=(\d+)", script.read_text(), flags=re.M)
+    except OSError:
+        return None
+    return int(m.group(1)) if m else None
+
+
+def resolve_run(target: str, log: str | None = None, client: "SlurmClient | None" = None) -> RunRef:
+    """``target`` is a run folder (with ``job.json`` from ``submit``), a log file, or a Slurm job id.
+
+    Raises ``FileNotFoundError``/``ValueError`` with a message fit for the user.
+    """
+    p = Path(target)
+    if p.is_dir() or p.name == "job.json":
+        from cookbook.walkthrough import JOB_FILE, Job
+
+        if not (p if p.is_file() else p / JOB_FILE).exists():
+            raise FileNotFoundError(f"{target}: no {JOB_FILE} here (a folder made by `submit`), nor a log")
+        job = Job.load(p)
+        return RunRef(job.job_id, Path(log) if log else job.log, job.recipe,
+                      _sbatch_int(job.script, "nodes"), _sbatch_int(job.script, "gpus-per-node"))
+    if p.is_file():
+        m = re.search(r"-(\d+)\.out$", p.name)
+        return RunRef(m.group(1) if m else None, p)
+    if target.isdigit():
+        if log:
+            return RunRef(target, Path(log))
+        from cookbook.slurm.client import SlurmClient
+
+        out = (client or SlurmClient()).output_path(target)
+        if out is None:
+            raise ValueError(f"Slurm no longer knows job {target}'s output file: pass --log LOG")
+        return RunRef(target, out)
+    raise FileNotFoundError(f"{target}: not a run folder, a log file or a job id")
+
+
+def planned_step_seconds(recipe: str | None, nodes: int | None, gpus_per_node: int | None,
+                         gpu: str | None) -> float | None:
+    """The planner's step time for the recipe's default settings on this shape (None if it cannot say)."""
+    if not (recipe and nodes and gpus_per_node and gpu):
+        return None
+    try:
+        from cookbook.planner import plan
+
+        return plan(recipe, nodes, gpus_per_node, gpu).step_time_s
+    except (KeyError, ValueError):
+        return None
+
+
+def run_ledger(ref: RunRef, client: "SlurmClient | None" = None, gpu: str | None = None,
+               price: float | None = None) -> Ledger:
+    """The ledger of a resolved run: its Slurm starts + its log (+ the planner's forecast when on GPUs)."""
+    from cookbook.slurm.client import SlurmClient
+
+    if ref.job_id is None:
+        raise ValueError(f"{ref.log}: cannot tell the job id (name the log JOB-ID.out or pass the job id)")
+    attempts = slurm_attempts(client or SlurmClient(), ref.job_id)
+    if not attempts:
+        raise ValueError(f"job {ref.job_id}: no start recorded by sacct or the job-completion log (still queued?)")
+    if not ref.log.exists():
+        raise FileNotFoundError(f"{ref.log} does not exist")
+    return goodput_ledger(ref.log, attempts, gpu=gpu, price=price,
+                          forecast_step_s=planned_step_seconds(ref.recipe, ref.nodes, ref.gpus_per_node, gpu))

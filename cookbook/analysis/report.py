@@ -1,0 +1,42 @@
+"""One-line notebook cells: a table and a figure for a run's goodput ledger and its efficiency explanation.
+
+    table, fig = goodput_summary(job)        # job: a walkthrough.Job, a run folder, a log or a job id
+    table, fig = explain_summary(job, gpu="h100")
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def _target(run: Any) -> str:
+    script = getattr(run, "script", None)  # a walkthrough.Job
+    return str(Path(script).parent) if script is not None else str(run)
+
+
+def goodput_summary(run: Any, gpu: str | None = None, price: float | None = None,
+                    echo: Any = print) -> tuple[Any, Any]:
+    """The run's goodput ledger as (DataFrame, matplotlib Figure); prints the text summary with ``echo``."""
+    from cookbook.analysis.goodput import resolve_run, run_ledger
+
+    client = getattr(run, "client", None)
+    ledger = run_ledger(resolve_run(_target(run), client=client), client, gpu=gpu, price=price)
+    if echo:
+        echo(ledger.render().split("\n")[0])
+    return ledger.table(), ledger.plot()
+
+
+def explain_summary(run: Any, gpu: str | None = None, echo: Any = print, **kwargs: Any) -> tuple[Any, Any]:
+    """The run's efficiency explanation as (DataFrame of evidence, Figure); ``kwargs`` go to explain_log."""
+    from cookbook.analysis.explain import explain_log, explain_plot
+    from cookbook.analysis.goodput import resolve_run
+
+    ref = resolve_run(_target(run), client=getattr(run, "client", None))
+    script = Path(_target(run)) / "job.sbatch"
+    kwargs.setdefault("expects_fabric", gpu is not None)
+    report = explain_log(ref.log, recipe=ref.recipe, gpu=gpu, nodes=ref.nodes, gpus_per_node=ref.gpus_per_node,
+                         script=script if script.exists() else None, procs_per_node=ref.gpus_per_node, **kwargs)
+    if echo:
+        echo(report.render())
+    return report.table(), explain_plot(report)

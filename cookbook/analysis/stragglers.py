@@ -1,0 +1,130 @@
+"""Stragglers: ranks (and their hosts) that are persistently slower than the others.
+
+Input is ``parse_log(path, ranks="all")``: one row per (rank, step) with ``rank`` (global rank) and
+``time`` (when the log has timestamps) or ``seconds_per_step``. In synchronous data-parallel training
+every rank waits for the slowest at each collective, so all ranks show the same step *time*; the slow
+rank shows up as the one that *reaches* each step last (its log line comes after the others') and,
+where the log prints a per-rank step time (compute only), as the one whose step takes longest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SLOW_RATIO = 1.10  # a rank's step time this far above the median of the ranks counts as slow for the step
+MIN_LAG_S = 0.05  # reaching a step this much after the first rank counts as late
+PERSISTENT = 0.5  # slow/late in at least this share of the steps compared
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A rank that was slow (or late) in most steps."""
+
+    rank: int
+    host: str | None
+    steps_compared: int
+    slow_share: float  # share of steps where it was slow or late
+    median_lag_s: float  # how long after the first rank it reached a step (median)
+    median_ratio: float  # its step time / the median rank's (1.0 when only arrival times are known)
+
+    def __str__(self) -> str:
+        where = f" on {self.host}" if self.host else ""
+        how = (f"reaches each step {self.median_lag_s:.2f} s after the first rank" if self.median_lag_s > 0
+               else f"steps take x{self.median_ratio:.2f} the median rank's")
+        return (f"rank {self.rank}{where} is slow in {100 * self.slow_share:.0f}% of {self.steps_compared} steps: "
+                f"{how}")
+
+
+def rank_step_times(df: "pd.DataFrame") -> "pd.DataFrame":
+    """Per (step, rank): ``lag_s`` (arrival after the first rank) and ``step_s`` (its own step time).
+
+    ``step_s`` is the log's ``seconds_per_step`` where printed, else the time since the rank's previous
+    step line. Train rows only; steps logged by a single rank are dropped (nothing to compare).
+    """
+    import pandas as pd
+
+    if "rank" not in df or df["rank"].isna().all():
+        return pd.DataFrame(columns=["step", "rank", "lag_s", "step_s"])
+    d = df[df["split"] == "train"] if "split" in df else df
+    d = d.dropna(subset=["rank"]).copy()
+    d["rank"] = d["rank"].astype(int)
+    d = d.sort_values(["rank", "step"])
+    if "time" in d and d["time"].notna().any():
+        t = pd.to_datetime(d["time"])
+        d["lag_s"] = (t - t.groupby(d["step"]).transform("min")).dt.total_seconds()
+        step_s = t.groupby(d["rank"]).diff().dt.total_seconds()
+    else:
+        d["lag_s"] = 0.0
+        step_s = pd.Series(float("nan"), index=d.index)
+    if "seconds_per_step" in d and d["seconds_per_step"].notna().any():
+        step_s = d["seconds_per_step"].astype(float)
+    d["step_s"] = step_s
+    counts = d.groupby("step")["rank"].transform("nunique")
+    return d.loc[counts > 1, ["step", "rank", "lag_s", "step_s"]].reset_index(drop=True)
+
+
+def stragglers(df: "pd.DataFrame", hosts: Sequence[str] | None = None, procs_per_node: int = 1,
+               skip_first: int = 1) -> list[Straggler]:
+    """Ranks slow or late in at least ``PERSISTENT`` of the steps, slowest first.
+
+    ``hosts`` (the job's node list in order) with ``procs_per_node`` names each rank's host
+    (rank r runs on hosts[r // procs_per_node], as torchrun numbers them with one launcher per node).
+    The first ``skip_first`` steps (warm-up, compilation) are left out.
+    """
+    t = rank_step_times(df)
+    if t.empty:
+        return []
+    t = t[t["step"] > t["step"].min() + skip_first - 1]
+    if t.empty:
+        return []
+    med_step = t.groupby("step")["step_s"].transform("median")
+    ratio = t["step_s"] / med_step
+    slow = (ratio > SLOW_RATIO) | (t["lag_s"] > MIN_LAG_S)
+    # "late" is relative: with several late ranks, the latest one is the straggler
+    late_rank = t.loc[t.groupby("step")["lag_s"].idxmax()]
+    found = []
+    for rank, rows in t.groupby("rank"):
+        n = rows["step"].nunique()
+        share = float(slow[rows.index].mean())
+        latest = float((late_rank["rank"] == rank).mean())
+        if share < PERSISTENT or (rows["lag_s"].median() > MIN_LAG_S and latest < PERSISTENT):
+            continue
+        host = None
+        if hosts:
+            i = int(rank) // max(1, procs_per_node)
+            host = hosts[i] if i < len(hosts) else None
+        r = ratio[rows.index].median()
+        found.append(Straggler(int(rank), host, n, share, float(rows["lag_s"].median()),
+                               float(r) if r == r else 1.0))
+    return sorted(found, key=lambda s: (-s.median_lag_s, -s.median_ratio))
+
+
+def stragglers_plot(df: "pd.DataFrame") -> "tuple[pd.DataFrame, object]":
+    """Per-rank median lag and step time as a table, and a bar chart of the lag (for a notebook cell)."""
+    import matplotlib.pyplot as plt
+
+    t = rank_step_times(df)
+    table = t.groupby("rank").agg(median_lag_s=("lag_s", "median"), median_step_s=("step_s", "median"),
+                                  steps=("step", "nunique")).reset_index()
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.bar(table["rank"].astype(str), table["median_lag_s"])
+    ax.set_xlabel("rank")
+    ax.set_ylabel("median seconds after the first rank")
+    ax.set_title("time to reach each step, by rank")
+    fig.tight_layout()
+    return table, fig
+
+
+def straggler_lines(log: str, hosts: Sequence[str] | None = None, procs_per_node: int = 1) -> list[str]:
+    """``straggler: ...`` lines for a log with 2+ ranks (what ``cookbook watch`` prints at the end)."""
+    from cookbook.metrics import parse_log
+
+    try:
+        df = parse_log(log, ranks="all")
+    except (OSError, ValueError):
+        return []
+    return [f"straggler: {s}" for s in stragglers(df, hosts, procs_per_node)]

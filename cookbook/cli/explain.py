@@ -1,0 +1,65 @@
+"""``cookbook explain RUN``: why a run's MFU is what it is, evidence ranked by likely cost, each with a fix."""
+
+from __future__ import annotations
+
+import argparse
+
+from cookbook.cli import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("explain", help="measured MFU vs the planner's, and the likely causes (NCCL on sockets, "
+                       "data-loader stalls, stragglers, AC, scaling) with their fixes")
+    p.add_argument("run", help="run folder (with job.json), the job's log, or a Slurm job id")
+    p.add_argument("--log", help="the job's log when Slurm no longer knows it")
+    p.add_argument("--recipe", help="recipe, for the planner's expectation (default: the run's)")
+    p.add_argument("--gpu", help="GPU kind (h100, h100-500w, a100-80 ...): the planner's expectation")
+    p.add_argument("--nodes", type=int, help="nodes in the job (default: the run's script)")
+    p.add_argument("--gpus-per-node", type=int, help="GPUs per node in the job (default: the run's script)")
+    p.add_argument("--node-gpus", type=int, help="GPUs each node has (flags a job using fewer)")
+    p.add_argument("--checkpointing", choices=("none", "selective", "full"), help="the run's AC mode if the log "
+                   "does not say")
+    p.add_argument("--baseline", help="log of the 1-node run of the same recipe, for scaling efficiency")
+    p.add_argument("--traces", nargs="+", help="profiler traces of the run's ranks (per-rank compute vs wait)")
+    p.add_argument("--hosts", help="the job's nodes in order, comma-separated, to name a straggler's host")
+    p.add_argument("--no-fabric", action="store_true", help="the cluster has no InfiniBand/EFA (TCP is expected)")
+    p.add_argument("--plot", help="write the evidence chart to this PNG")
+    p.set_defaults(func=_explain)
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cookbook.analysis.explain import explain_log, explain_plot
+    from cookbook.analysis.goodput import resolve_run
+    from cookbook.slurm.client import SlurmError
+
+    try:
+        ref = resolve_run(args.run, args.log)
+    except (FileNotFoundError, ValueError, SlurmError) as e:
+        raise UserError(str(e)) from e
+    if not ref.log.exists():
+        raise UserError(f"{ref.log} does not exist")
+    for option in ("nodes", "gpus_per_node", "node_gpus"):
+        value = getattr(args, option)
+        if value is not None and value < 1:
+            raise UserError(f"--{option.replace('_', '-')} must be >= 1")
+    for path in [args.baseline, *(args.traces or [])]:
+        if path and not Path(path).exists():
+            raise UserError(f"{path} does not exist")
+    script = Path(args.run) / "job.sbatch" if Path(args.run).is_dir() else None
+    local = ref.gpus_per_node is None and args.gpus_per_node is None and args.gpu is None
+    try:
+        report = explain_log(ref.log, recipe=args.recipe or ref.recipe, gpu=args.gpu,
+                             nodes=args.nodes or ref.nodes, gpus_per_node=args.gpus_per_node or ref.gpus_per_node,
+                             node_gpus=args.node_gpus, expects_fabric=not (args.no_fabric or local),
+                             script=script, procs_per_node=args.gpus_per_node or ref.gpus_per_node,
+                             checkpointing=args.checkpointing, baseline_log=args.baseline,
+                             hosts=args.hosts.split(",") if args.hosts else None, traces=args.traces)
+    except ValueError as e:
+        raise UserError(str(e)) from e
+    print(report.render())
+    if args.plot:
+        explain_plot(report).savefig(args.plot, dpi=100)
+        print(f"plot: {args.plot}")
+    return 0

@@ -1,0 +1,40 @@
+"""``cookbook goodput RUN|JOBID``: where a run's allocated GPU-hours went, across its requeues."""
+
+from __future__ import annotations
+
+import argparse
+
+from cookbook.cli import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("goodput", help="goodput ledger of a run: queue, start-up, productive, redone, "
+                       "checkpoints, lost time; GPU-hours and cost")
+    p.add_argument("run", help="run folder (with job.json), the job's log, or a Slurm job id")
+    p.add_argument("--log", help="the job's log when Slurm no longer knows it")
+    p.add_argument("--gpu", help="GPU kind, for the default price and the planner's forecast (h100, a100-80 ...)")
+    p.add_argument("--price-per-gpu-hour", type=float, default=None,
+                   help="price used for the cost (default: a rough list price for --gpu)")
+    p.add_argument("--csv", help="write the ledger table to this CSV file")
+    p.add_argument("--plot", help="write the ledger bar chart to this PNG")
+    p.set_defaults(func=_goodput)
+
+
+def _goodput(args: argparse.Namespace) -> int:
+    from cookbook.analysis.goodput import resolve_run, run_ledger
+    from cookbook.slurm.client import SlurmError
+
+    if args.price_per_gpu_hour is not None and args.price_per_gpu_hour < 0:
+        raise UserError("--price-per-gpu-hour must be >= 0")
+    try:
+        ref = resolve_run(args.run, args.log)
+        ledger = run_ledger(ref, gpu=args.gpu, price=args.price_per_gpu_hour)
+    except (FileNotFoundError, ValueError, SlurmError) as e:
+        raise UserError(str(e)) from e
+    print(ledger.render())
+    if args.csv:
+        ledger.table().to_csv(args.csv, index=False)
+    if args.plot:
+        ledger.plot().savefig(args.plot, dpi=100)
+        print(f"plot: {args.plot}")
+    return 0
