@@ -496,6 +496,25 @@ spec
 - **Memory %**: torchtitan's peak reserved memory per GPU; room left means a larger
   `training.local_batch_size` (or less activation checkpointing) can buy throughput.
 '''),
+    md('''
+## Where did the GPU-hours go?
+
+The goodput ledger splits the run's allocation (every start of the job, requeues included) into queue
+wait, start-up, productive steps, steps redone after a resume, checkpoint saves and failures, with
+GPU-hours, cost and the planner's forecast (`cookbook goodput RUN` on the command line).
+'''),
+    code("from cookbook.analysis import explain_summary, goodput_summary\n\n"
+         "gpu_kind = None if profile == \"local-cpu\" else gpu.lower()\n"
+         "ledger, ledger_fig = goodput_summary(job, gpu=gpu_kind)\nledger"),
+    md('''
+## Why is MFU what it is?
+
+`explain` compares the measured MFU with the planner's expectation for the same shape and ranks the
+evidence by its likely cost, each with the fix: NCCL on TCP sockets where InfiniBand/EFA was expected,
+a straggler rank, data-loader stalls, CPU binding, activation checkpointing heavier than needed
+(`cookbook explain RUN`).
+'''),
+    code("evidence, evidence_fig = explain_summary(job, gpu=gpu_kind)\nevidence"),
 ]
 
 # ----------------------------------------------------------------------------------------- 07
