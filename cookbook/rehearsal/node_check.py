@@ -69,6 +69,7 @@ def program_of(words: list[str], args: list[str]) -> tuple[str, list[str]]:
     if words == ["tune", "run"]:
         return "torchtune", args
     if args[:2] == ["-m", "cookbook.compat.cpu"] and len(args) > 2:
+        os.environ["COOKBOOK_REHEARSE_LOCAL_CPU"] = "1"   # seen by the --parse child (see parse_in_training_env)
         return args[2], args[3:]            # local-cpu: torchtune RECIPE ... / torchtitan ...
     if args[:2] == ["-m", "torchtitan.train"]:
         return "torchtitan", args[2:]
@@ -80,7 +81,11 @@ def program_of(words: list[str], args: list[str]) -> tuple[str, list[str]]:
 # ------------------------------------------------------------------------------------------ parse
 def parse_in_training_env(framework: str, args: list[str], keys: list[str]) -> dict:
     """Runs in the training interpreter: the framework's own parser on ``args``; values of ``keys``."""
-    preload = os.environ.get("COOKBOOK_REHEARSE_PRELOAD")   # the local bench: torchtitan without triton
+    # the local bench: its GPU nodes have no triton (a GPU-only wheel), and local-cpu jobs run through the CPU
+    # shims (``-m cookbook.compat.cpu``), which import torchtitan without it: the parser is reached the same way
+    preload = os.environ.get("COOKBOOK_REHEARSE_PRELOAD") or (
+        "cookbook.compat.triton_standin:import_torchtitan_without_triton"
+        if os.environ.get("COOKBOOK_REHEARSE_LOCAL_CPU") and framework == "torchtitan" else None)
     if preload:
         mod, _, fn = preload.partition(":")
         getattr(__import__(mod, fromlist=[fn]), fn)()

@@ -100,6 +100,10 @@ class RehearsalReport:
     def __str__(self) -> str:
         return self.table()
 
+    def _repr_pretty_(self, p: object, cycle: bool) -> None:
+        """IPython/Jupyter shows the table, not the dataclass fields."""
+        p.text(self.table())  # type: ignore[attr-defined]
+
 
 # ------------------------------------------------------------------------------------------ script
 def script_header(text: str) -> tuple[str, str] | None:

@@ -122,8 +122,7 @@ def _submit_copied_scripts(slurm: SlurmClient, root: Path, tiny, recipes: tuple[
     (checkout / ".cache" / "tiny").symlink_to(tiny.root)
     folder = checkout / "slurm-recipes" / "torchtitan"
     shutil.copytree(Path(__file__).resolve().parents[2] / "slurm-recipes" / "torchtitan", folder)
-    (folder / "logs").mkdir()
-    jobs = {}
+    jobs = {}   # no folder to create first: the log goes where sbatch runs
     for recipe in recipes:
         script, name = folder / f"{recipe}.local-cpu.sbatch", f"{recipe}-local-cpu".replace("_", "-")
         # as the README says: sbatch from the script's folder ($SLURM_SUBMIT_DIR is where sbatch ran, which
@@ -131,7 +130,7 @@ def _submit_copied_scripts(slurm: SlurmClient, root: Path, tiny, recipes: tuple[
         r = subprocess.run(["sbatch", "--parsable", script.name], cwd=folder, env=slurm.env, capture_output=True,
                            text=True, check=True)
         job_id = r.stdout.strip().split(";")[0]
-        jobs[f"copied {recipe}"] = Job(job_id, script, folder / "logs" / f"{name}-{job_id}.out",
+        jobs[f"copied {recipe}"] = Job(job_id, script, folder / f"{name}-{job_id}.out",
                                        folder / "runs" / name, recipe, "local-cpu", name, client=slurm)
     return jobs
 
