@@ -101,7 +101,32 @@ RULES: tuple[Rule, ...] = (
          "a worker process failed: the first traceback above (torchrun's 'Root Cause') says why"),
 )
 
-_COMBINED = re.compile("|".join(f"(?:{r.pattern})" for r in RULES).encode())
+# The prefilter: per kind, literals of which every line its patterns match holds one. One scan finds
+# the lines holding any of them (a regex of literals only, so the engine skips the rest at memchr-like
+# speed); only those lines go through RULES.
+NEEDLES: dict[str, tuple[str, ...]] = {
+    "slurm_timeout": ("CANCELLED", "TIMEOUT"),
+    "slurm_preempted": ("CANCELLED", "PREEMPTED"),
+    "slurm_node_fail": ("CANCELLED", "NODE FAIL", "NODE_FAIL", "Node failure"),
+    "slurm_cancelled": ("CANCELLED",),
+    "cuda_oom": ("out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED"),
+    "host_oom": ("oom-kill", "oom_kill", "Out of memory", "OUT_OF_MEMORY"),
+    "nccl_timeout": ("ProcessGroupNCCL", "timed out", "collective operation timeout"),
+    "nccl_error": ("NCCL WARN", "ncclInternalError", "ncclSystemError", "ncclUnhandledCudaError", "ncclRemoteError",
+                   "NCCL error"),
+    "gated_model": ("GatedRepoError", "gated repo", "Client Error", "Access to model", "Unauthorized", "Forbidden"),
+    "hub_unreachable": ("Failed to download", "LocalEntryNotFoundError", "huggingface", "ConnectError",
+                        "ConnectionError", "ConnectTimeout"),
+    "rendezvous": ("Rendezvous", "DistNetworkError", "[c10d]", "gai error", "server socket", "onnection refused",
+                   "gaierror", "[Errno -"),
+    "missing_tokenizer": ("FileNotFoundError", "No such file", "does not exist", "Can't load tokenizer"),
+    "missing_checkpoint": ("FileNotFoundError", "No such file", "does not exist"),
+    "missing_file": ("FileNotFoundError",),
+    "loss_nan": ("nan",),
+    "rank_failed": ("ChildFailedError", "srun: error:"),
+}
+_PREFILTER = re.compile(b"|".join(re.escape(n.encode()) for n in sorted({n for ns in NEEDLES.values() for n in ns},
+                                                                     key=len, reverse=True)))
 _COMPILED = tuple((r, re.compile(r.pattern), re.compile(r.context.encode()) if r.context else None) for r in RULES)
 _SLURM_JOB = re.compile(r"\*\*\* (?:JOB|STEP) (\S+) ON (\S+) CANCELLED AT (\S+)")
 
@@ -140,8 +165,8 @@ def diagnose_text(text: str) -> list[Finding]:
 def diagnose_bytes(data: bytes | mmap.mmap) -> list[Finding]:
     found: dict[str, Finding] = {}
     line_no, counted, pos = 1, 0, 0
-    while (m := _COMBINED.search(data, pos)) is not None:
-        start = data.rfind(b"\n", 0, m.start()) + 1
+    while (m := _PREFILTER.search(data, pos)) is not None:
+        start = data.rfind(b"\n", pos, m.start()) + 1 or pos    # pos is a line start: linear
         end = data.find(b"\n", m.end())
         end = len(data) if end == -1 else end
         pos = end + 1                      # one finding per line at most
