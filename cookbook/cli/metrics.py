@@ -7,9 +7,12 @@ import sys
 import time
 from pathlib import Path
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from cookbook.cli import UserError
+
+if TYPE_CHECKING:  # pandas is imported by the handlers only: fast `cookbook --help`
+    import pandas as pd
 
 _SHOW = ("step", "split", "loss", "lr", "grad_norm", "tokens_per_second_per_gpu", "samples_per_second",
          "memory_gib", "tflops", "mfu_pct", "tokens_seen", "rank")
