@@ -30,6 +30,7 @@ node running torchrun); with only an srun number, that number is the ``rank`` (o
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -45,7 +46,9 @@ INT_COLUMNS = ("step", "epoch", "progress", "total_steps", "rank", "node")
 _INT_LIMIT = 10 ** 15
 _A = r"(?:\x1b\[[0-9;]*[A-Za-z])*"            # ANSI colours, allowed before each field
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-PREFIX = re.compile(rf"{_A}\s*(?:(?P<srun>\d+):\s)?\s*{_A}(?:\[(?:[A-Za-z_]*(?P<tag>\d+)(?:\|(?P<glob>\d+))?)\]:)?")
+_PREFIX = rf"{_A}\s*(?:(?P<srun>\d{{1,15}}):\s)?\s*{_A}(?:\[[A-Za-z_]*(?P<tag>\d{{1,15}})(?:\|(?P<glob>\d{{1,15}}))?\]:)?"
+PREFIX = re.compile(_PREFIX)
+_PREFIX_START = set("0123456789[ \t\x1b")
 _DATE = re.compile(r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[,.](\d{3}))?")
 # Looks like a metrics line (so a non-match is worth reporting): a step/batch counter and a loss.
 _LOOKS_LIKE = re.compile(r"(?i)(?:\b(?:step|batch)\b\"?[\s:=]*\d+|\d+\|\d+\|).*?\bloss\b")
@@ -60,7 +63,14 @@ _MEMORY = rf"(?:\s+{_A}memory:\s*(?P<memory_gib>{_NUM})GiB\((?P<memory_pct>{_NUM
 _MFU = rf"(?:\s+{_A}mfu:\s*(?:(?P<mfu_pct>{_NUM})%|N/A))?"
 
 
-@dataclass(frozen=True)
+def _line(body: str) -> re.Pattern:
+    """A format's regex: matched from the line start -- the launcher prefix (groups ``srun``, ``tag``,
+    ``glob``), then anything (``_head``, holding the date; not a garbled 16-digit number), then ``body``
+    -- so one ``match`` per line reads everything."""
+    return re.compile(_PREFIX + r"(?P<_head>(?!\d{16}).*?)" + body)
+
+
+@dataclass(frozen=True, eq=False)   # hashed by identity: a cheap dict key
 class Format:
     """One log format. A regex format's named groups are its columns (converted by kind: counters in
     ``INT_COLUMNS``, ``elapsed``/``remaining`` as h:m:s, ``rate``+``unit`` as seconds per step, the rest
@@ -109,20 +119,20 @@ def _jsonl(line: str) -> dict[str, Any] | None:
 
 
 FORMATS: tuple[Format, ...] = (
-    Format("torchtitan", "validate step:", re.compile(
+    Format("torchtitan", "validate step:", _line(
         rf"validate step:\s*(?P<step>{_C})\s+{_A}loss:\s*(?P<loss>{_NUM}){_MEMORY}"
         + _f("tokens_per_second_per_gpu", "[tw]ps") + rf"{_A}\s*$"), split="validation", dated=True),
-    Format("torchtitan", "step:", re.compile(
+    Format("torchtitan", "step:", _line(
         rf"step:(?<!validate step:)\s*(?P<step>{_C})\s+{_A}loss:\s*(?P<loss>{_NUM})" + _f("grad_norm", "grad_norm") + _MEMORY
         + _f("tokens_per_second_per_gpu", "[tw]ps") + _f("tflops", "tflops") + _MFU + rf"{_A}\s*\|?\s*$"),
         dated=True),
-    Format("torchtune-tqdm", "|Loss:", re.compile(
+    Format("torchtune-tqdm", "|Loss:", _line(
         rf"(?<![\w.|])(?P<epoch>{_C})\|(?P<step>{_C})\|Loss:\s*(?P<loss>{_NUM}):\s*\d+%\|[^|]*\|\s*"
         rf"(?P<progress>{_C})/(?P<total_steps>{_C})\s*"
         r"\[(?P<elapsed>\d+(?::\d+)*)<(?P<remaining>\d+(?::\d+)*|\?)"
         r"(?:,\s*(?P<rate>\d+(?:\.\d+)?|\?)(?P<unit>s/it|it/s))?(?:\]|\s*$)")),
     Format("torchtune-disk", "Step ", parse=_disk),
-    Format("fsdp", "Batch ", re.compile(
+    Format("fsdp", "Batch ", _line(
         rf"Batch (?P<step>{_C}) Loss: (?P<loss>{_NUM}), Speed: (?P<samples_per_second>{_NUM}) samples/sec"
         rf"(?:, lr: (?P<lr>{_NUM}))?(?:, tokens_per_second_per_gpu: (?P<tokens_per_second_per_gpu>{_NUM}))?"
         rf"(?:, mfu: (?:(?P<mfu_pct>{_NUM})%|N/A))?\s*$"), dated=True),  # the last two: our own fsdp_train.py
@@ -146,41 +156,52 @@ ALIASES: dict[str, str] = {
 def prefix(line: str) -> tuple[str, int | None, int | None]:
     """``line`` without its launcher prefix: (text, rank, node) -- see the module docstring. A number
     of more than 15 digits (garbled) gives rank -1: the caller skips the line."""
+    if line[:1] not in _PREFIX_START:
+        return line, None, None
     m = PREFIX.match(line)
     end = m.end()
     if not end:
         return line, None, None
     srun, tag = m["srun"], m["glob"] or m["tag"]
-    if max(len(srun or ""), len(tag or "")) > 15:
+    if line[end:end + 1].isdigit():          # a number of more than 15 digits: garbled
         return line[end:], -1, None
     if tag is None:
         return line[end:], (int(srun) if srun else None), None
     return line[end:], int(tag), (int(srun) if srun else None)
 
 
-def parse_line(line: str) -> tuple[Format | None, Any, int | None, int | None, bool]:
-    """Read one line (no ``\\n``/``\\r``): (format, match or row dict, rank, node, looks_like_metrics).
+def parse_line(line: str) -> tuple[Format | None, Any, bool]:
+    """Read one line (no ``\\n``/``\\r``): (format, its match or row dict, looks_like_metrics).
 
-    The format is None when no format matches; ``looks_like_metrics`` then says whether to report it."""
-    text, rank, node = prefix(line)
-    if rank == -1:
-        return None, None, None, None, True
+    A regex format's match holds the prefix groups (see :func:`rank_node`); a row dict has ``rank`` and
+    ``node``. The format is None when no format matches; ``looks_like_metrics`` then says whether to
+    report the line."""
     for fmt in FORMATS:
-        if fmt.marker in text:
+        if fmt.marker in line:
             if fmt.regex is not None:
-                m = fmt.regex.match(text) or fmt.regex.search(text)   # match: the usual place, cheap
-                if m:
-                    return fmt, m, rank, node, True
-            else:
-                row = fmt.parse(_ANSI.sub("", text) if "\x1b" in text else text)
-                if row is not None:
-                    if all(abs(v) < _INT_LIMIT for k in INT_COLUMNS if (v := row.get(k)) is not None):
-                        return fmt, row, rank, node, True
-                    return None, None, rank, node, True
-    return None, None, rank, node, bool(_LOOKS_LIKE.search(_ANSI.sub("", text) if "\x1b" in text else text))
+                if m := fmt.regex.match(line):
+                    return fmt, m, True
+                continue
+            text, rank, node = prefix(line)
+            if rank == -1:
+                return None, None, True
+            row = fmt.parse(_ANSI.sub("", text) if "\x1b" in text else text)
+            if row is not None:
+                if all(abs(v) < _INT_LIMIT for k in INT_COLUMNS if (v := row.get(k)) is not None):
+                    row.update(rank=rank, node=node)
+                    return fmt, row, True
+                return None, None, True
+    return None, None, bool(_LOOKS_LIKE.search(_ANSI.sub("", line) if "\x1b" in line else line))
 
 
-def line_time(text: str, end: int) -> tuple[str | None, str | None]:
-    """The first date (and milliseconds) in ``text[:end]`` (a line's head, before its metrics)."""
-    m = _DATE.search(text, 0, end)
+def rank_node(srun: str | None, tag: str | None, glob: str | None) -> tuple[str | None, str | None]:
+    """(rank, node) from the prefix numbers: with a launcher tag the srun number is the node."""
+    tag = glob or tag
+    return (srun, None) if tag is None else (tag, srun)
+
+
+@functools.lru_cache(maxsize=256)     # ranks of one step share their head
+def head_time(head: str) -> tuple[str | None, str | None]:
+    """The first date (and milliseconds) in a line's head (the text before its metrics)."""
+    m = _DATE.search(head)
     return (m[1], m[2]) if m else (None, None)

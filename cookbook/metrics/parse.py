@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cookbook.metrics.formats import _ANSI, ALIASES, FORMATS, NEEDLE, Format, line_time, parse_line
+from cookbook.metrics.formats import _ANSI, ALIASES, FORMATS, NEEDLE, Format, head_time, parse_line, rank_node
 from cookbook.metrics.table import resolve, to_frame
 
-WINDOW = 16 << 20
+WINDOW = 8 << 20
+BATCH = 20_000      # rows converted at a time (their strings held until then)
 
 
 def _hms(text: str | None) -> float:
@@ -44,10 +45,11 @@ def _per_step(rate_unit: tuple[str | None, str | None]) -> float:
     return value if unit == "s/it" else (1 / value if value else math.nan)
 
 
-def _each(fn, col) -> np.ndarray:
-    """``fn`` of each value, computed once per distinct value (tqdm repeats them a lot)."""
+def _each(fn, col, dtype: type = float) -> np.ndarray | list:
+    """``fn`` of each value, computed once per distinct value (logs repeat them a lot); a list for objects."""
     done = {v: fn(v) for v in set(col)}
-    return np.array([done[v] for v in col], dtype=float)
+    values = [done[v] for v in col]
+    return values if dtype is object else np.array(values, dtype=dtype)
 
 
 def _floats(col: tuple) -> np.ndarray | None:
@@ -56,7 +58,7 @@ def _floats(col: tuple) -> np.ndarray | None:
         if all(v is None for v in col):
             return None
         col = tuple("nan" if v is None else v for v in col)
-    if any("," in v for v in col):                # tps: 1,541,366 (the grammar allows nothing else)
+    if "," in "".join(col):                        # tps: 1,541,366 (the grammar allows nothing else)
         col = tuple(v.replace(",", "") for v in col)
     return np.fromiter(map(float, col), dtype=np.float64, count=len(col))
 
@@ -85,11 +87,13 @@ class Collector:
         self.skipped: list[tuple[int, str]] = []
         self._found: dict[Format, list[tuple]] = {f: [] for f in FORMATS if f.regex is not None}
         self._rows: list[dict[str, Any]] = []
+        self.formats: set[str] = set()  # formats and ranks seen (before duplicates are dropped)
+        self.ranks: set[int] = set()
 
     def feed(self, text: str) -> None:
         """Read ``text``: complete lines (it ends at a line end or at the end of the log)."""
-        pos, end, counted, line_no = 0, len(text), 0, self.lines + 1
-        find, rfind = text.find, text.rfind
+        pos, end, counted, line_no, seq = 0, len(text), 0, self.lines + 1, self.seq
+        find, rfind, found = text.find, text.rfind, self._found
         while (i := find(NEEDLE, pos)) >= 0:
             j = rfind("\n", pos, i)
             start = pos if j < 0 else j + 1
@@ -99,29 +103,33 @@ class Collector:
             for seg in line.split("\r") if "\r" in line else (line,):
                 if NEEDLE not in seg:
                     continue
-                fmt, m, rank, node, looks = parse_line(seg)
+                fmt, m, looks = parse_line(seg)
                 if fmt is None:
                     if looks:
                         line_no += text.count("\n", counted, start)
                         counted = start
                         self.skipped.append((line_no, (_ANSI.sub("", seg) if "\x1b" in seg else seg).strip()[:300]))
-                elif fmt.regex is not None:
-                    date, ms = line_time(m.string, m.start()) if fmt.dated else (None, None)
-                    self._found[fmt].append((self.seq, rank, node, date, ms) + m.groups())
-                    self.seq += 1
+                    continue
+                if fmt.regex is not None:
+                    found[fmt].append((seq, *m.groups()))
                 else:
-                    m.update(seq=self.seq, rank=rank, node=node, format=fmt.name)
+                    m.update(seq=seq, format=fmt.name)
                     m.setdefault("split", fmt.split)
                     self._rows.append(m)
-                    self.seq += 1
+                seq += 1
             pos = stop + 1
+        self.seq = seq
         self.lines += text.count("\n")
 
-    def frame(self) -> pd.DataFrame:
-        """The rows read since the last call (raw: in line order, duplicates kept), then forget them."""
-        parts = [self._convert(fmt, found) for fmt, found in self._found.items() if found]
+    def frame(self, ranks: str = "all") -> pd.DataFrame:
+        """The rows read since the last call, in line order, then forget them. ``ranks="first"`` drops the
+        rows that cannot win their step (see table.py) before their numbers are converted."""
+        parts = [self._convert(fmt, found, ranks) for fmt, found in self._found.items() if found]
         if self._rows:
-            parts.append(pd.DataFrame.from_records(self._rows))
+            rows = pd.DataFrame.from_records(self._rows)
+            self.formats.update(rows["format"])
+            self.ranks.update(int(r) for r in rows["rank"].dropna())
+            parts.append(rows)
         for found in self._found.values():
             found.clear()
         self._rows = []
@@ -130,14 +138,26 @@ class Collector:
         df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
         return df.sort_values("seq", kind="stable", ignore_index=True) if len(parts) > 1 else df
 
-    @staticmethod
-    def _convert(fmt: Format, found: list[tuple]) -> pd.DataFrame:
+    def _convert(self, fmt: Format, found: list[tuple], ranks: str) -> pd.DataFrame:
+        index = fmt.regex.groupindex
+        rank_nodes = _each(lambda p: rank_node(*p), [(t[index["srun"]], t[index["tag"]], t[index["glob"]])
+                                                     for t in found], dtype=object)
+        rank = np.array([r for r, _ in rank_nodes], dtype=float)
+        node = np.array([n for _, n in rank_nodes], dtype=float)
+        self.formats.add(fmt.name)
+        self.ranks.update(int(r) for r in np.unique(rank[~np.isnan(rank)]))
+        if ranks != "all" and len(found) > 1:   # one format, one split: the key is the step
+            keys = pd.DataFrame({"split": fmt.split, "step": [int(t[index["step"]]) for t in found], "rank": rank})
+            keep = resolve(keys, ranks).index.to_numpy()
+            if len(keep) < len(found):
+                found, rank, node = [found[i] for i in keep], rank[keep], node[keep]
         cols = list(zip(*found))
-        out: dict[str, Any] = {"seq": np.array(cols[0], dtype=np.int64),
-                               "rank": np.array(cols[1], dtype=float), "node": np.array(cols[2], dtype=float)}
+        groups = {name: cols[i] for name, i in index.items() if name not in ("srun", "tag", "glob")}
+        out: dict[str, Any] = {"seq": np.array(cols[0], dtype=np.int64), "rank": rank, "node": node}
+        heads = groups.pop("_head")
         if fmt.dated:
-            out["time"] = _times(cols[3], cols[4])
-        groups = {name: cols[4 + i] for name, i in fmt.regex.groupindex.items()}
+            times = _each(head_time, heads, dtype=object)
+            out["time"] = _times(tuple(d for d, _ in times), tuple(m for _, m in times))
         for name, col in groups.items():
             if name in ("elapsed", "remaining"):
                 out[f"{name}_s"] = _each(_hms, col)
@@ -152,51 +172,39 @@ class Collector:
         return pd.DataFrame(out)
 
 
-class Reducer:
-    """Raw row frames, in file order, kept reduced to one row per key as they come (see table.py)."""
-
-    def __init__(self) -> None:
-        self.parts: list[pd.DataFrame] = []
-        self.formats: set[str] = set()
-        self.ranks: set[int] = set()
-
-    def add(self, df: pd.DataFrame) -> None:
-        if df.empty:
-            return
-        if "split" not in df:
-            df["split"] = "train"
-        self.formats.update(df["format"].dropna().unique())
-        if "rank" in df:
-            self.ranks.update(int(r) for r in df["rank"].dropna().unique())
-        self.parts.append(resolve(df, "all"))
-
-    def frame(self, ranks: str, source: str, skipped: list) -> pd.DataFrame:
-        raw = pd.concat(self.parts, ignore_index=True) if self.parts else pd.DataFrame()
-        df = to_frame(raw, ranks=ranks)
-        df.attrs.update(source=source, formats=sorted(self.formats), ranks=sorted(self.ranks), skipped=skipped)
-        return df
+def _table(collector: Collector, parts: list[pd.DataFrame], ranks: str, source: str) -> pd.DataFrame:
+    """The canonical table of the windows' rows (each already reduced), with its ``attrs``."""
+    parts = [p for p in parts if len(p)]
+    df = to_frame(pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(), ranks=ranks)
+    df.attrs.update(source=source, formats=sorted(collector.formats), ranks=sorted(collector.ranks),
+                    skipped=collector.skipped)
+    return df
 
 
-def scan_file(path: str | os.PathLike, window: int | None = None) -> tuple[Reducer, list[tuple[int, str]]]:
-    """Read a log file window by window: (its rows, skipped lines as (line number, text))."""
-    window = window or WINDOW
-    collector, reducer, keep = Collector(), Reducer(), b""
+def scan_file(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
+    """Read a log file window by window; rows are converted every ``BATCH`` rows and the table so far
+    reduced to one row per key whenever it doubled, so memory follows the result, not the file."""
+    collector, parts, keep, converted, held, reduced = Collector(), [], b"", 0, 0, BATCH
     # Plain reads, not mmap: a log truncated while mapped (Slurm truncates it on requeue) would SIGBUS.
     with open(path, "rb") as f:
         while True:
-            block = f.read(window)
+            block = f.read(WINDOW)
             data = keep + block if keep else block
-            if not block:
-                cut = len(data)
-            else:
-                cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+            cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1 if block else len(data)
             if cut:
-                collector.feed(data[:cut].decode("utf-8", errors="replace"))
-                reducer.add(collector.frame())
+                with memoryview(data) as view:
+                    collector.feed(str(view[:cut], "utf-8", "replace"))
             keep = data[cut:]
+            if collector.seq - converted >= BATCH or not block:
+                converted = collector.seq
+                parts.append(collector.frame(ranks))
+                held += len(parts[-1])
+                if held > 2 * reduced:
+                    parts = [resolve(pd.concat(parts, ignore_index=True), ranks)]
+                    held = reduced = max(len(parts[0]), BATCH)
             if not block:
                 break
-    return reducer, collector.skipped
+    return _table(collector, parts, ranks, str(path))
 
 
 def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
@@ -213,16 +221,14 @@ def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
         if kind == "tensorboard":
             return read_tensorboard(src)
         p = src
-    reducer, skipped = scan_file(p)
-    return reducer.frame(ranks, str(p), skipped)
+    return scan_file(p, ranks)
 
 
 def parse_text(text: str | bytes, ranks: str = "first") -> pd.DataFrame:
     """Like :func:`parse_log` for log text already in memory (a notebook cell, a test)."""
-    collector, reducer = Collector(), Reducer()
+    collector = Collector()
     collector.feed(text.decode("utf-8", errors="replace") if isinstance(text, bytes) else text)
-    reducer.add(collector.frame())
-    return reducer.frame(ranks, "<text>", collector.skipped)
+    return _table(collector, [collector.frame(ranks)], ranks, "<text>")
 
 
 _LOG_GLOBS = ("log_*.txt", "*.log", "*.out", "*.err", "*.txt")

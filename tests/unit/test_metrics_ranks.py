@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib
 import shutil
 from pathlib import Path
 
@@ -113,6 +114,7 @@ def test_read_windows_change_nothing(tmp_path, monkeypatch, window):
     log.write_bytes(_mixed_log())
     whole = {r: parse_log(log, ranks=r) for r in ("first", "all")}
     monkeypatch.setattr(parse, "WINDOW", window)
+    monkeypatch.setattr(parse, "BATCH", window // 50)     # rows converted and reduced in small batches too
     for ranks, expected in whole.items():
         got = parse_log(log, ranks=ranks)
         pd.testing.assert_frame_equal(got, expected)
@@ -164,3 +166,16 @@ def test_run_folder_reads_its_best_source(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError):
         best_source(tmp_path / "empty")
+
+
+def test_diagnose_windows_change_nothing(monkeypatch):
+    diag = importlib.import_module("cookbook.metrics.diagnose")   # the package exports diagnose(), the function
+
+    before = (LOGS / "torchtune_missing_checkpoint.log").read_bytes() * 3
+    slurm = (LOGS / "slurm_timeout.out").read_bytes()
+    whole = diag.diagnose_bytes(before + slurm)
+    monkeypatch.setattr(diag, "WINDOW", 333)
+    assert diag.diagnose_bytes(before + slurm) == whole
+    assert whole[0].kind == "missing_checkpoint" and whole[0].count == 3
+    timeout = next(f for f in whole if f.kind == "slurm_timeout")
+    assert timeout.line_number == before.count(b"\n") + diag.diagnose_bytes(slurm)[0].line_number
