@@ -1,131 +1,229 @@
-"""Benchmark: parse_log on a big NCCL-noisy log, as a ratio to `grep -c` on the same file, and the
-cost of following a growing log per new MB.
+"""Benchmark of cookbook.metrics on every log shape, side by side with the simplest honest code.
 
-    .venv/bin/python benchmarks/metrics_bench.py              # ~1 GB log (needs ~1 GB free in --dir)
-    .venv/bin/python benchmarks/metrics_bench.py --size-mb 8  # smoke run
+    .venv/bin/python benchmarks/metrics_bench.py                  # 256 MB per shape, tqdm 1M updates
+    .venv/bin/python benchmarks/metrics_bench.py --size-mb 16 --tqdm-updates 60000   # quick
 
-parse_log is timed as users call it (files > 128 MB: one worker process per CPU) and with
-``workers=1``. All timings read the file from the page cache (a warm-up `grep` runs first). Results go to stdout as
-a small report (paste into benchmarks/README.md, section "Metrics").
+Per shape (written once into --dir): ``grep -c oss FILE``; the plain per-line loop (``for line in
+open(FILE)``, the grammar's own precompiled regex ``match``ed per line, ``m.groups()`` appended, then one
+``pd.DataFrame(...).apply(pd.to_numeric)``); ``parse_log(FILE)``; ``diagnose(FILE)``; and ``cookbook
+metrics FILE``. Each runs in a fresh process (peak RSS is that process's ``ru_maxrss``), timed inside it
+after its imports, back to back on the same file read from the page cache. Then the cost of one
+``LogFollower.poll()`` that reads one new step after 100 / 10k / 60k steps, and CLI start times as a
+ratio to ``python -c pass``. Prints a markdown table (benchmarks/README.md, section "Metrics").
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from cookbook.metrics import LogFollower, parse_log
-
-NOISE = [
-    "{r}: gpu-node-{n}:{pid}:{tid} [{g}] NCCL INFO Channel {c:02d}/0 : {g}[{g}] -> {h}[{h}] via P2P/CUMEM/read",
-    "{r}: gpu-node-{n}:{pid}:{tid} [{g}] NCCL INFO NET/OFI Using Libfabric version 1.22",
-    "{r}: gpu-node-{n}:{pid}:{tid} [{g}] NCCL INFO Connected all rings, use ring PXN 0 GDR 1",
-    "{r}: gpu-node-{n}:{pid}:{tid} [{g}] NCCL INFO comm 0x5581a2c0 rank {g} nRanks 16 nNodes 2 localRanks 8 "
-    "localRank {g} MNNVL 0",
-    "{r}: gpu-node-{n}:{pid}:{tid} [{g}] NCCL INFO threadThresholds 8/8/64 | 128/8/64 | 512 | 512",
-    "{r}: gpu-node-{n}:{pid}:{tid} [{g}] NCCL INFO Trees [0] {h}/-1/-1->{g}->-1 [1] {h}/-1/-1->{g}->-1",
-]
-STEP = ("[rank{r}]:[titan] 2025-06-10 21:58:27,008 - root - INFO - \x1b[31mstep: {s:2}  \x1b[32mloss: {l:8.5f}  "
-        "\x1b[38;2;180;60;0mgrad_norm: {g:7.4f}  \x1b[38;2;54;234;195mmemory: 76.79GiB(96.97%)  "
-        "\x1b[34mtps: {t:,}  \x1b[36mtflops: 412.50  \x1b[35mmfu: 41.71%\x1b[39m")
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+NOISE = ("{r}: gpu-node-{n}:{pid}:{pid} [{g}] NCCL INFO Channel {c:02d}/0 : {g}[{g}] -> {h}[{h}] via P2P/CUMEM/read",
+         "{r}: gpu-node-{n}:{pid}:{pid} [{g}] NCCL INFO Connected all rings, use ring PXN 0 GDR 1",
+         "{r}: gpu-node-{n}:{pid}:{pid} [{g}] NCCL INFO comm 0x5581a2c0 rank {g} nRanks 16 nNodes 2 localRanks 8")
+TITAN = ("{pre}[titan] 2025-06-10 21:58:{sec:02d},008 - root - INFO - \x1b[31mstep: {s:2}  \x1b[32mloss: {l:8.5f}  "
+         "\x1b[38;2;180;60;0mgrad_norm: {g:7.4f}  \x1b[38;2;54;234;195mmemory: 76.79GiB(96.97%)  "
+         "\x1b[34mtps: {t:,}  \x1b[36mtflops: 412.50  \x1b[35mmfu: 41.71%\x1b[39m")
+FSDP = ("{r}: 2025-06-17 16:24:{sec:02d} I [train.py:103] Batch {s} Loss: {l:.5f}, Speed: 10.90 samples/sec, "
+        "lr: 0.000100")
+TQDM = "\r1|{s}|Loss: {l:.16f}:   0%|          | {p}/1000000 [1:{m:02d}:{sec:02d}<99:00:00,  1.31s/it]"
+DISK = "Step {s} | loss:{l:.6f} lr:0.001 tokens_per_second_per_gpu:6808.66 "
 
 
-def generate(path: Path, size_mb: int, noise_per_step: int = 60, ranks: int = 2) -> int:
-    """Write a log of about ``size_mb`` MB: per step ``noise_per_step`` NCCL INFO lines, then every rank's
-    step line. Returns the number of steps."""
-    noise = "\n".join(NOISE[i % len(NOISE)].format(r=i % 2, n=i % 4, pid=47930 + i, tid=47930 + i, g=i % 8,
-                                                   h=(i + 1) % 8, c=i % 32) for i in range(noise_per_step)) + "\n"
-    target, step, written = size_mb << 20, 0, 0
-    with open(path, "w", buffering=16 << 20) as f:
-        while written < target:
+def _noise(i: int) -> str:
+    return NOISE[i % 3].format(r=i % 2, n=i % 4, pid=47930 + i % 97, g=i % 8, h=(i + 1) % 8, c=i % 32)
+
+
+def _block(shape: str, s: int) -> str:
+    """The lines of step ``s`` in a log of ``shape``."""
+    l, sec = 10 / (1 + s / 1000), s % 60
+    titan = lambda pre: TITAN.format(pre=pre, sec=sec, s=s, l=l, g=1.5, t=1_500_000 + s)  # noqa: E731
+    if shape == "noisy":          # 97% NCCL noise, torchtitan lines from 2 ranks
+        return "".join(_noise(s * 60 + i) + "\n" for i in range(60)) + titan("[rank1]:") + "\n" + titan("[rank0]:") + "\n"
+    if shape == "dense":          # 16 ranks each printing every step (torchrun, no LOG_RANK filter)
+        return "".join(titan(f"{r // 8}: [rank{r}]:") + "\n" for r in range(16))
+    if shape == "fsdp":           # srun -l, 8 tasks each printing every batch, some NCCL noise
+        return _noise(s) + "\n" + "".join(FSDP.format(r=r, sec=sec, s=s, l=l) + "\n" for r in range(8))
+    if shape == "tqdm":           # torchtune's stderr: \r redraws only, each step drawn twice
+        bar = TQDM.format(s=s, l=l, p=s, m=(s // 60) % 60, sec=sec)
+        return bar + bar.replace("1.31s/it", "1.30s/it")
+    # mixed: every format in one file, with noise
+    return (_noise(s) + "\n" + titan("[rank0]:") + "\n" + FSDP.format(r=0, sec=sec, s=s, l=l) + "\n"
+            + TQDM.format(s=s, l=l, p=s, m=(s // 60) % 60, sec=sec) + "\n" + DISK.format(s=s, l=l) + "\n"
+            + json.dumps({"step": s, "loss": l}) + "\n")
+
+
+def generate(path: Path, shape: str, size_mb: int, tqdm_updates: int) -> int:
+    """Write a log of ``shape`` (about ``size_mb`` MB; tqdm: ``tqdm_updates`` redraws). Returns its steps."""
+    target = size_mb << 20
+    step, written = 0, 0
+    with open(path, "w", buffering=16 << 20, newline="") as f:
+        while (written < target) if shape != "tqdm" else (2 * step < tqdm_updates):
             step += 1
-            block = noise + "".join(STEP.format(r=r, s=step, l=10 / (1 + step / 1000), g=1.5 + r, t=1_500_000 + step)
-                                    + "\n" for r in range(ranks))
+            block = _block(shape, step)
             f.write(block)
             written += len(block)
     return step
 
 
-def best_of(fn, repeat: int) -> float:
+# --- one measurement per fresh process ---------------------------------------------------------------
+_CHILD = r"""
+import json, resource, sys, time
+what, path = sys.argv[1], sys.argv[2]
+import pandas as pd
+from cookbook.metrics import diagnose, parse_log
+from cookbook.metrics.formats import FORMATS
+import contextlib, io
+from cookbook.cli import main, build_parser
+build_parser()                       # the CLI's imports, as a user's `cookbook metrics` pays them before
+out = {}
+t = time.perf_counter()
+if what == "parse":
+    df = parse_log(path)
+    out.update(rows=len(df), df_mb=df.memory_usage(deep=True).sum() / 2**20, steps=int(df["step"].max()))
+elif what == "plain":
+    shape = sys.argv[3]
+    names = {"noisy": ["step:"], "dense": ["step:"], "fsdp": ["Batch "], "tqdm": ["|Loss:"]}.get(shape)
+    rxs = [f.regex for f in FORMATS if f.regex is not None and (names is None or f.marker in names)]
+    found = {rx: [] for rx in rxs}
+    with open(path, errors="replace") as f:
+        for line in f:
+            for rx in rxs:
+                m = rx.match(line)
+                if m:
+                    found[rx].append(m.groups())
+                    break
+    frames = [pd.DataFrame(rows, columns=list(rx.groupindex)).apply(pd.to_numeric, errors="coerce")
+              for rx, rows in found.items()]
+    out.update(rows=sum(len(f) for f in frames))
+elif what == "diagnose":
+    out.update(findings=len(diagnose(path)))
+elif what == "metrics":
+    with contextlib.redirect_stdout(io.StringIO()):
+        main(["metrics", path, "--tail", "3"])
+out.update(seconds=time.perf_counter() - t, rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+print(json.dumps(out))
+"""
+
+
+def child(what: str, path: Path, *extra: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    res = subprocess.run([PY, "-c", _CHILD, what, str(path), *extra], capture_output=True, text=True, env=env,
+                         check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def grep_seconds(path: Path) -> float:
+    t = time.perf_counter()
+    subprocess.run(["grep", "-c", "oss", str(path)], capture_output=True, check=False)
+    return time.perf_counter() - t
+
+
+def poll_cost(workdir: Path, steps: int, polls: int = 20) -> float:
+    """Median seconds of one ``LogFollower.poll()`` reading one new step after ``steps`` steps."""
+    from cookbook.metrics import LogFollower
+
+    log = workdir / f"follow{steps}.log"
+    log.write_text("".join(_block("noisy", s) for s in range(1, steps + 1)))
+    follower = LogFollower(log)
+    follower.poll()
     times = []
-    for _ in range(repeat):
+    for s in range(steps + 1, steps + 1 + polls):
+        with open(log, "a") as f:
+            f.write(_block("noisy", s))
         t = time.perf_counter()
-        fn()
+        new = follower.poll()
         times.append(time.perf_counter() - t)
-    return min(times)
+        assert len(new) == 1, "one new step per poll"
+        follower.eta(total_steps=steps * 2)
+    log.unlink()
+    return statistics.median(times)
 
 
-def follow_cost(path: Path, workdir: Path, mb: int = 32) -> float:
-    """Seconds per new MB for LogFollower.poll() when a log grows by 1 MB between polls."""
-    grow = workdir / "growing.log"
-    grow.write_bytes(b"")
-    follower, spent = LogFollower(grow), 0.0
-    with open(path, "rb") as src, open(grow, "ab") as dst:
-        for _ in range(mb):
-            dst.write(src.read(1 << 20))
-            dst.flush()
+CLI = {"python -c pass": ["-c", "pass"], "cookbook --help": ["--help"], "cookbook recipes": ["recipes"],
+       "cookbook plan llama3_8b_c4": ["plan", "llama3_8b_c4"],
+       "cookbook render llama3_8b_c4 (torchtitan)": ["render", "llama3_8b_c4", "-o", "{tmp}/a/x.sbatch"],
+       "cookbook render llama3_3_70b_lora (torchtune)": ["render", "llama3_3_70b_lora", "-o", "{tmp}/b/x.sbatch"],
+       "cookbook render fsdp_llama3_1_8b (fsdp)": ["render", "fsdp_llama3_1_8b", "-o", "{tmp}/c/x.sbatch"]}
+
+
+def cli_times(tmp: Path, repeat: int = 5) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = {}
+    for name, args in CLI.items():
+        cmd = [PY, *args] if args[0] == "-c" else [PY, "-m", "cookbook", *(a.format(tmp=tmp) for a in args)]
+        times = []
+        for _ in range(repeat):
             t = time.perf_counter()
-            follower.poll()
-            spent += time.perf_counter() - t
-    grow.unlink()
-    return spent / mb
+            subprocess.run(cmd, capture_output=True, env=env, check=True)
+            times.append(time.perf_counter() - t)
+        out[name] = min(times)
+    return out
+
+
+SHAPES = ("noisy", "dense", "fsdp", "tqdm", "mixed")
 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size-mb", type=int, default=1024)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--dir", default=None, help="where to write the log (created if missing; default: a temp dir)")
+    ap.add_argument("--size-mb", type=int, default=256)
+    ap.add_argument("--tqdm-updates", type=int, default=1_000_000)
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--poll-steps", default="100,10000,60000")
+    ap.add_argument("--no-cli", action="store_true")
+    ap.add_argument("--dir", default=None, help="where to write the logs (default: a temp dir)")
     args = ap.parse_args(argv)
     if args.dir:
         Path(args.dir).mkdir(parents=True, exist_ok=True)
+    result: dict = {"shapes": {}, "poll_s": {}, "cli_s": {}}
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        log = Path(tmp) / "noisy.log"
-        t = time.perf_counter()
-        steps = generate(log, args.size_mb)
-        gen_s = time.perf_counter() - t
-        size = log.stat().st_size
-        grep = ["grep", "-c", "loss", str(log)]
-        subprocess.run(grep, check=True, capture_output=True)  # warm the page cache
-        matches = int(subprocess.run(grep, check=True, capture_output=True, text=True).stdout)
-        df = None
-
-        def parse():
-            nonlocal df
-            df = parse_log(log)
-
-        # grep and parse_log back to back in each round (other jobs on the machine hit both alike);
-        # the ratio reported is the median of the rounds' ratios
-        # parse_log picks its worker processes itself (files > 128 MB: one per CPU); "1 process" is
-        # parse_log(..., workers=1) timed in the same round
-        rounds = [(best_of(lambda: subprocess.run(grep, check=True, capture_output=True), 1), best_of(parse, 1),
-                   best_of(lambda: parse_log(log, workers=1), 1)) for _ in range(args.repeat)]
-        grep_s, parse_s = min(g for g, _, _ in rounds), min(p for _, p, _ in rounds)
-        single_s = min(s for _, _, s in rounds)
-        ratio = statistics.median(g / p for g, p, _ in rounds)
-        ratio_1 = statistics.median(g / s for g, _, s in rounds)
-        assert df is not None and len(df) == steps and df["step"].iloc[-1] == steps, "parse_log lost steps"
-        assert df.equals(parse_log(log, workers=1)), "parallel and single-process tables differ"
-        follow_s = follow_cost(log, Path(tmp), mb=min(32, args.size_mb))
-    mb = size / (1 << 20)
-    result = {
-        "size_mb": round(mb, 1), "steps": steps, "grep_matching_lines": matches,
-        "grep_s": round(grep_s, 3), "parse_log_s": round(parse_s, 3),
-        "grep_mb_per_s": round(mb / grep_s), "parse_mb_per_s": round(mb / parse_s),
-        "parse_speed_vs_grep": round(ratio, 3),
-        "parse_1proc_s": round(single_s, 3), "parse_1proc_speed_vs_grep": round(ratio_1, 3),
-        "rounds": [(round(g, 3), round(p, 3), round(s, 3)) for g, p, s in rounds],
-        "follow_ms_per_new_mb": round(follow_s * 1000, 2), "generate_s": round(gen_s, 1),
-        "cpus": os.cpu_count(),
-    }
-    for k, v in result.items():
-        print(f"{k:24} {v}")
+        for shape in args.shapes.split(","):
+            log = Path(tmp) / f"{shape}.log"
+            steps = generate(log, shape, args.size_mb, args.tqdm_updates)
+            mb = log.stat().st_size / 2**20
+            grep_seconds(log)                                   # warm the page cache
+            r = {"mb": mb, "steps": steps, "grep_s": grep_seconds(log), "plain": child("plain", log, shape),
+                 "parse": child("parse", log), "diagnose": child("diagnose", log), "metrics": child("metrics", log)}
+            assert r["parse"]["steps"] == steps, f"{shape}: parse_log lost steps"
+            result["shapes"][shape] = r
+            log.unlink()
+            print(f"{shape}: {r}", file=sys.stderr, flush=True)
+        for n in (int(x) for x in args.poll_steps.split(",") if x):
+            result["poll_s"][n] = poll_cost(Path(tmp), n)
+        if not args.no_cli:
+            result["cli_s"] = cli_times(Path(tmp))
+    print(report(result))
     return result
+
+
+def report(result: dict) -> str:
+    lines = ["| shape | MB | steps | `grep -c` s | plain loop s | `parse_log` s | parse_log vs plain | "
+             "parse MB/s | `diagnose` s (MB/s) | `cookbook metrics` / parse_log | peak RSS MB | DataFrame MB | "
+             "RSS limit (2x df + 150) |", "|" + " --- |" * 13]
+    for shape, r in result["shapes"].items():
+        p = r["parse"]
+        lines.append(
+            f"| {shape} | {r['mb']:.0f} | {r['steps']:,} | {r['grep_s']:.2f} | {r['plain']['seconds']:.2f} | "
+            f"{p['seconds']:.2f} | {r['plain']['seconds'] / p['seconds']:.2f}x | {r['mb'] / p['seconds']:.0f} | "
+            f"{r['diagnose']['seconds']:.2f} ({r['mb'] / r['diagnose']['seconds']:.0f}) | "
+            f"{r['metrics']['seconds'] / p['seconds']:.2f} | {p['rss_mb']:.0f} | {p['df_mb']:.1f} | "
+            f"{2 * p['df_mb'] + 150:.0f} |")
+    if result["poll_s"]:
+        lines += ["", "| steps already followed | one poll (one new step), ms |", "| --- | --- |"]
+        lines += [f"| {n:,} | {s * 1000:.2f} |" for n, s in result["poll_s"].items()]
+    if result["cli_s"]:
+        base = result["cli_s"]["python -c pass"]
+        lines += ["", "| command | seconds (best of 5) | / `python -c pass` |", "| --- | --- | --- |"]
+        lines += [f"| `{c}` | {s:.3f} | {s / base:.1f} |" for c, s in result["cli_s"].items()]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from cookbook import doctor
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,6 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    from cookbook import doctor  # here, not at module level: fast `cookbook --help` (no huggingface_hub)
+
     checks = doctor.run_checks(args.partition, probe=args.probe, model_dir=args.model_dir,
                                shared_dir=args.shared_dir, probe_timeout=args.timeout)
     print(doctor.render(checks))

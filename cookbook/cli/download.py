@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from cookbook import hub
 from cookbook.cli import UserError
 
 
@@ -13,8 +12,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "or `hf auth login`, never on the command line)")
     p.add_argument("repo_id", help="e.g. meta-llama/Llama-3.3-70B-Instruct")
     p.add_argument("--output-dir", required=True, help="target folder (on the shared filesystem)")
-    p.add_argument("--ignore-patterns", nargs="*", default=list(hub.DEFAULT_IGNORE),
-                   help=f"glob patterns to skip (default: {' '.join(hub.DEFAULT_IGNORE)}; pass none to keep all)")
+    p.add_argument("--ignore-patterns", nargs="*", default=None,
+                   help="glob patterns to skip (default: cookbook.hub.DEFAULT_IGNORE; pass none to keep all)")
     p.add_argument("--allow-patterns", nargs="*", default=None, help="only files matching these globs")
     p.add_argument("--revision", default=None, help="branch, tag or commit")
     p.add_argument("--repo-type", choices=("model", "dataset"), default=None)
@@ -25,6 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _download(args: argparse.Namespace) -> int:
+    from cookbook import hub  # here, not at module level: `cookbook --help` starts without huggingface_hub
+
+    if args.ignore_patterns is None:
+        args.ignore_patterns = list(hub.DEFAULT_IGNORE)
     print(f"HF token: {hub.token_status()}")
     kw = dict(revision=args.revision, repo_type=args.repo_type, allow_patterns=args.allow_patterns,
               ignore_patterns=args.ignore_patterns)

@@ -7,9 +7,12 @@ import sys
 import time
 from pathlib import Path
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from cookbook.cli import UserError
+
+if TYPE_CHECKING:  # pandas is imported by the handlers only: fast `cookbook --help`
+    import pandas as pd
 
 _SHOW = ("step", "split", "loss", "lr", "grad_norm", "tokens_per_second_per_gpu", "samples_per_second",
          "memory_gib", "tflops", "mfu_pct", "tokens_seen", "rank")
@@ -17,8 +20,8 @@ _SHORT = {"tokens_per_second_per_gpu": "tok/s/gpu", "samples_per_second": "sampl
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("metrics", help="parse a training log (or TensorBoard folder) into a table")
-    p.add_argument("log", help="log file or TensorBoard event folder")
+    p = sub.add_parser("metrics", help="parse a training log (or a run / TensorBoard folder) into a table")
+    p.add_argument("log", help="log file, or a run folder: its TensorBoard events if any, else its log")
     p.add_argument("--csv", help="write all rows to this CSV file")
     p.add_argument("--plot", help="write loss/throughput/memory/MFU plots to this PNG")
     p.add_argument("--tail", type=int, default=10, help="rows to print (default 10, 0 = all)")
@@ -53,12 +56,15 @@ def format_rows(df: pd.DataFrame, header: bool = True) -> str:
 
 
 def _metrics(args: argparse.Namespace) -> int:
-    from cookbook.metrics import diagnose, parse_log, plot_runs
+    from cookbook.metrics import best_source, diagnose, parse_log
 
     path = Path(args.log)
     if not path.exists():
         raise UserError(f"{path} does not exist")
     try:
+        if path.is_dir():
+            kind, path = best_source(path)
+            print(f"reading {path} ({'TensorBoard event files' if kind == 'tensorboard' else 'training log'})")
         df = parse_log(path, ranks="all" if args.all_ranks else "first")
     except FileNotFoundError as e:
         raise UserError(str(e)) from e
@@ -82,6 +88,8 @@ def _metrics(args: argparse.Namespace) -> int:
         df.to_csv(args.csv, index=False)
         print(f"wrote {args.csv}")
     if args.plot:
+        from cookbook.metrics import plot_runs  # matplotlib: only when a plot is asked for
+
         plot_runs({path.name: df}, out=args.plot)
         print(f"wrote {args.plot}")
     return 0
@@ -113,7 +121,7 @@ def _derive(df: pd.DataFrame, args: argparse.Namespace) -> pd.DataFrame:
 
 
 def _watch(args: argparse.Namespace) -> int:
-    from cookbook.metrics import LogFollower, diagnose, eta
+    from cookbook.metrics import LogFollower, diagnose
     from cookbook.slurm.client import SlurmClient, SlurmError
 
     client = SlurmClient()
@@ -132,7 +140,7 @@ def _watch(args: argparse.Namespace) -> int:
         if len(new):
             print(format_rows(new, header=header), flush=True)
             header = False
-            left = eta(follower.df)
+            left = follower.eta()
             if left is not None:
                 print(f"  ETA {str(left).split('.')[0]}", flush=True)
         if info.done:

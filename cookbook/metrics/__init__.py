@@ -7,16 +7,25 @@
     plot_runs({"a": "a.log", "b": "b.log"}, out="cmp.png")
 """
 
-from cookbook.metrics import plots
 from cookbook.metrics.derived import (GPU_PEAK_BF16_TFLOPS, add_derived, eta, hf_config_flops_per_token,
                                       peak_tflops, planner_flops, tokens_seen, transformer_flops_per_token)
 from cookbook.metrics.diagnose import Finding, diagnose, diagnose_text
 from cookbook.metrics.follow import LogFollower, follow
-from cookbook.metrics.parse import parse_log, parse_text, read_tensorboard
-from cookbook.metrics.plots import plot_runs
+from cookbook.metrics.parse import best_source, parse_log, parse_text, read_tensorboard
+
 
 __all__ = [
-    "GPU_PEAK_BF16_TFLOPS", "Finding", "LogFollower", "add_derived", "diagnose", "diagnose_text", "eta", "follow",
+    "GPU_PEAK_BF16_TFLOPS", "Finding", "LogFollower", "add_derived", "best_source", "diagnose", "diagnose_text", "eta", "follow",
     "hf_config_flops_per_token", "parse_log", "parse_text", "peak_tflops", "planner_flops", "plot_runs", "plots",
     "read_tensorboard", "tokens_seen", "transformer_flops_per_token",
 ]
+
+
+def __getattr__(name: str):
+    """``plots`` / ``plot_runs`` load matplotlib on first use only (start-up speed and memory)."""
+    if name in ("plots", "plot_runs"):
+        import importlib
+
+        plots = importlib.import_module("cookbook.metrics.plots")
+        return plots if name == "plots" else plots.plot_runs
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,24 +1,32 @@
-"""Follow a growing training log: read only the new bytes, parse only complete lines.
+"""Follow a growing training log: read only the new bytes, parse only complete lines, emit each step once.
 
     follower = LogFollower("slurm-12.out")
-    new = follower.poll()      # DataFrame of rows added (or updated) since the last poll
-    follower.df                # everything so far (same columns as parse_log)
+    new = follower.poll()      # DataFrame of the steps that became known since the last poll
+    follower.eta()             # time left, from the last few steps (no table rebuilt)
+    follower.df                # everything so far (same table as parse_log)
 
 A line is complete once a ``\\n`` or ``\\r`` follows it (tqdm starts each redraw with ``\\r``, so its
-latest bar is parsed when the next redraw arrives). If the file shrinks or is replaced (another
-inode, e.g. a requeued job rewrote it) the follower starts over and counts it in ``resets``.
+latest bar is parsed when the next redraw arrives). A poll costs O(new bytes): lines go through the same
+grammar and :class:`~cookbook.metrics.parse.Collector` as ``parse_log``, and a step is emitted once,
+with the row ``parse_log`` keeps (see table.py): a rank-0 line (or one without a rank) at once; another
+rank's line when no rank-0 line was seen for that step by the time a later step's line arrives. (A rank-0
+line that arrives after a later step's line is ignored -- the only case where ``df`` differs from
+``parse_log``.) If the file shrinks or is replaced (another inode, e.g. a requeued job rewrote it) the
+follower starts over and counts it in ``resets``.
 """
 
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Iterator
 
 import pandas as pd
 
-from cookbook.metrics.formats import scan
-from cookbook.metrics.table import RowTable
+from cookbook.metrics.derived import eta
+from cookbook.metrics.parse import Collector
+from cookbook.metrics.table import to_frame
 
 _MAX_PARTIAL = 1 << 20
 
@@ -26,25 +34,38 @@ _MAX_PARTIAL = 1 << 20
 class LogFollower:
     """Incremental parser of one log file; ``poll()`` is cheap when nothing changed."""
 
-    def __init__(self, path: str | os.PathLike, ranks: str = "first", max_read: int = 64 << 20):
+    def __init__(self, path: str | os.PathLike, ranks: str = "first", max_read: int = 16 << 20):
         self.path = Path(path)
         self.ranks = ranks
         self.max_read = max_read        # bytes per read; a poll reads until the end in such chunks
-        self.offset = 0                 # bytes of the file consumed (complete lines only)
         self.resets = 0
+        self._reset()
+        self.resets = 0
+
+    def _reset(self) -> None:
+        self.offset = 0                 # bytes of the file consumed
         self.lines_skipped: list[str] = []
         self._inode: tuple[int, int] | None = None
         self._partial = b""
-        self._table = RowTable()
+        self._collector = Collector()
+        self._emitted: set[tuple] = set()
+        self._held: dict[tuple, pd.Series] = {}     # (split, step) -> first row of a non-zero rank
+        self._parts: list[pd.DataFrame] = []
+        self._df: pd.DataFrame | None = None
+        self._recent = pd.DataFrame()               # the last train rows, for eta()
+        self.resets += 1
 
     @property
     def df(self) -> pd.DataFrame:
-        """All rows seen so far (since the last reset)."""
-        return self._table.frame(ranks=self.ranks)
+        """All steps so far (since the last reset), including those whose rank-0 line may still come."""
+        if self._df is None:
+            self._df = pd.concat(self._parts, ignore_index=True) if self._parts else pd.DataFrame()
+            self._parts = [self._df] if len(self._df) else []
+        held = pd.DataFrame(list(self._held.values()))
+        return to_frame(pd.concat([self._df, held], ignore_index=True) if len(held) else self._df, ranks="all")
 
     def poll(self) -> pd.DataFrame:
-        """Read what was appended since the last call; return the new or updated rows."""
-        changed = []
+        """Read what was appended since the last call; return the steps not returned before."""
         for chunk in self._read_new():
             data = self._partial + chunk
             cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
@@ -52,12 +73,57 @@ class LogFollower:
             if len(self._partial) > _MAX_PARTIAL:   # not a log line (binary junk): drop it
                 self._partial = b""
             if cut:
-                frames, skipped = scan(data, 0, cut)
-                changed.append(self._table.add(frames))
-                self.lines_skipped += [text for _, text in skipped]
-        changed = [c for c in changed if len(c)]
-        return self._table.frame(pd.concat(changed, ignore_index=True) if changed else pd.DataFrame(),
-                                 ranks=self.ranks)
+                self._collector.feed(data[:cut].decode("utf-8", errors="replace"))
+        skipped = self._collector.skipped
+        self.lines_skipped += [text for _, text in skipped]
+        skipped.clear()
+        new = self._emit(self._collector.frame())
+        if new.empty:
+            return to_frame(new)
+        self._parts.append(new)
+        self._df = None
+        train = new[new["split"].eq("train")] if "split" in new else new
+        if len(train):
+            self._recent = pd.concat([self._recent, train], ignore_index=True).tail(20)
+        return to_frame(new, ranks="all")
+
+    def _emit(self, raw: pd.DataFrame) -> pd.DataFrame:
+        """The rows of ``raw`` (in line order) that are steps not emitted before."""
+        if raw.empty:
+            return raw
+        if "split" not in raw:
+            raw["split"] = "train"
+        ranks = raw["rank"] if "rank" in raw else pd.Series(float("nan"), index=raw.index)
+        nodes = raw["node"] if "node" in raw else ranks * float("nan")
+        keep: list = []
+        held_rows: list[pd.Series] = []
+        for i, split, step, rank, node in zip(raw.index, raw["split"], raw["step"], ranks, nodes):
+            if self.ranks == "all":
+                key = (split, step, node, rank)
+                if key not in self._emitted:
+                    self._emitted.add(key)
+                    keep.append(i)
+                continue
+            key = (split, step)
+            if key in self._emitted:
+                continue
+            if pd.isna(rank) or rank == 0:
+                self._emitted.add(key)
+                self._held.pop(key, None)
+                keep.append(i)
+            elif key not in self._held:
+                self._held[key] = raw.loc[i]
+            for k in [k for k in self._held if k[0] == split and k[1] < step]:   # a later step: k is done
+                self._emitted.add(k)
+                held_rows.append(self._held.pop(k))
+        out = raw.loc[keep]
+        if held_rows:
+            out = pd.concat([out, pd.DataFrame(held_rows)]).sort_values("seq", kind="stable")
+        return out.reset_index(drop=True)
+
+    def eta(self, total_steps: int | None = None) -> timedelta | None:
+        """Time left (see :func:`~cookbook.metrics.derived.eta`) from the last 20 steps polled."""
+        return eta(to_frame(self._recent, ranks="all"), total_steps=total_steps) if len(self._recent) else None
 
     def _read_new(self) -> Iterator[bytes]:
         try:
@@ -72,18 +138,9 @@ class LogFollower:
             return
         with open(self.path, "rb") as f:
             f.seek(self.offset)
-            while True:
-                chunk = f.read(self.max_read)
-                if not chunk:
-                    break
+            while chunk := f.read(self.max_read):
                 self.offset += len(chunk)
                 yield chunk
-
-    def _reset(self) -> None:
-        self.offset, self._partial = 0, b""
-        self._table.clear()
-        self.lines_skipped.clear()
-        self.resets += 1
 
 
 def follow(path: str | os.PathLike, ranks: str = "first") -> LogFollower:

@@ -1,224 +1,259 @@
-"""``parse_log``: a training log file (or a TensorBoard folder) -> one DataFrame row per step."""
+"""``parse_log``: a training log file, a TensorBoard event folder or a run folder -> one row per step.
+
+A log is read in ``WINDOW``-byte windows cut after the last ``\\n``/``\\r``; each window's lines that hold
+the NEEDLE are read by :func:`~cookbook.metrics.formats.parse_line` (the one grammar, shared with the
+live follower), their captured strings kept per format and converted column-wise (numpy) once per
+window, and the window's rows reduced to one per key before the next window is read. Time and memory
+are linear in the file, whatever its shape (``\\r``-only tqdm streams, 16 ranks each printing every step,
+NCCL noise) and wherever the windows fall.
+"""
 
 from __future__ import annotations
 
-import mmap
+import math
 import os
 import warnings
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from cookbook.metrics.formats import ALIASES, scan
-from cookbook.metrics.table import RowTable, to_frame
+from cookbook.metrics.formats import _ANSI, ALIASES, FORMATS, NEEDLE, Format, head_time, parse_line, rank_node
+from cookbook.metrics.table import resolve, to_frame
 
-# TensorBoard tags (torchtune, torchtitan) -> canonical columns; validation tags get split=validation
-TB_TAGS: dict[str, str] = {
-    **ALIASES,
-    "loss": "loss",
-    "grad_norm": "grad_norm",
-    "tflops": "tflops",
-    "tokens_per_second_per_gpu": "tokens_per_second_per_gpu",
-    "lr/AdamW": "lr",
-    "n_tokens_seen": "tokens_seen",
-}
-_VAL_PREFIX = "validation_metrics/"
-_CHUNK = 64 << 20
+WINDOW = 8 << 20
+BATCH = 20_000      # rows converted at a time (their strings held until then)
 
 
-def parse_log(path: str | os.PathLike, ranks: str = "first", workers: int | None = None) -> pd.DataFrame:
-    """Parse a training log (any supported format, detected per line) or a TensorBoard event folder.
+def _hms(text: str | None) -> float:
+    """tqdm's ``05:03`` / ``49:53:19`` -> seconds; NaN for ``?``."""
+    if text is None or "?" in text:
+        return math.nan
+    secs = 0.0
+    for part in text.split(":"):
+        secs = secs * 60 + int(part)
+    return secs
 
-    Returns one row per (split, step) -- ``ranks="all"`` keeps one row per rank as well. ``df.attrs``
-    holds ``source``, ``formats`` (those seen), ``ranks`` (ranks seen) and ``skipped``: a list of
-    ``(line_number, text)`` for lines that looked like metrics but matched no format exactly.
 
-    Files larger than ``PARALLEL_MIN_BYTES`` are parsed by up to ``workers`` processes (default: one per
-    CPU), each reading and scanning its own ~64 MB byte range; ``workers=1`` forces one process. The
-    result is the same table either way.
+def _per_step(rate_unit: tuple[str | None, str | None]) -> float:
+    """tqdm's rate (``131.58`` ``s/it`` or ``2.5`` ``it/s``) -> seconds per step."""
+    rate, unit = rate_unit
+    if rate is None or rate == "?":
+        return math.nan
+    value = float(rate)
+    return value if unit == "s/it" else (1 / value if value else math.nan)
+
+
+def _each(fn, col, dtype: type = float) -> np.ndarray | list:
+    """``fn`` of each value, computed once per distinct value (logs repeat them a lot); a list for objects."""
+    done = {v: fn(v) for v in set(col)}
+    values = [done[v] for v in col]
+    return values if dtype is object else np.array(values, dtype=dtype)
+
+
+def _floats(col: tuple) -> np.ndarray | None:
+    """Captured numbers (str or None) -> float64 (None -> NaN); None if no value was captured."""
+    if None in col:
+        if all(v is None for v in col):
+            return None
+        col = tuple("nan" if v is None else v for v in col)
+    if "," in "".join(col):                        # tps: 1,541,366 (the grammar allows nothing else)
+        col = tuple(v.replace(",", "") for v in col)
+    return np.fromiter(map(float, col), dtype=np.float64, count=len(col))
+
+
+def _times(dates: tuple, ms: tuple) -> np.ndarray:
+    """Captured dates and milliseconds -> datetime64[ms], NaT where a date is none (``2025-06-37``)."""
+    text = [f"{d}.{m}" if m else d for d, m in zip(dates, ms)]
+    try:
+        return np.array(["NaT" if t is None else t for t in text]).astype("datetime64[ms]")
+    except ValueError:
+        out = []
+        for t in text:
+            try:
+                out.append(np.datetime64(t, "ms") if t else np.datetime64("NaT", "ms"))
+            except ValueError:
+                out.append(np.datetime64("NaT", "ms"))
+        return np.array(out, dtype="datetime64[ms]")
+
+
+class Collector:
+    """Rows of complete log lines fed in file order, kept column-wise per format until :meth:`frame`."""
+
+    def __init__(self) -> None:
+        self.seq = 0                    # lines read so far that gave a row (the order of rows)
+        self.lines = 0                  # ``\\n`` seen so far (line numbers of skipped lines)
+        self.skipped: list[tuple[int, str]] = []
+        self._found: dict[Format, list[tuple]] = {f: [] for f in FORMATS if f.regex is not None}
+        self._rows: list[dict[str, Any]] = []
+        self.formats: set[str] = set()  # formats and ranks seen (before duplicates are dropped)
+        self.ranks: set[int] = set()
+
+    def feed(self, text: str) -> None:
+        """Read ``text``: complete lines (it ends at a line end or at the end of the log)."""
+        pos, end, counted, line_no, seq = 0, len(text), 0, self.lines + 1, self.seq
+        find, rfind, found = text.find, text.rfind, self._found
+        while (i := find(NEEDLE, pos)) >= 0:
+            j = rfind("\n", pos, i)
+            start = pos if j < 0 else j + 1
+            stop = find("\n", i)
+            stop = end if stop < 0 else stop
+            line = text[start:stop]
+            for seg in line.split("\r") if "\r" in line else (line,):
+                if NEEDLE not in seg:
+                    continue
+                fmt, m, looks = parse_line(seg)
+                if fmt is None:
+                    if looks:
+                        line_no += text.count("\n", counted, start)
+                        counted = start
+                        self.skipped.append((line_no, (_ANSI.sub("", seg) if "\x1b" in seg else seg).strip()[:300]))
+                    continue
+                if fmt.regex is not None:
+                    found[fmt].append((seq, *m.groups()))
+                else:
+                    m.update(seq=seq, format=fmt.name)
+                    m.setdefault("split", fmt.split)
+                    self._rows.append(m)
+                seq += 1
+            pos = stop + 1
+        self.seq = seq
+        self.lines += text.count("\n")
+
+    def frame(self, ranks: str = "all") -> pd.DataFrame:
+        """The rows read since the last call, in line order, then forget them. ``ranks="first"`` drops the
+        rows that cannot win their step (see table.py) before their numbers are converted."""
+        parts = [self._convert(fmt, found, ranks) for fmt, found in self._found.items() if found]
+        if self._rows:
+            rows = pd.DataFrame.from_records(self._rows)
+            self.formats.update(rows["format"])
+            self.ranks.update(int(r) for r in rows["rank"].dropna())
+            parts.append(rows)
+        for found in self._found.values():
+            found.clear()
+        self._rows = []
+        if not parts:
+            return pd.DataFrame()
+        df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+        return df.sort_values("seq", kind="stable", ignore_index=True) if len(parts) > 1 else df
+
+    def _convert(self, fmt: Format, found: list[tuple], ranks: str) -> pd.DataFrame:
+        index = fmt.regex.groupindex
+        rank_nodes = _each(lambda p: rank_node(*p), [(t[index["srun"]], t[index["tag"]], t[index["glob"]])
+                                                     for t in found], dtype=object)
+        rank = np.array([r for r, _ in rank_nodes], dtype=float)
+        node = np.array([n for _, n in rank_nodes], dtype=float)
+        self.formats.add(fmt.name)
+        self.ranks.update(int(r) for r in np.unique(rank[~np.isnan(rank)]))
+        if ranks != "all" and len(found) > 1:   # one format, one split: the key is the step
+            keys = pd.DataFrame({"split": fmt.split, "step": [int(t[index["step"]]) for t in found], "rank": rank})
+            keep = resolve(keys, ranks).index.to_numpy()
+            if len(keep) < len(found):
+                found, rank, node = [found[i] for i in keep], rank[keep], node[keep]
+        cols = list(zip(*found))
+        groups = {name: cols[i] for name, i in index.items() if name not in ("srun", "tag", "glob")}
+        out: dict[str, Any] = {"seq": np.array(cols[0], dtype=np.int64), "rank": rank, "node": node}
+        heads = groups.pop("_head")
+        if fmt.dated:
+            times = _each(head_time, heads, dtype=object)
+            out["time"] = _times(tuple(d for d, _ in times), tuple(m for _, m in times))
+        for name, col in groups.items():
+            if name in ("elapsed", "remaining"):
+                out[f"{name}_s"] = _each(_hms, col)
+            elif name == "rate":
+                out["seconds_per_step"] = _each(_per_step, list(zip(col, groups["unit"])))
+            elif name != "unit" and (values := _floats(col)) is not None:
+                out[name] = values
+        if fmt.name == "torchtitan":             # pipeline parallelism's placeholder on non-last stages
+            out["loss"] = np.where(out["loss"] == -1.0, np.nan, out["loss"])
+        out["split"] = np.full(len(found), fmt.split, dtype=object)
+        out["format"] = np.full(len(found), fmt.name, dtype=object)
+        return pd.DataFrame(out)
+
+
+def _table(collector: Collector, parts: list[pd.DataFrame], ranks: str, source: str) -> pd.DataFrame:
+    """The canonical table of the windows' rows (each already reduced), with its ``attrs``."""
+    parts = [p for p in parts if len(p)]
+    df = to_frame(pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(), ranks=ranks)
+    df.attrs.update(source=source, formats=sorted(collector.formats), ranks=sorted(collector.ranks),
+                    skipped=collector.skipped)
+    return df
+
+
+def scan_file(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
+    """Read a log file window by window; rows are converted every ``BATCH`` rows and the table so far
+    reduced to one row per key whenever it doubled, so memory follows the result, not the file."""
+    collector, parts, keep, converted, held, reduced = Collector(), [], b"", 0, 0, BATCH
+    # Plain reads, not mmap: a log truncated while mapped (Slurm truncates it on requeue) would SIGBUS.
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(WINDOW)
+            data = keep + block if keep else block
+            cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1 if block else len(data)
+            if cut:
+                with memoryview(data) as view:
+                    collector.feed(str(view[:cut], "utf-8", "replace"))
+            keep = data[cut:]
+            if collector.seq - converted >= BATCH or not block:
+                converted = collector.seq
+                parts.append(collector.frame(ranks))
+                held += len(parts[-1])
+                if held > 2 * reduced:
+                    parts = [resolve(pd.concat(parts, ignore_index=True), ranks)]
+                    held = reduced = max(len(parts[0]), BATCH)
+            if not block:
+                break
+    return _table(collector, parts, ranks, str(path))
+
+
+def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
+    """Parse a training log (any supported format, detected per line), a TensorBoard event folder, or a
+    run folder (its best source: see :func:`best_source`).
+
+    Returns one row per (split, step) -- ``ranks="all"`` keeps one row per (split, step, node, rank).
+    ``df.attrs`` holds ``source``, ``formats`` (those seen), ``ranks`` (ranks seen) and ``skipped``: a list
+    of ``(line_number, text)`` for lines that looked like metrics but matched no format exactly.
     """
     p = Path(path)
     if p.is_dir():
-        return read_tensorboard(p)
-    size = p.stat().st_size
-    n_workers = min(os.cpu_count() or 1, workers or os.cpu_count() or 1)
-    table = RowTable()
-    if n_workers > 1 and size > PARALLEL_MIN_BYTES:
-        skipped = _parse_parallel(p, size, n_workers, table)
-    else:
-        with open(p, "rb") as f:
-            skipped = _scan_file(f, 0, None, table.add)
-    if skipped:                      # rare: map the file once to count lines up to each skipped one
-        data = _map(p)
-        table.skipped = with_line_numbers(data, skipped)
-        if isinstance(data, mmap.mmap):
-            data.close()
-    return _annotate(table, ranks, str(p))
-
-
-def _scan_file(f, start: int, end: int | None, add: Callable[[list], object],
-               buf: bytearray | None = None) -> list[tuple[int, str]]:
-    """Scan bytes ``start``..``end`` (None: to EOF) of the open file ``f`` in ``_CHUNK`` windows.
-
-    Each window's frames go to ``add`` (``RowTable.add``, or a list's ``extend`` in a worker process);
-    returns (byte offset, text) of the skipped lines.
-    """
-    skipped: list[tuple[int, str]] = []
-    # Reads into one reused buffer (no fresh 64 MB allocation per read), not mmap: a log truncated
-    # while mapped (Slurm truncates it on requeue) would kill the process with SIGBUS.
-    if buf is None or len(buf) < _CHUNK:
-        buf = bytearray(_CHUNK)
-    base, keep = start, 0
-    f.seek(start)
-    while True:
-        if keep == len(buf):     # one line longer than the buffer: grow it
-            buf.extend(bytes(len(buf)))
-        room = len(buf) - keep if end is None else min(len(buf) - keep, end - base - keep)
-        if room <= 0:
-            break
-        with memoryview(buf) as view:
-            n = f.readinto(view[keep:keep + room])
-        if not n:
-            break
-        total = keep + n
-        cut = max(buf.rfind(b"\n", 0, total), buf.rfind(b"\r", 0, total)) + 1
-        frames, skips = scan(buf, 0, cut)
-        add(frames)
-        skipped += [(base + off, text) for off, text in skips]
-        buf[:total - cut] = buf[cut:total]     # the partial last line moves to the front
-        base, keep = base + cut, total - cut
-    if keep:
-        frames, skips = scan(bytes(buf[:keep]))
-        add(frames)
-        skipped += [(base + off, text) for off, text in skips]
-    return skipped
-
-
-# --- parallel path: one worker process per ~64 MB byte range of a big file ----------------------------
-PARALLEL_MIN_BYTES = 128 << 20   # smaller files: one process (a pool costs more than it saves)
-_PIECE = 64 << 20                # nominal size of one worker's byte range
-_WORKER_BUF: bytearray | None = None
-
-
-def _after_newline(f, pos: int, size: int) -> int:
-    """Offset just after the first b"\n" at or after ``pos`` (``size`` if there is none)."""
-    f.seek(pos)
-    while True:
-        block = f.read(1 << 16)
-        if not block:
-            return size
-        i = block.find(b"\n")
-        if i >= 0:
-            return pos + i + 1
-        pos += len(block)
-
-
-def _parse_range(path: str, start: int, end: int, size: int) -> tuple[list, list[tuple[int, str]]]:
-    """Worker: rows of the lines of ``path`` in nominal byte range ``start``..``end``, as compact columns.
-
-    The range begins after the first newline at/after ``start`` (0 stays 0) and ends after the first
-    newline at/after ``end`` (EOF for the last range), so neighbouring ranges share no line and miss none.
-    Skipped lines come back with absolute byte offsets; the parent turns those into line numbers.
-    """
-    global _WORKER_BUF
-    with open(path, "rb") as f:
-        s = 0 if start == 0 else _after_newline(f, start, size)
-        e = None if end >= size else _after_newline(f, end, size)
-        if e is not None and s >= e:
-            return [], []
-        if _WORKER_BUF is None or len(_WORKER_BUF) < _CHUNK:
-            _WORKER_BUF = bytearray(_CHUNK)
-        frames: list = []
-        skipped = _scan_file(f, s, e, frames.extend, _WORKER_BUF)
-    return [_pack(df) for df in frames], skipped
-
-
-def _pack(df: pd.DataFrame) -> object:
-    """A DataFrame as (column names, numpy arrays) -- cheap to pickle; constant object columns (split,
-    format) as one value. Frames with pandas extension dtypes travel as they are."""
-    import numpy as np
-
-    cols = []
-    for name in df.columns:
-        s = df[name]
-        if not isinstance(s.dtype, np.dtype):
-            return df
-        a = s.to_numpy()
-        if a.dtype == object and len(a) and isinstance(a[0], str) and (a == a[0]).all():
-            cols.append((name, ("const", a[0], len(a))))
-        else:
-            cols.append((name, a))
-    return ("cols", cols, len(df))
-
-
-def _unpack(packed: object) -> pd.DataFrame:
-    import numpy as np
-
-    if isinstance(packed, pd.DataFrame):
-        return packed
-    _, cols, n = packed
-    data = {}
-    for name, a in cols:
-        data[name] = np.full(a[2], a[1], dtype=object) if isinstance(a, tuple) else a
-    return pd.DataFrame(data, index=pd.RangeIndex(n))
-
-
-def _parse_parallel(p: Path, size: int, n_workers: int, table: RowTable) -> list[tuple[int, str]]:
-    """Scan ``p`` with a pool of ``n_workers`` processes; add their rows to ``table`` in file order (so
-    duplicate steps resolve exactly as in one process) and return skipped lines' (byte offset, text)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    bounds = list(range(0, size, _PIECE)) + [size]
-    ctx = multiprocessing.get_context("fork")
-    skipped: list[tuple[int, str]] = []
-    with ProcessPoolExecutor(max_workers=min(n_workers, len(bounds) - 1), mp_context=ctx) as pool:
-        n = len(bounds) - 1
-        for frames, skips in pool.map(_parse_range, [str(p)] * n, bounds[:-1], bounds[1:], [size] * n):
-            table.add(_unpack(df) for df in frames)
-            skipped += skips
-    return skipped
+        kind, src = best_source(p)
+        if kind == "tensorboard":
+            return read_tensorboard(src)
+        p = src
+    return scan_file(p, ranks)
 
 
 def parse_text(text: str | bytes, ranks: str = "first") -> pd.DataFrame:
     """Like :func:`parse_log` for log text already in memory (a notebook cell, a test)."""
-    data = text.encode("utf-8", errors="replace") if isinstance(text, str) else text
-    frames, skipped = scan(data)
-    table = RowTable()
-    table.add(frames)
-    table.skipped = with_line_numbers(data, skipped)
-    return _annotate(table, ranks, "<text>")
+    collector = Collector()
+    collector.feed(text.decode("utf-8", errors="replace") if isinstance(text, bytes) else text)
+    return _table(collector, [collector.frame(ranks)], ranks, "<text>")
 
 
-def with_line_numbers(data: bytes | mmap.mmap, skipped: list[tuple[int, str]]) -> list[tuple[int, str]]:
-    """(byte offset, text) -> (1-based line number, text); reads the file only up to the last offset."""
-    out, line, pos = [], 1, 0
-    for offset, text in sorted(skipped):
-        line += data[pos:offset].count(b"\n")
-        pos = offset
-        out.append((line, text))
-    return out
+_LOG_GLOBS = ("log_*.txt", "*.log", "*.out", "*.err", "*.txt")
 
 
-def _map(path: Path) -> bytes | mmap.mmap:
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return b""
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+def best_source(folder: str | os.PathLike) -> tuple[str, Path]:
+    """The best metrics source in a run folder: ("tensorboard", event folder) when it has TensorBoard event
+    files (torchtitan ``tb/``, torchtune's TensorBoardLogger), else ("log", file) -- torchtune's DiskLogger
+    ``log_*.txt`` first, then the newest ``*.log``/``*.out``/``*.err``/``*.txt`` holding a metrics line."""
+    folder = Path(folder)
+    if next(folder.rglob("events.out.tfevents*"), None) is not None:
+        return "tensorboard", folder
+    for pattern in _LOG_GLOBS:
+        files = sorted((f for f in folder.rglob(pattern) if f.is_file()), key=lambda f: f.stat().st_mtime,
+                       reverse=True)
+        for f in files:
+            with open(f, "rb") as fh:
+                if NEEDLE.encode() in fh.read(1 << 20):
+                    return "log", f
+    raise FileNotFoundError(f"no TensorBoard event files or training log with metrics under {folder}")
 
 
-def _annotate(table: RowTable, ranks: str, source: str) -> pd.DataFrame:
-    everything = table.frame(ranks="all")
-    df = everything if ranks == "all" else to_frame(everything, ranks=ranks)
-    df.attrs.update(
-        source=source,
-        formats=sorted(everything["format"].dropna().unique()) if "format" in everything else [],
-        ranks=sorted(int(r) for r in everything["rank"].dropna().unique()) if "rank" in everything else [],
-        skipped=list(table.skipped),
-    )
-    return df
+# TensorBoard tags (torchtune, torchtitan) -> canonical columns; validation tags get split=validation
+TB_TAGS: dict[str, str] = {**ALIASES, "lr/AdamW": "lr", "n_tokens_seen": "tokens_seen"}
+_VAL_PREFIX = "validation_metrics/"
 
 
 def read_tensorboard(folder: str | os.PathLike) -> pd.DataFrame:
@@ -246,9 +281,8 @@ def read_tensorboard(folder: str | os.PathLike) -> pd.DataFrame:
     for tag, step, value, wall in scalars[["tag", "step", "value", "wall_time"]].itertuples(index=False):
         split = "validation" if tag.startswith(_VAL_PREFIX) else "train"
         name = tag[len(_VAL_PREFIX):] if split == "validation" else tag
-        column = TB_TAGS.get(name, name)
         row = rows.setdefault((split, int(step)), {"step": int(step), "split": split, "format": "tensorboard"})
-        row[column] = float(value)
+        row[TB_TAGS.get(name, name)] = float(value)
         row["time"] = max(row.get("time", wall), wall)
     records = list(rows.values())
     for r in records:

@@ -244,5 +244,8 @@ def test_benchmark_smoke(tmp_path):
         "metrics_bench", Path(__file__).resolve().parents[2] / "benchmarks" / "metrics_bench.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    result = bench.main(["--size-mb", "2", "--repeat", "1", "--dir", str(tmp_path / "not" / "yet")])
-    assert result["steps"] > 100 and result["parse_speed_vs_grep"] > 0
+    result = bench.main(["--size-mb", "1", "--tqdm-updates", "3000", "--shapes", "dense,tqdm", "--poll-steps", "100",
+                         "--no-cli", "--dir", str(tmp_path / "not" / "yet")])
+    for shape in result["shapes"].values():   # parse_log found every step the generator wrote
+        assert shape["parse"]["steps"] == shape["steps"] > 100 and shape["plain"]["rows"] >= shape["steps"]
+    assert result["poll_s"][100] > 0
