@@ -515,6 +515,11 @@ a straggler rank, data-loader stalls, CPU binding, activation checkpointing heav
 (`cookbook explain RUN`).
 '''),
     code("evidence, evidence_fig = explain_summary(job, gpu=gpu_kind)\nevidence"),
+    md('''
+On the local cluster most of the allocation is start-up (tiny models train in seconds); on a real run the
+productive share should dominate. A large "redone" part means checkpoints are too far apart for how often
+the job is preempted; evidence at the top of the table is where the next hour of tuning pays most.
+'''),
 ]
 
 # ----------------------------------------------------------------------------------------- 07

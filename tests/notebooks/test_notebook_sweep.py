@@ -39,7 +39,7 @@ def test_sweep_function_records_each_run(slurm, tiny_assets, kernel_dirs, tmp_pa
     # the adapter really had the rank asked for
     for run in result.runs:
         assert run.job.script.is_relative_to(run.work)
-        cfg = (run.job.script.parent / "llama3_3_70b_lora.local-cpu.yaml").read_text()
+        cfg = (run.job.script.parent / "job.yaml").read_text()
         assert f"lora_rank: {run.overrides['model.lora_rank']}" in cfg
     fig = result.plot(out=tmp_path / "cmp.png")
     assert (tmp_path / "cmp.png").stat().st_size > 0

@@ -18,7 +18,8 @@ def test_real_defaults_stop_at_check(name, slurm, kernel_dirs, artifacts, tmp_pa
     stop = info.value
     assert stop.ename == "NotebookStop", f"stopped with {stop.ename}: {stop.evalue}"
     nb = nbformat.read(str(stop.path), as_version=4)
-    cell = nb.cells[stop.cell]
+    # the cell whose output is the error (papermill's cell index counts differently)
+    cell = next(c for c in nb.cells if any(o.get("output_type") == "error" for o in c.get("outputs", [])))
     assert any(word in cell.source for word in ("check", "sweep")), f"stopped outside a check step: {cell.source}"
     err = error_output(stop.path)
     text = "\n".join(err["traceback"])

@@ -67,7 +67,7 @@ def test_gpu_nodes_are_written_with_device_files_gres_and_claimed_cpus(tmp_path,
            f"RealMemory=1843200 Gres=gpu:8 State=UNKNOWN" in conf
     assert "SlurmctldPort=7017" in conf and "SlurmdPort=7018" in conf
     gres = (cluster.etc / "gres.conf").read_text().splitlines()
-    assert gres[1:] == ["AutoDetect=off", f"NodeName=n[1-2] Name=gpu File={tmp_path}/dev/nvidia[0-7]"]
+    assert gres[1:] == ["AutoDetect=off", f"NodeName=n[1-4] Name=gpu File={tmp_path}/dev/nvidia[0-7]"]
     assert [p.name for p in cluster.gpu_devices()] == [f"nvidia{i}" for i in range(8)]
 
 
