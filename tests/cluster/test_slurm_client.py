@@ -130,8 +130,10 @@ def test_wait_gives_up_with_the_state_it_saw_and_the_output_tail(slurm, job_dir)
         if "line 5" in read_output(out):
             break
         time.sleep(0.2)
+    # Read the tail before cancelling: on cancel, slurmstepd appends "*** JOB N ... CANCELLED ***".
+    tail = read_output(out, tail_lines=2)
     slurm.cancel(job)
-    assert read_output(out, tail_lines=2) == "line 4\nline 5"
+    assert tail == "line 4\nline 5"
     assert read_output(job_dir / "not-there.out") == ""
 
 
