@@ -108,12 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, what, secs in results:
         print(f"  {name:<{width}}  {secs:5.0f} s  {what}")
     print(f"\nExecuted notebooks: {nb_out}\nPlots:              {plots}")
-    from cookbook.lab import tunnel_command
-
     print("\nOpen the notebooks in JupyterLab on this machine:\n"
-          "  make lab            (prints the URL with its one-time token)\n"
-          "and, from your laptop, forward its port (8888 unless make lab says otherwise):\n"
-          f"  {tunnel_command(8888)}")
+          "  make lab            (prints the ssh line to run on your laptop and the URL with its one-time token)")
     failed = [r for r in results if not r[1].startswith("ok")]
     return 1 if failed else 0
 
