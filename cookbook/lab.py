@@ -7,7 +7,9 @@ Unix socket in that folder, which no other user can open; your laptop reaches it
 ``ssh -N -L 8888:/path/to/lab.sock you@login-node`` (OpenSSH forwards a local port to a remote socket).
 ``--tcp`` (or ``--port``) is the fallback for sites whose sshd forbids socket forwarding: JupyterLab then
 listens on ``127.0.0.1:PORT`` and the token, still off every command line, is what keeps others out.
-Kernels talk to the server over Unix sockets in the same private folder (``KernelManager.transport=ipc``).
+Kernels talk to the server over Unix sockets in the same private folder (``KernelManager.transport=ipc``):
+the server's ``JUPYTER_RUNTIME_DIR`` is always that folder, whatever the caller's says (a long one would
+push the kernels' socket paths past the 107 characters a Unix socket address holds).
 
 The URL printed carries the token (random per start, printed once, nothing else secret is ever
 printed). The notebooks' kernels inherit this environment: ``SLURM_CONF`` of the embedded local cluster
@@ -31,7 +33,10 @@ from pathlib import Path
 
 from cookbook import localhttp
 from cookbook.paths import output_dir, project_root
-from cookbook.secure_files import private_dir, write_private
+from cookbook.secure_files import SOCKET_PATH_MAX, private_dir, write_private
+
+# what Jupyter appends to its runtime folder for a kernel's ipc socket: /kernel-<uuid>-ipc-<n>
+_KERNEL_SOCKET_NAME = len("/kernel-00000000-0000-0000-0000-000000000000-ipc-99")
 
 
 def free_port(host: str = "127.0.0.1", start: int = 8888) -> int:
@@ -84,7 +89,8 @@ def lab_environment(base: dict[str, str] | None = None) -> dict[str, str]:
 
 @dataclass
 class LabServer:
-    """A running JupyterLab: on the Unix socket ``sock`` or on ``127.0.0.1:port``."""
+    """A running JupyterLab: on the Unix socket ``sock`` or on ``127.0.0.1:port`` (``port`` 0 until the
+    server has said which port the OS gave it)."""
 
     process: subprocess.Popen
     port: int | None
@@ -110,11 +116,24 @@ class LabServer:
         """``GET path`` on the server (no token added): (status, body)."""
         return localhttp.get(path, sock=self.sock, port=self.port, timeout=timeout)
 
+    def server_info(self) -> dict | None:
+        """Jupyter's own record of this server (``jpserver-PID.json`` in the private runtime folder:
+        its real port, its URL), or None before the server has written it."""
+        if self.private is None:
+            return None
+        try:
+            return json.loads((self.private / "runtime" / f"jpserver-{self.process.pid}.json").read_text())
+        except (OSError, ValueError):
+            return None
+
     def wait_ready(self, timeout: float = 90) -> None:
+        """Until ``/api/status`` answers 200 with the token (the server has loaded its extensions by then)."""
         deadline = time.monotonic() + timeout
         while True:
+            if self.port == 0 and (info := self.server_info()) is not None:
+                self.port = int(info["port"])          # the port the OS picked (no race with other servers)
             try:
-                if self.get(f"/api/status?token={self.token}", timeout=2)[0] == 200:
+                if self.port != 0 and self.get(f"/api/status?token={self.token}", timeout=2)[0] == 200:
                     return
             except OSError:
                 pass
@@ -142,14 +161,21 @@ def start_lab(root: str | os.PathLike | None = None, port: int | None = None, to
     ``unix_socket``: listen on ``lab.sock`` in a new 0700 folder instead of ``ip:port``. Either way the
     token reaches the server through a 0600 config file in that folder, never through its command line,
     and the kernels' sockets and Jupyter's runtime files (``jpserver-*.json`` holds the token) live there.
+    ``port`` None: one the OS picks (read back from the server, so two servers starting at once never
+    pick the same one).
     """
     root = Path(root) if root is not None else project_root() / "notebooks"
     token = token or secrets.token_hex(24)
     private = private_dir("cookbook-lab-")
+    runtime = private / "runtime"
+    if len(str(runtime)) + _KERNEL_SOCKET_NAME > SOCKET_PATH_MAX:
+        shutil.rmtree(private, ignore_errors=True)
+        raise RuntimeError(f"{runtime} is too long a folder for the kernels' Unix sockets "
+                           f"({SOCKET_PATH_MAX} characters at most): set TMPDIR to a short folder such as /tmp")
     env = lab_environment(env)
-    env.setdefault("JUPYTER_RUNTIME_DIR", str(private / "runtime"))
+    env["JUPYTER_RUNTIME_DIR"] = str(runtime)     # always ours: the kernels' ipc sockets go there
     config = {"IdentityProvider": {"token": token},
-              "ServerApp": {"root_dir": str(root), "open_browser": False, "no_browser_open_file": True},
+              "ServerApp": {"root_dir": str(root), "open_browser": False},
               "KernelManager": {"transport": "ipc"}}
     if unix_socket:
         sock: Path | None = private / "lab.sock"
@@ -157,7 +183,7 @@ def start_lab(root: str | os.PathLike | None = None, port: int | None = None, to
         port = None
     else:
         sock = None
-        port = port or free_port(ip)
+        port = port or 0
         config["ServerApp"].update(ip=ip, port=port, port_retries=0)
     config_file = write_private(private / "jupyter_server_config.json", json.dumps(config))
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--config={config_file}"]
@@ -192,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         print("jupyterlab is not installed: make setup", file=sys.stderr)
         return 1
     tcp = args.tcp or args.port is not None
-    server = start_lab(args.root, args.port, unix_socket=not tcp)
+    port = args.port if args.port is not None else (free_port() if tcp else None)   # 8888 when free
+    server = start_lab(args.root, port, unix_socket=not tcp)
     if tcp:
         where = f"port {server.port} of 127.0.0.1 (every user here can reach the port; the token keeps them out)"
         tunnel = tunnel_command(server.port, args.login_node, args.user)

@@ -35,18 +35,26 @@ def make_executable(path: str | os.PathLike) -> Path:
     return path
 
 
+# A Unix socket's address (sockaddr_un.sun_path) holds 107 characters and a terminating NUL.
+SOCKET_PATH_MAX = 107
+# Private folders hold sockets named up to ~50 characters deep (a kernel's ipc socket), so their base
+# must stay short: a long TMPDIR (a scratch folder of a cluster) falls back to /tmp.
+_BASE_MAX = 40
+
+
 def _private_base() -> Path:
-    """A short folder for private folders (Unix socket paths must stay under ~100 characters):
-    ``$XDG_RUNTIME_DIR`` when it is ours and 0700, else the temporary folder."""
+    """A short folder for private folders: ``$XDG_RUNTIME_DIR`` when it is ours and 0700, else the
+    temporary folder, else ``/tmp`` (whichever first is short enough for the sockets inside)."""
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime:
+    if runtime and len(runtime) <= _BASE_MAX:
         try:
             st = os.stat(runtime)
             if st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) & 0o077 == 0:
                 return Path(runtime)
         except OSError:
             pass
-    return Path(tempfile.gettempdir())
+    tmp = tempfile.gettempdir()
+    return Path(tmp if len(tmp) <= _BASE_MAX else "/tmp")
 
 
 def private_dir(prefix: str) -> Path:

@@ -160,6 +160,8 @@ class Session:
     lab_tcp: object
     view_cli: subprocess.Popen
     tb_sock: Path
+    root: Path
+    job_program: str
     outputs: list[str] = field(default_factory=list)
 
     @property
@@ -187,6 +189,7 @@ class Session:
 def session(slurm, tiny_assets, tmp_path_factory):
     from cookbook.lab import start_lab
     from cookbook.notebook_runner import local_parameters, run_notebook
+    from cookbook.recipes import get_recipe
     from cookbook.walkthrough import job_spec, profiling_overrides, submit
 
     started = time.time() - 1
@@ -206,10 +209,13 @@ def session(slurm, tiny_assets, tmp_path_factory):
                     overrides={"max_steps": "6", **profiling_overrides("fsdp_llama3_1_8b", "local-cpu", steps=1,
                                                                        warmup=1, start_step=2)})
     job = submit(spec, root=job_dir, client=slurm)
+    # the program the job really runs on its node, as its recipe launches it ($RECIPE_DIR: the job's folder)
+    job_program = get_recipe(spec.recipe).command(spec).args[0].replace("$RECIPE_DIR", str(job.script.parent))
     print(f"job submitted: {time.time() - started:.0f} s")
 
-    # make lab, as a user runs it (Unix socket mode); its token comes from its own output
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # make lab, as a user runs it (Unix socket mode); its token comes from its own output; its log in
+    # a folder of this test (out/lab/jupyterlab.log is every other `make lab`'s too)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", COOKBOOK_OUT=str(root / "out"))
     lab_out: list[str] = []
     lab_cli = subprocess.Popen([PY, "-m", "cookbook.lab", "--root", str(root), "--login-node", "login1"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -226,7 +232,7 @@ def session(slurm, tiny_assets, tmp_path_factory):
     status, body = localhttp.request("POST", "/api/kernels", sock=lab_sock, body=b"{}",
                                      headers={"Authorization": f"token {token}",
                                               "Content-Type": "application/json"}, timeout=60)
-    assert status == 201, body
+    assert status == 201, f"{body!r}\n{(root / 'out' / 'lab' / 'jupyterlab.log').read_text()[-3000:]}"
 
     # one small notebook, executed by papermill (the kernel inherits both secrets)
     run_notebook("01_plug_in_your_dataset", nb_dir, local_parameters("01_plug_in_your_dataset", tiny_assets),
@@ -245,7 +251,7 @@ def session(slurm, tiny_assets, tmp_path_factory):
     print(f"view up: {time.time() - started:.0f} s")
 
     s = Session(started, hf, wandb, [token, jupyter_tcp], sampler, job_dir, nb_dir, lab_cli, lab_sock, lab_tcp,
-                view_cli, tb_sock, lab_out + view_out)
+                view_cli, tb_sock, root, job_program, lab_out + view_out)
     try:
         yield s
     finally:
@@ -354,7 +360,7 @@ def test_no_secret_in_any_process_argv(session):
     sampler = session.sampler
     assert sampler.samples > 50, sampler.samples
     everything = "\n".join(sampler.commands)
-    for what in ("jupyterlab", "ipykernel", "cookbook.profiling.view", "fsdp_train", "slurmstepd"):
+    for what in ("jupyterlab", "ipykernel", "cookbook.profiling.view", "slurmstepd", session.job_program):
         assert what in everything, f"the sampler never saw a {what} process"
     assert sampler.hits == [], sampler.hits[:5]
     assert not any(s in "".join(session.outputs).replace(session.jupyter_tokens[0], "")
@@ -367,8 +373,8 @@ def test_no_secret_in_any_file_the_run_wrote(session):
     time.sleep(1)
     assert not session.lab_sock.parent.exists() and not session.tb_sock.parent.exists(), \
         "a server left its private folder (token, socket) behind"
-    roots = [output_dir(), (project_root() / ".cluster").resolve(), project_root() / ".cache", session.job_dir,
-             session.notebook_dir, Path(tempfile.gettempdir()), Path.home(), Path("/var/tmp")]
+    roots = [output_dir(), (project_root() / ".cluster").resolve(), project_root() / ".cache", session.root,
+             Path(tempfile.gettempdir()), Path.home(), Path("/var/tmp")]
     files = _changed_files(roots, session.started)
     assert len(files) > 20, f"only {len(files)} files written: the sweep looks in the wrong places"
     assert any(str(p).startswith(str(session.job_dir)) for p in files)
