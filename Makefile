@@ -9,6 +9,8 @@ BIN := $(VENV)/bin
 # whose default index would give a CUDA build you do not want).
 TORCH_PIP_ARGS ?=
 PYTEST_ARGS ?=
+# Arguments for `make lab` (e.g. --tcp where sshd forbids forwarding to a Unix socket).
+LAB_ARGS ?=
 DEBIAN_PACKAGES := slurmctld slurmd slurm-client munge iproute2 util-linux chromium
 
 .PHONY: setup deps-debian demo test test-fast lab recipes cluster-up cluster-down clean
@@ -49,7 +51,7 @@ test-fast: setup
 	$(BIN)/python -m pytest -m "not cluster and not slow and not browser" $(PYTEST_ARGS)
 
 lab: setup
-	$(BIN)/python -m cookbook.lab
+	$(BIN)/python -m cookbook.lab $(LAB_ARGS)
 
 recipes: setup
 	$(BIN)/cookbook generate-recipes slurm-recipes
