@@ -116,6 +116,7 @@ def check_job(spec: JobSpec, client: SlurmClient | None = None, gpu: str | None 
     Slurm, unknown partition, too few nodes, too few GPUs per node.
     """
     from cookbook import doctor
+    from cookbook.gpus import UnknownGpu
     from cookbook.planner import job_fit_warning
     from cookbook.render import render_job
 
@@ -129,6 +130,8 @@ def check_job(spec: JobSpec, client: SlurmClient | None = None, gpu: str | None 
         report.warnings += filter(None, [job_fit_warning(spec, gpu)])
     except SpecError as e:
         problems += e.problems
+    except UnknownGpu as e:
+        problems.append(str(e))
     client = client or slurm_client(spec.profile)
     try:
         parts = client.partitions()

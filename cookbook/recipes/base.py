@@ -34,12 +34,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import ClassVar, Literal
 
-if TYPE_CHECKING:
-    from cookbook.spec import JobSpec
-
-LOCAL_CPU = "local-cpu"
+from cookbook.spec import LOCAL_CPU, JobSpec
 
 
 def path_problem(label: str, value: str, fix: str) -> str | None:
