@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 LAB_ARGS ?=
 DEBIAN_PACKAGES := slurmctld slurmd slurm-client munge iproute2 util-linux chromium
 
-.PHONY: setup deps-debian demo test test-fast lab recipes cluster-up cluster-down clean
+.PHONY: setup deps-debian demo test test-fast lint lab recipes cluster-up cluster-down clean
 
 setup: $(VENV)/.installed
 
@@ -49,6 +49,9 @@ test: setup deps-debian
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not cluster and not slow and not browser" $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check cookbook tests benchmarks
 
 lab: setup
 	$(BIN)/python -m cookbook.lab $(LAB_ARGS)
