@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import os
 import json
+import os
 import secrets
 import shutil
 import socket

@@ -76,7 +76,7 @@ class TensorBoardHandle:
         if self.private is not None:
             shutil.rmtree(self.private, ignore_errors=True)
 
-    def __enter__(self) -> "TensorBoardHandle":
+    def __enter__(self) -> TensorBoardHandle:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -91,7 +91,7 @@ def _changed_files(roots: list[Path], since: float) -> list[Path]:
     for root in roots:
         if not root.exists():
             continue
-        for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: None):
+        for dirpath, _dirnames, filenames in os.walk(root, onerror=lambda e: None):
             if dirpath.startswith("/proc"):
                 continue
             for name in filenames:
