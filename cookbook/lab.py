@@ -174,17 +174,16 @@ def start_lab(root: str | os.PathLike | None = None, port: int | None = None, to
                            f"({SOCKET_PATH_MAX} characters at most): set TMPDIR to a short folder such as /tmp")
     env = lab_environment(env)
     env["JUPYTER_RUNTIME_DIR"] = str(runtime)     # always ours: the kernels' ipc sockets go there
-    config = {"IdentityProvider": {"token": token},
-              "ServerApp": {"root_dir": str(root), "open_browser": False},
-              "KernelManager": {"transport": "ipc"}}
+    server_app: dict[str, object] = {"root_dir": str(root), "open_browser": False}
     if unix_socket:
         sock: Path | None = private / "lab.sock"
-        config["ServerApp"].update(sock=str(sock), sock_mode="0600")
+        server_app.update(sock=str(sock), sock_mode="0600")
         port = None
     else:
         sock = None
         port = port or 0
-        config["ServerApp"].update(ip=ip, port=port, port_retries=0)
+        server_app.update(ip=ip, port=port, port_retries=0)
+    config = {"IdentityProvider": {"token": token}, "ServerApp": server_app, "KernelManager": {"transport": "ipc"}}
     config_file = write_private(private / "jupyter_server_config.json", json.dumps(config))
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--config={config_file}"]
     if os.geteuid() == 0:
@@ -220,10 +219,11 @@ def main(argv: list[str] | None = None) -> int:
     tcp = args.tcp or args.port is not None
     port = args.port if args.port is not None else (free_port() if tcp else None)   # 8888 when free
     server = start_lab(args.root, port, unix_socket=not tcp)
-    if tcp:
+    if server.port is not None:
         where = f"port {server.port} of 127.0.0.1 (every user here can reach the port; the token keeps them out)"
         tunnel = tunnel_command(server.port, args.login_node, args.user)
     else:
+        assert server.sock is not None
         where = f"the Unix socket {server.sock} (only you can open it)"
         tunnel = socket_tunnel_command(server.sock, args.local_port, args.login_node, args.user)
     print(f"JupyterLab is running on this machine, on {where} (log: {server.log}).\n"
