@@ -7,6 +7,7 @@ command line of the server or its children, and the server refuses requests with
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -93,3 +94,20 @@ def test_lab_tcp_fallback_prints_tunnel_and_tokened_url(tmp_path):
     finally:
         _stop(proc)
     assert proc.returncode == 0
+
+
+def test_lab_kernels_start_whatever_the_callers_runtime_folder(tmp_path):
+    """The kernels' ipc sockets go in the lab's short private folder: a long JUPYTER_RUNTIME_DIR (a pytest
+    worker's, a scratch folder's) would push them past the 107 characters of a socket address (HTTP 500)."""
+    from cookbook.lab import start_lab
+
+    long_runtime = tmp_path / ("r" * 70)
+    server = start_lab(tmp_path, unix_socket=True, log=tmp_path / "lab.log",
+                       env=dict(os.environ, JUPYTER_RUNTIME_DIR=str(long_runtime)))
+    try:
+        status, body = localhttp.request("POST", "/api/kernels", sock=server.sock, body=b"{}", timeout=60,
+                                         headers={"Authorization": f"token {server.token}"})
+        assert status == 201, f"{body!r}\n{server.log.read_text()[-3000:]}"
+        assert (server.private / "runtime" / f"kernel-{json.loads(body)['id']}.json").exists()
+    finally:
+        server.stop()

@@ -136,6 +136,35 @@ def _wait_line(proc: subprocess.Popen, pattern: str, out: list[str], timeout: fl
     raise AssertionError(f"no line matching {pattern!r}; output:\n{''.join(out)[-3000:]}")
 
 
+def _run_in_lab_kernel(sock: Path, token: str, kernel_id: str, code: str, log: Path) -> str:
+    """Run ``code`` in a kernel of the socket-mode lab over its ipc sockets (as its owner, through the
+    connection file in the lab's private runtime folder); its stdout once the server reports it idle."""
+    from jupyter_client import BlockingKernelClient
+
+    from cookbook import localhttp
+
+    kc = BlockingKernelClient(connection_file=str(sock.parent / "runtime" / f"kernel-{kernel_id}.json"))
+    kc.load_connection_file()
+    assert kc.transport == "ipc", kc.transport
+    out: list[str] = []
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=180)
+        reply = kc.execute_interactive(code, timeout=120, output_hook=lambda m: out.append(
+            m["content"].get("text", "") if m["msg_type"] == "stream" else ""))
+    finally:
+        kc.stop_channels()
+    assert reply["content"]["status"] == "ok", f"{reply['content']}\n{log.read_text()[-3000:]}"
+    deadline, state = time.monotonic() + 60, None      # the server's own view of it (its iopub watcher)
+    while state != "idle":
+        assert time.monotonic() < deadline, f"the server still sees the kernel as {state}"
+        status, body = localhttp.get(f"/api/kernels/{kernel_id}?token={token}", sock=sock, timeout=10)
+        state = json.loads(body).get("execution_state") if status == 200 else f"HTTP {status}"
+        if state != "idle":
+            time.sleep(0.2)
+    return "".join(out)
+
+
 def _stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.send_signal(2)           # Ctrl-C, as the user stops them
@@ -232,12 +261,18 @@ def session(slurm, tiny_assets, tmp_path_factory):
     status, body = localhttp.request("POST", "/api/kernels", sock=lab_sock, body=b"{}",
                                      headers={"Authorization": f"token {token}",
                                               "Content-Type": "application/json"}, timeout=60)
-    assert status == 201, f"{body!r}\n{(root / 'out' / 'lab' / 'jupyterlab.log').read_text()[-3000:]}"
+    lab_log = root / "out" / "lab" / "jupyterlab.log"
+    assert status == 201, f"{body!r}\n{lab_log.read_text()[-3000:]}"
+    kernel_id = json.loads(body)["id"]
 
     # one small notebook, executed by papermill (the kernel inherits both secrets)
     run_notebook("01_plug_in_your_dataset", nb_dir, local_parameters("01_plug_in_your_dataset", tiny_assets),
                  cwd=nb_dir / "work", name="01.sweep")
     print(f"notebook done: {time.time() - started:.0f} s")
+    # the lab's kernel answers over its ipc sockets and sees the secrets (without printing them)
+    seen = _run_in_lab_kernel(lab_sock, token, kernel_id, "import os; print(sorted(k for k in "
+                              "('HF_TOKEN', 'WANDB_API_KEY') if os.environ.get(k)))", lab_log)
+    assert seen.strip() == "['HF_TOKEN', 'WANDB_API_KEY']", seen
 
     info = job.wait(timeout=300, echo=lambda s: None)
     assert info.state == "COMPLETED", job.log.read_text()[-3000:]
