@@ -22,6 +22,7 @@ run, so no older file can hold them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -165,6 +166,21 @@ def _run_in_lab_kernel(sock: Path, token: str, kernel_id: str, code: str, log: P
     return "".join(out)
 
 
+@contextlib.contextmanager
+def _environment(**values: str):
+    """``values`` in os.environ (so every process started inherits them), the old ones back afterwards."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def _stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.send_signal(2)           # Ctrl-C, as the user stops them
@@ -216,6 +232,12 @@ class Session:
 # ------------------------------------------------------------------------------------------ the run
 @pytest.fixture(scope="module")
 def session(slurm, tiny_assets, tmp_path_factory):
+    with contextlib.ExitStack() as cleanup:      # whatever started is stopped again, also when setup fails
+        yield from _sweep(cleanup, slurm, tiny_assets, tmp_path_factory)
+
+
+def _sweep(cleanup: contextlib.ExitStack, slurm, tiny_assets, tmp_path_factory):
+    """The whole run behind :func:`session`; each thing it starts registers its stop with ``cleanup``."""
     from cookbook.lab import start_lab
     from cookbook.notebook_runner import local_parameters, run_notebook
     from cookbook.recipes import get_recipe
@@ -225,10 +247,10 @@ def session(slurm, tiny_assets, tmp_path_factory):
     hf = f"hf_SWEEP{secrets.token_hex(12)}"
     wandb = f"wandbSWEEP{secrets.token_hex(16)}"
     jupyter_tcp = f"jupSWEEP{secrets.token_hex(16)}"
-    saved = {k: os.environ.get(k) for k in ("HF_TOKEN", "WANDB_API_KEY")}
-    os.environ.update(HF_TOKEN=hf, WANDB_API_KEY=wandb)
+    cleanup.enter_context(_environment(HF_TOKEN=hf, WANDB_API_KEY=wandb))
     sampler = ArgvSampler([hf, wandb, jupyter_tcp])
     sampler.start()
+    cleanup.callback(sampler.stop)
     root = tmp_path_factory.mktemp("sweep")
     job_dir, nb_dir = root / "runs", root / "notebook"
 
@@ -238,6 +260,7 @@ def session(slurm, tiny_assets, tmp_path_factory):
                     overrides={"max_steps": "6", **profiling_overrides("fsdp_llama3_1_8b", "local-cpu", steps=1,
                                                                        warmup=1, start_step=2)})
     job = submit(spec, root=job_dir, client=slurm)
+    cleanup.callback(lambda: job.state().done or job.cancel())
     # the program the job really runs on its node, as its recipe launches it ($RECIPE_DIR: the job's folder)
     job_program = get_recipe(spec.recipe).command(spec).args[0].replace("$RECIPE_DIR", str(job.script.parent))
     print(f"job submitted: {time.time() - started:.0f} s")
@@ -248,11 +271,13 @@ def session(slurm, tiny_assets, tmp_path_factory):
     lab_out: list[str] = []
     lab_cli = subprocess.Popen([PY, "-m", "cookbook.lab", "--root", str(root), "--login-node", "login1"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    cleanup.callback(_stop, lab_cli)
     m = _wait_line(lab_cli, r"ssh -N -L 8888:(\S+\.sock) \S+@login1", lab_out)
     lab_sock = Path(m.group(1))
     token = _wait_line(lab_cli, r"token=([0-9a-f]+)", lab_out).group(1)
     sampler.add(token)
     lab_tcp = start_lab(root, token=jupyter_tcp, log=root / "lab-tcp.log")
+    cleanup.callback(lab_tcp.stop)
     print(f"labs up: {time.time() - started:.0f} s")
 
     # a kernel in the socket-mode lab: kernels are processes too (their argv, their connection files)
@@ -282,21 +307,12 @@ def session(slurm, tiny_assets, tmp_path_factory):
     view_out: list[str] = []
     view_cli = subprocess.Popen([COOKBOOK, "profile", "view", str(job.script.parent), "--login-node", "login1"],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    cleanup.callback(_stop, view_cli)
     tb_sock = Path(_wait_line(view_cli, r"ssh -N -L 6006:(\S+\.sock) login1", view_out).group(1))
     print(f"view up: {time.time() - started:.0f} s")
 
-    s = Session(started, hf, wandb, [token, jupyter_tcp], sampler, job_dir, nb_dir, lab_cli, lab_sock, lab_tcp,
-                view_cli, tb_sock, root, job_program, lab_out + view_out)
-    try:
-        yield s
-    finally:
-        s.stop_servers()
-        sampler.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    yield Session(started, hf, wandb, [token, jupyter_tcp], sampler, job_dir, nb_dir, lab_cli, lab_sock, lab_tcp,
+                  view_cli, tb_sock, root, job_program, lab_out + view_out)
 
 
 # ------------------------------------------------------------------------------------------ 1. second user
