@@ -59,7 +59,7 @@ def local_parameters(notebook: str, assets: Any = None) -> dict[str, Any]:
     params: dict[str, Any] = dict(_CLUSTER_LOCAL)
     if name == "01":
         if assets is None:
-            from cookbook.assets.tiny import ensure_tiny_assets
+            from cookbook.local.assets.tiny import ensure_tiny_assets
 
             assets = ensure_tiny_assets()
         params.update(model_dir=str(assets.llama_dir), dataset=str(assets.chat_sharegpt), style="sharegpt",
