@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 def test_sweep_notebook_compares_ranks(slurm, tiny_assets, kernel_dirs, artifacts, tmp_path):
     try:
-        executed = run_notebook("07_sweep_lora_rank", artifacts, local_parameters("07"), cwd=tmp_path,
+        executed = run_notebook("07_sweep_lora_rank", artifacts, local_parameters("07_sweep_lora_rank"), cwd=tmp_path,
                                 name="07_sweep_lora_rank.local")
     except NotebookStopped as e:
         pytest.fail(f"{e} (see {e.path})")
@@ -29,7 +29,7 @@ def test_sweep_function_records_each_run(slurm, tiny_assets, kernel_dirs, tmp_pa
 
     here = os.getcwd()
     runs = {"r2": {"model.lora_rank": 2}, "r8": {"model.lora_rank": 8}, "r32": {"model.lora_rank": 32}}
-    result = sweep("03_llama3_3_70b_lora", runs, out_dir=tmp_path, base_parameters=local_parameters("03"), parallel=2)
+    result = sweep("03_llama3_3_70b_lora", runs, out_dir=tmp_path, base_parameters=local_parameters("03_llama3_3_70b_lora"), parallel=2)
     assert os.getcwd() == here
     table = result.table()
     assert list(table["run"]) == ["r2", "r8", "r32"]
