@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             sweep = nr.sweep("03_llama3_3_70b_lora", {f"rank {r}": {"model.lora_rank": r, "model.lora_alpha": 2 * r}
                                                       for r in (4, 16, 64)},
-                             out_dir=out / "sweep", base_parameters=nr.local_parameters("03"), parallel=2, env=env)
+                             out_dir=out / "sweep", base_parameters=nr.local_parameters("03_llama3_3_70b_lora"), parallel=2, env=env)
             plots.mkdir(parents=True, exist_ok=True)
             sweep.plot(out=plots / "sweep_lora_rank.png")
             table = sweep.table()
