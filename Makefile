@@ -42,7 +42,7 @@ cluster-down:
 	@test -x $(BIN)/cookbook && $(BIN)/cookbook cluster down --name gpu || true
 
 demo: setup deps-debian
-	$(BIN)/python -m cookbook.demo
+	$(BIN)/python -m cookbook.local.demo
 
 test: setup deps-debian
 	$(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)

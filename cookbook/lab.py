@@ -74,7 +74,7 @@ def lab_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     env.pop("MPLBACKEND", None)
     if "SLURM_CONF" not in env:
         try:
-            from cookbook.slurm.local_cluster import LocalCluster
+            from cookbook.local.cluster import LocalCluster
 
             cluster = LocalCluster()
             if cluster.status().up:
