@@ -378,7 +378,7 @@ def second_user():
 
 
 def test_second_user_finds_no_token_and_is_refused_by_every_server(session, second_user):
-    from cookbook.slurm.local_cluster import LocalCluster
+    from cookbook.local.cluster import LocalCluster
 
     # Slurm's controller keeps each live job's environment (HF_TOKEN included): not for other users
     state_envs = [str(p) for p in (LocalCluster().cfg.root / "state").rglob("environment")]
