@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cookbook import localhttp
+from cookbook import sockethttp
 from cookbook.paths import output_dir, project_root
 from cookbook.secure_files import SOCKET_PATH_MAX, private_dir, write_private
 
@@ -114,7 +114,7 @@ class LabServer:
 
     def get(self, path: str, timeout: float = 5) -> tuple[int, bytes]:
         """``GET path`` on the server (no token added): (status, body)."""
-        return localhttp.get(path, sock=self.sock, port=self.port, timeout=timeout)
+        return sockethttp.get(path, sock=self.sock, port=self.port, timeout=timeout)
 
     def server_info(self) -> dict | None:
         """Jupyter's own record of this server (``jpserver-PID.json`` in the private runtime folder:

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cookbook import localhttp
+from cookbook import sockethttp
 from cookbook.secure_files import private_dir
 
 PERFETTO_URL = "https://ui.perfetto.dev"
@@ -63,7 +63,7 @@ class TensorBoardHandle:
 
     def get(self, path: str = "/", timeout: float = 5) -> tuple[int, bytes]:
         """``GET path`` on the server: (status, body)."""
-        return localhttp.get(path, sock=self.sock, port=self.port, host=self.host, timeout=timeout)
+        return sockethttp.get(path, sock=self.sock, port=self.port, host=self.host, timeout=timeout)
 
     def stop(self, timeout: float = 10) -> None:
         if self.process.poll() is None:

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from cookbook import localhttp
+from cookbook import sockethttp
 from cookbook.lab import free_port
 
 
@@ -70,8 +70,8 @@ def test_lab_on_a_private_socket_by_default(tmp_path):
         token = re.search(r"http://localhost:8888/lab/tree/00_setup\.ipynb\?token=([0-9a-f]+)", out).group(1)
         assert len(token) >= 32
         assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700 and stat.S_ISSOCK(sock.stat().st_mode)
-        assert localhttp.get(f"/api/status?token={token}", sock=sock)[0] == 200
-        assert localhttp.get("/api/contents", sock=sock)[0] == 403            # the token is still required
+        assert sockethttp.get(f"/api/status?token={token}", sock=sock)[0] == 200
+        assert sockethttp.get("/api/contents", sock=sock)[0] == 403            # the token is still required
         argv = _tree_argv(proc.pid)
         assert len(argv) >= 2 and not any(token.encode() in a for a in argv)  # the CLI and JupyterLab
         assert not list(sock.parent.glob("*config*.json")), "the token's config file outlived the start"
@@ -88,8 +88,8 @@ def test_lab_tcp_fallback_prints_tunnel_and_tokened_url(tmp_path):
         assert f"ssh -N -L {port}:localhost:{port} alice@login1" in out
         token = re.search(r"token=([0-9a-f]+)", out).group(1)
         assert len(token) >= 32
-        assert localhttp.get(f"/api/status?token={token}", port=port)[0] == 200
-        assert localhttp.get("/api/contents", port=port)[0] == 403
+        assert sockethttp.get(f"/api/status?token={token}", port=port)[0] == 200
+        assert sockethttp.get("/api/contents", port=port)[0] == 403
         assert not any(token.encode() in a for a in _tree_argv(proc.pid))
     finally:
         _stop(proc)
@@ -105,7 +105,7 @@ def test_lab_kernels_start_whatever_the_callers_runtime_folder(tmp_path):
     server = start_lab(tmp_path, unix_socket=True, log=tmp_path / "lab.log",
                        env=dict(os.environ, JUPYTER_RUNTIME_DIR=str(long_runtime)))
     try:
-        status, body = localhttp.request("POST", "/api/kernels", sock=server.sock, body=b"{}", timeout=60,
+        status, body = sockethttp.request("POST", "/api/kernels", sock=server.sock, body=b"{}", timeout=60,
                                          headers={"Authorization": f"token {server.token}"})
         assert status == 201, f"{body!r}\n{server.log.read_text()[-3000:]}"
         assert (server.private / "runtime" / f"kernel-{json.loads(body)['id']}.json").exists()

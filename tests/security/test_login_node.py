@@ -142,7 +142,7 @@ def _run_in_lab_kernel(sock: Path, token: str, kernel_id: str, code: str, log: P
     connection file in the lab's private runtime folder); its stdout once the server reports it idle."""
     from jupyter_client import BlockingKernelClient
 
-    from cookbook import localhttp
+    from cookbook import sockethttp
 
     kc = BlockingKernelClient(connection_file=str(sock.parent / "runtime" / f"kernel-{kernel_id}.json"))
     kc.load_connection_file()
@@ -159,7 +159,7 @@ def _run_in_lab_kernel(sock: Path, token: str, kernel_id: str, code: str, log: P
     deadline, state = time.monotonic() + 60, None      # the server's own view of it (its iopub watcher)
     while state != "idle":
         assert time.monotonic() < deadline, f"the server still sees the kernel as {state}"
-        status, body = localhttp.get(f"/api/kernels/{kernel_id}?token={token}", sock=sock, timeout=10)
+        status, body = sockethttp.get(f"/api/kernels/{kernel_id}?token={token}", sock=sock, timeout=10)
         state = json.loads(body).get("execution_state") if status == 200 else f"HTTP {status}"
         if state != "idle":
             time.sleep(0.2)
@@ -281,9 +281,9 @@ def _sweep(cleanup: contextlib.ExitStack, slurm, tiny_assets, tmp_path_factory):
     print(f"labs up: {time.time() - started:.0f} s")
 
     # a kernel in the socket-mode lab: kernels are processes too (their argv, their connection files)
-    from cookbook import localhttp
+    from cookbook import sockethttp
 
-    status, body = localhttp.request("POST", "/api/kernels", sock=lab_sock, body=b"{}",
+    status, body = sockethttp.request("POST", "/api/kernels", sock=lab_sock, body=b"{}",
                                      headers={"Authorization": f"token {token}",
                                               "Content-Type": "application/json"}, timeout=60)
     lab_log = root / "out" / "lab" / "jupyterlab.log"
@@ -400,10 +400,10 @@ def test_second_user_finds_no_token_and_is_refused_by_every_server(session, seco
     assert set(seen["files"].values()) <= {"PermissionError"}
     # and we, the owner, get in with the token (the refusals above are not a dead server)
     assert session.lab_tcp.get(f"/api/contents?token={session.jupyter_tokens[1]}")[0] == 200
-    from cookbook import localhttp
+    from cookbook import sockethttp
 
-    assert localhttp.get(f"/api/status?token={session.jupyter_tokens[0]}", sock=session.lab_sock)[0] == 200
-    assert localhttp.get("/data/runs", sock=session.tb_sock)[0] == 200
+    assert sockethttp.get(f"/api/status?token={session.jupyter_tokens[0]}", sock=session.lab_sock)[0] == 200
+    assert sockethttp.get("/data/runs", sock=session.tb_sock)[0] == 200
 
 
 # ------------------------------------------------------------------------------------------ 2. argv
