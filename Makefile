@@ -53,8 +53,9 @@ test-fast: setup
 lint: setup
 	$(BIN)/ruff check cookbook tests benchmarks
 
+# On a machine without triton (the local bench), torchtitan's parsers import it through the stand-in.
 lab: setup
-	$(BIN)/python -m cookbook.lab $(LAB_ARGS)
+	COOKBOOK_PRELOAD="$$($(BIN)/python -m cookbook.local.preload)" $(BIN)/python -m cookbook.lab $(LAB_ARGS)
 
 recipes: setup
 	$(BIN)/cookbook generate-recipes slurm-recipes
