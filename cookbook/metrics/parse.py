@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cookbook.metrics.formats import _ANSI, ALIASES, FORMATS, NEEDLE, Format, head_time, parse_line, rank_node
+from cookbook.metrics.formats import _ANSI, ALIASES, FORMATS, INT_COLUMNS, NEEDLE, Format, head_time, parse_line, rank_node
 from cookbook.metrics.table import resolve, to_frame
 
 WINDOW = 8 << 20
@@ -54,13 +54,12 @@ def _each(fn, col, dtype: type = float) -> np.ndarray | list:
 
 def _floats(col: tuple) -> np.ndarray | None:
     """Captured numbers (str or None) -> float64 (None -> NaN); None if no value was captured."""
-    if None in col:
+    try:
+        return np.fromiter(map(float, col), dtype=np.float64, count=len(col))
+    except (TypeError, ValueError):                # None (an optional field), or tps: 1,541,366
         if all(v is None for v in col):
             return None
-        col = tuple("nan" if v is None else v for v in col)
-    if "," in "".join(col):                        # tps: 1,541,366 (the grammar allows nothing else)
-        col = tuple(v.replace(",", "") for v in col)
-    return np.fromiter(map(float, col), dtype=np.float64, count=len(col))
+        return np.array([math.nan if v is None else float(v.replace(",", "")) for v in col])
 
 
 def _times(dates: tuple, ms: tuple) -> np.ndarray:
@@ -83,16 +82,18 @@ class Collector:
 
     def __init__(self) -> None:
         self.seq = 0                    # lines read so far that gave a row (the order of rows)
+        self._redraw = "\0"             # the last tqdm bar's "E|S|Loss:" with its prefix
         self.lines = 0                  # ``\\n`` seen so far (line numbers of skipped lines)
         self.skipped: list[tuple[int, str]] = []
-        self._found: dict[Format, list[tuple]] = {f: [] for f in FORMATS if f.regex is not None}
+        # per regex format, its rows flat: seq, then the regex's groups (a record of groups + 1 items)
+        self._found: dict[Format, list] = {f: [] for f in FORMATS if f.regex is not None}
         self._rows: list[dict[str, Any]] = []
         self.formats: set[str] = set()  # formats and ranks seen (before duplicates are dropped)
         self.ranks: set[int] = set()
 
     def feed(self, text: str) -> None:
         """Read ``text``: complete lines (it ends at a line end or at the end of the log)."""
-        pos, end, counted, line_no, seq = 0, len(text), 0, self.lines + 1, self.seq
+        pos, end, counted, line_no, seq, redraw = 0, len(text), 0, self.lines + 1, self.seq, self._redraw
         find, rfind, found = text.find, text.rfind, self._found
         while (i := find(NEEDLE, pos)) >= 0:
             j = rfind("\n", pos, i)
@@ -101,8 +102,8 @@ class Collector:
             stop = end if stop < 0 else stop
             line = text[start:stop]
             for seg in line.split("\r") if "\r" in line else (line,):
-                if NEEDLE not in seg:
-                    continue
+                if NEEDLE not in seg or (seg.startswith(redraw) and "step:" not in seg):
+                    continue      # a tqdm redraw of the bar just read: its step is taken (first line wins)
                 fmt, m, looks = parse_line(seg)
                 if fmt is None:
                     if looks:
@@ -111,14 +112,18 @@ class Collector:
                         self.skipped.append((line_no, (_ANSI.sub("", seg) if "\x1b" in seg else seg).strip()[:300]))
                     continue
                 if fmt.regex is not None:
-                    found[fmt].append((seq, *m.groups()))
+                    rows = found[fmt]
+                    rows.append(seq)
+                    rows.extend(m.groups())
+                    if fmt.name == "torchtune-tqdm":
+                        redraw = seg[:m.end("step") + 6]      # prefix, "E|S|Loss:"
                 else:
                     m.update(seq=seq, format=fmt.name)
                     m.setdefault("split", fmt.split)
                     self._rows.append(m)
                 seq += 1
             pos = stop + 1
-        self.seq = seq
+        self.seq, self._redraw = seq, redraw
         self.lines += text.count("\n")
 
     def frame(self, ranks: str = "all") -> pd.DataFrame:
@@ -138,38 +143,46 @@ class Collector:
         df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
         return df.sort_values("seq", kind="stable", ignore_index=True) if len(parts) > 1 else df
 
-    def _convert(self, fmt: Format, found: list[tuple], ranks: str) -> pd.DataFrame:
-        index = fmt.regex.groupindex
-        rank_nodes = _each(lambda p: rank_node(*p), [(t[index["srun"]], t[index["tag"]], t[index["glob"]])
-                                                     for t in found], dtype=object)
-        rank = np.array([r for r, _ in rank_nodes], dtype=float)
-        node = np.array([n for _, n in rank_nodes], dtype=float)
+    def _convert(self, fmt: Format, flat: list, ranks: str) -> pd.DataFrame:
+        index, width = fmt.regex.groupindex, fmt.regex.groups + 1
+        n = len(flat) // width
+        col = {name: flat[i::width] for name, i in index.items()}     # group i sits at offset i of a record
+        seq = np.array(flat[::width], dtype=np.int64)
+        if col["srun"].count(None) == col["tag"].count(None) == n:     # no prefix (most logs): no rank
+            rank = node = np.full(n, np.nan)
+        else:
+            pairs = _each(lambda p: rank_node(*p), list(zip(col["srun"], col["tag"], col["glob"])), dtype=object)
+            rank = np.array([r for r, _ in pairs], dtype=float)
+            node = np.array([n for _, n in pairs], dtype=float)
+            self.ranks.update(int(r) for r in np.unique(rank[~np.isnan(rank)]))
         self.formats.add(fmt.name)
-        self.ranks.update(int(r) for r in np.unique(rank[~np.isnan(rank)]))
-        if ranks != "all" and len(found) > 1:   # one format, one split: the key is the step
-            keys = pd.DataFrame({"split": fmt.split, "step": [int(t[index["step"]]) for t in found], "rank": rank})
-            keep = resolve(keys, ranks).index.to_numpy()
-            if len(keep) < len(found):
-                found, rank, node = [found[i] for i in keep], rank[keep], node[keep]
-        cols = list(zip(*found))
-        groups = {name: cols[i] for name, i in index.items() if name not in ("srun", "tag", "glob")}
-        out: dict[str, Any] = {"seq": np.array(cols[0], dtype=np.int64), "rank": rank, "node": node}
-        heads = groups.pop("_head")
+        steps = np.fromiter(map(int, col["step"]), dtype=np.int64, count=n)
+        if ranks != "all" and n > 1:   # one format, one split: the key is the step
+            if not (np.isnan(rank).all() and (np.diff(steps) > 0).all()):    # else no step twice
+                keep = resolve(pd.DataFrame({"split": fmt.split, "step": steps, "rank": rank}), ranks).index
+                if len(keep) < n:
+                    keep = keep.to_numpy()
+                    col = {name: [c[i] for i in keep] for name, c in col.items()}
+                    seq, rank, node, n = seq[keep], rank[keep], node[keep], len(keep)
+        out: dict[str, Any] = {"seq": seq, "rank": rank, "node": node}
         if fmt.dated:
-            times = _each(head_time, heads, dtype=object)
+            times = _each(head_time, col["_head"], dtype=object)
             out["time"] = _times(tuple(d for d, _ in times), tuple(m for _, m in times))
-        for name, col in groups.items():
+        for name, values in col.items():
+            if name in ("srun", "tag", "glob", "_head", "unit"):
+                continue
             if name in ("elapsed", "remaining"):
-                out[f"{name}_s"] = _each(_hms, col)
+                out[f"{name}_s"] = _each(_hms, values)
             elif name == "rate":
-                out["seconds_per_step"] = _each(_per_step, list(zip(col, groups["unit"])))
-            elif name != "unit" and (values := _floats(col)) is not None:
-                out[name] = values
+                out["seconds_per_step"] = _each(_per_step, list(zip(values, col["unit"])))
+            elif name in INT_COLUMNS:           # always captured, digits only
+                out[name] = steps if name == "step" and len(steps) == n else \
+                    np.fromiter(map(int, values), dtype=np.int64, count=n)
+            elif (numbers := _floats(values)) is not None:
+                out[name] = numbers
         if fmt.name == "torchtitan":             # pipeline parallelism's placeholder on non-last stages
             out["loss"] = np.where(out["loss"] == -1.0, np.nan, out["loss"])
-        out["split"] = np.full(len(found), fmt.split, dtype=object)
-        out["format"] = np.full(len(found), fmt.name, dtype=object)
-        return pd.DataFrame(out)
+        return pd.DataFrame({**out, "split": fmt.split, "format": fmt.name})
 
 
 def _table(collector: Collector, parts: list[pd.DataFrame], ranks: str, source: str) -> pd.DataFrame:
