@@ -22,8 +22,8 @@ import pandas as pd
 from cookbook.metrics.formats import _ANSI, ALIASES, FORMATS, INT_COLUMNS, NEEDLE, Format, head_time, parse_line, rank_node
 from cookbook.metrics.table import resolve, to_frame
 
-WINDOW = 8 << 20
-BATCH = 20_000      # rows converted at a time (their strings held until then)
+WINDOW = 1 << 20
+BATCH = 5_000      # rows converted at a time (their strings held until then)
 
 
 def _hms(text: str | None) -> float:
@@ -187,8 +187,10 @@ class Collector:
 
 def _table(collector: Collector, parts: list[pd.DataFrame], ranks: str, source: str) -> pd.DataFrame:
     """The canonical table of the windows' rows (each already reduced), with its ``attrs``."""
-    parts = [p for p in parts if len(p)]
-    df = to_frame(pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(), ranks=ranks)
+    rows = pd.concat([p for p in parts if len(p)] or [pd.DataFrame()], ignore_index=True)
+    parts.clear()                  # the caller's list: its frames are freed before the table is built
+    df = to_frame(rows, ranks=ranks)
+    del rows
     df.attrs.update(source=source, formats=sorted(collector.formats), ranks=sorted(collector.ranks),
                     skipped=collector.skipped)
     return df

@@ -7,6 +7,7 @@ a later one (tqdm redraws a step's bar; a resumed run logs steps again; every ra
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from cookbook.metrics.formats import INT_COLUMNS
@@ -28,9 +29,11 @@ def resolve(df: pd.DataFrame, ranks: str = "first") -> pd.DataFrame:
     if df.empty:
         return df
     if ranks == "all":
-        return df.drop_duplicates([c for c in ("split", "step", "node", "rank") if c in df], keep="first")
-    order = (~preferred(df)).sort_values(kind="stable").index
-    return df.loc[order].drop_duplicates(["split", "step"], keep="first").sort_index()
+        dup = df.duplicated([c for c in ("split", "step", "node", "rank") if c in df], keep="first")
+    else:   # the first of each key once the preferred rows are put first (only the keys are copied)
+        order = (~preferred(df)).sort_values(kind="stable").index
+        dup = df.loc[order, ["split", "step"]].duplicated(keep="first").sort_index()
+    return df[~dup.to_numpy()] if dup.any() else df
 
 
 def to_frame(rows: pd.DataFrame | list[dict], ranks: str = "first") -> pd.DataFrame:
@@ -51,6 +54,6 @@ def to_frame(rows: pd.DataFrame | list[dict], ranks: str = "first") -> pd.DataFr
         df["time"] = pd.to_datetime(df["time"], errors="coerce")
     df["split"] = df["split"].fillna("train").astype(str)
     order = [c for c in COLUMNS if c in df.columns] + sorted(c for c in df.columns if c not in COLUMNS and c != "seq")
-    df = df[order].sort_values(["split", "step"], kind="stable",
-                               key=lambda s: s.ne("train") if s.name == "split" else s)
+    rows = np.lexsort((df["step"].to_numpy(dtype=float), df["split"].ne("train").to_numpy()))   # stable
+    df = df[order] if (rows[1:] > rows[:-1]).all() else df[order].take(rows)
     return df.reset_index(drop=True)
