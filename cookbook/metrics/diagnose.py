@@ -6,12 +6,13 @@
 
 from __future__ import annotations
 
-import mmap
+import io
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterator
+from typing import Callable
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,6 @@ NEEDLES: dict[str, tuple[str, ...]] = {
 _PREFILTER = re.compile(b"|".join(re.escape(n.encode()) for n in sorted({n for ns in NEEDLES.values() for n in ns},
                                                                      key=len, reverse=True)))
 _COMPILED = tuple((r, re.compile(r.pattern), re.compile(r.context.encode()) if r.context else None) for r in RULES)
-_SLURM_JOB = re.compile(r"\*\*\* (?:JOB|STEP) (\S+) ON (\S+) CANCELLED AT (\S+)")
 
 
 @dataclass(frozen=True)
@@ -150,13 +150,8 @@ class Finding:
 
 def diagnose(path: str | os.PathLike) -> list[Finding]:
     """Known failures in the log at ``path``, in order of first appearance, one Finding per kind."""
-    p = Path(path)
-    with open(p, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return []
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return diagnose_bytes(data)
+    with open(path, "rb") as f:    # plain reads: a log truncated while mapped (a requeue) would SIGBUS
+        return _scan(f.read)
 
 
 def diagnose_text(text: str) -> list[Finding]:
@@ -164,51 +159,48 @@ def diagnose_text(text: str) -> list[Finding]:
     return diagnose_bytes(text.encode("utf-8", errors="replace"))
 
 
-def _candidates(data: bytes | mmap.mmap) -> Iterator[tuple[int, int]]:
-    """(start, end) byte offsets of the lines of ``data`` holding a NEEDLE, in order.
+def diagnose_bytes(data: bytes) -> list[Finding]:
+    """:func:`diagnose` for bytes in memory."""
+    return _scan(io.BytesIO(data).read)
 
-    Per ``WINDOW`` (cut after a ``\\n``), RE2 (pyarrow, a DFA: ~500 MB/s whatever the number of needles)
-    first counts the needles in the whole window; only a window holding one is split into lines, each
-    matched against the needles."""
-    import numpy as np
+
+def _scan(read: Callable[[int], bytes]) -> list[Finding]:
+    """Read ``WINDOW`` bytes at a time, cut after the last ``\\n`` (after a ``\\r`` in a longer line). RE2
+    (pyarrow; a DFA, ~500 MB/s whatever the number of needles) counts the NEEDLES in a window; only a
+    window holding one is split into lines, and only the lines holding one go through ``RULES``."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    base = 0
-    while base < len(data):
-        cut = data.rfind(b"\n", base, base + WINDOW) + 1 if base + WINDOW < len(data) else len(data)
-        cut = cut if cut > base else min(len(data), base + WINDOW)
-        window = pa.array([data[base:cut]], type=pa.large_binary())
-        if pc.count_substring_regex(window, pattern=_PREFILTER.pattern)[0].as_py():
-            lines = pc.split_pattern(window, pattern=b"\n").flatten()
-            hits = pc.indices_nonzero(pc.match_substring_regex(lines, pattern=_PREFILTER.pattern)).to_numpy()
-            ends = np.cumsum(pc.binary_length(lines).to_numpy() + 1) - 1 + base   # offset of each line's \n
-            for i in hits:
-                yield int(ends[i - 1] + 1) if i else base, int(ends[i])
-        base = cut
-
-
-def diagnose_bytes(data: bytes | mmap.mmap) -> list[Finding]:
     found: dict[str, Finding] = {}
-    line_no, counted = 1, 0
-    for start, end in _candidates(data):
-        end = min(end, len(data))
-        line = bytes(data[start:end]).decode("utf-8", errors="replace").strip()
-        rule = next((r for r, rx, ctx in _COMPILED if rx.search(line)
-                     and (ctx is None or ctx.search(data, max(0, start - CONTEXT_BYTES), end))), None)
-        if rule is None:
-            continue
-        if rule.kind in found:
-            f = found[rule.kind]
-            found[rule.kind] = Finding(f.kind, f.line_number, f.line, f.hint, f.count + 1)
-            continue
-        line_no += data[counted:start].count(b"\n")
-        counted = start
-        found[rule.kind] = Finding(rule.kind, line_no, line.split("\r")[-1], rule.hint)
-    return list(found.values())
-
-
-def slurm_end(text: str) -> dict[str, str] | None:
-    """The job id, node and time of a Slurm ``*** JOB N ON node CANCELLED AT t ... ***`` line."""
-    m = _SLURM_JOB.search(text)
-    return {"job_id": m[1], "node": m[2], "at": m[3]} if m else None
+    line_no, keep, before = 1, b"", b""          # ``before``: the CONTEXT_BYTES before the window
+    while True:
+        block = read(WINDOW)
+        data = keep + block if keep else block
+        cut = (data.rfind(b"\n") + 1 or data.rfind(b"\r") + 1 or len(data) * (len(data) > 4 * WINDOW)) \
+            if block else len(data)
+        offsets = pa.py_buffer(np.array([0, cut], dtype=np.int64))
+        array = pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, pa.py_buffer(data)])  # no copy
+        if cut and pc.count_substring_regex(array, pattern=_PREFILTER.pattern)[0].as_py():
+            lines = pc.split_pattern(array, pattern=b"\n").flatten()
+            hits = pc.indices_nonzero(pc.match_substring_regex(lines, pattern=_PREFILTER.pattern)).to_numpy()
+            ends = np.cumsum(pc.binary_length(lines).to_numpy() + 1) - 1        # offset of each line's \n
+            window = data[:cut]
+            context = before + window
+            for i in hits:
+                start, end = (int(ends[i - 1]) + 1 if i else 0), int(ends[i])
+                line = window[start:end].decode("utf-8", errors="replace").strip()
+                rule = next((r for r, rx, ctx in _COMPILED if rx.search(line) and (ctx is None or ctx.search(
+                    context, max(0, len(before) + start - CONTEXT_BYTES), len(before) + end))), None)
+                if rule is None:
+                    continue
+                if rule.kind in found:
+                    f = found[rule.kind]
+                    found[rule.kind] = Finding(f.kind, f.line_number, f.line, f.hint, f.count + 1)
+                else:
+                    number = line_no + window.count(b"\n", 0, start)
+                    found[rule.kind] = Finding(rule.kind, number, line.split("\r")[-1], rule.hint)
+        line_no += data.count(b"\n", 0, cut)
+        before = (before + data[max(0, cut - CONTEXT_BYTES):cut])[-CONTEXT_BYTES:]
+        keep = data[cut:]
+        if not block:
+            return list(found.values())

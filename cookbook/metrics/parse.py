@@ -30,29 +30,23 @@ def _hms(text: str | None) -> float:
     """tqdm's ``05:03`` / ``49:53:19`` -> seconds; NaN for ``?``."""
     if text is None or "?" in text:
         return math.nan
-    secs = 0.0
-    for part in text.split(":"):
-        secs = secs * 60 + int(part)
-    return secs
+    return float(sum(int(part) * 60 ** i for i, part in enumerate(reversed(text.split(":")))))
 
 
 def _per_step(rate_unit: tuple[str | None, str | None]) -> float:
     """tqdm's rate (``131.58`` ``s/it`` or ``2.5`` ``it/s``) -> seconds per step."""
     rate, unit = rate_unit
-    if rate is None or rate == "?":
-        return math.nan
-    value = float(rate)
+    value = math.nan if rate is None or rate == "?" else float(rate)
     return value if unit == "s/it" else (1 / value if value else math.nan)
 
 
-def _each(fn, col, dtype: type = float) -> np.ndarray | list:
-    """``fn`` of each value, computed once per distinct value (logs repeat them a lot); a list for objects."""
+def _each(fn, col) -> list:
+    """``fn`` of each value, computed once per distinct value (logs repeat them a lot)."""
     done = {v: fn(v) for v in set(col)}
-    values = [done[v] for v in col]
-    return values if dtype is object else np.array(values, dtype=dtype)
+    return [done[v] for v in col]
 
 
-def _floats(col: tuple) -> np.ndarray | None:
+def _floats(col: list) -> np.ndarray | None:
     """Captured numbers (str or None) -> float64 (None -> NaN); None if no value was captured."""
     try:
         return np.fromiter(map(float, col), dtype=np.float64, count=len(col))
@@ -60,21 +54,6 @@ def _floats(col: tuple) -> np.ndarray | None:
         if all(v is None for v in col):
             return None
         return np.array([math.nan if v is None else float(v.replace(",", "")) for v in col])
-
-
-def _times(dates: tuple, ms: tuple) -> np.ndarray:
-    """Captured dates and milliseconds -> datetime64[ms], NaT where a date is none (``2025-06-37``)."""
-    text = [f"{d}.{m}" if m else d for d, m in zip(dates, ms)]
-    try:
-        return np.array(["NaT" if t is None else t for t in text]).astype("datetime64[ms]")
-    except ValueError:
-        out = []
-        for t in text:
-            try:
-                out.append(np.datetime64(t, "ms") if t else np.datetime64("NaT", "ms"))
-            except ValueError:
-                out.append(np.datetime64("NaT", "ms"))
-        return np.array(out, dtype="datetime64[ms]")
 
 
 class Collector:
@@ -148,37 +127,30 @@ class Collector:
         n = len(flat) // width
         col = {name: flat[i::width] for name, i in index.items()}     # group i sits at offset i of a record
         seq = np.array(flat[::width], dtype=np.int64)
-        if col["srun"].count(None) == col["tag"].count(None) == n:     # no prefix (most logs): no rank
-            rank = node = np.full(n, np.nan)
-        else:
-            pairs = _each(lambda p: rank_node(*p), list(zip(col["srun"], col["tag"], col["glob"])), dtype=object)
-            rank = np.array([r for r, _ in pairs], dtype=float)
-            node = np.array([n for _, n in pairs], dtype=float)
+        rank = node = np.full(n, np.nan)
+        if not col["srun"].count(None) == col["tag"].count(None) == n:     # a launcher prefix
+            rank, node = np.array(_each(lambda p: rank_node(*p), list(zip(col["srun"], col["tag"], col["glob"]))),
+                                  dtype=float).reshape(n, 2).T
             self.ranks.update(int(r) for r in np.unique(rank[~np.isnan(rank)]))
         self.formats.add(fmt.name)
         steps = np.fromiter(map(int, col["step"]), dtype=np.int64, count=n)
-        if ranks != "all" and n > 1:   # one format, one split: the key is the step
-            if not (np.isnan(rank).all() and (np.diff(steps) > 0).all()):    # else no step twice
-                keep = resolve(pd.DataFrame({"split": fmt.split, "step": steps, "rank": rank}), ranks).index
-                if len(keep) < n:
-                    keep = keep.to_numpy()
-                    col = {name: [c[i] for i in keep] for name, c in col.items()}
-                    seq, rank, node, n = seq[keep], rank[keep], node[keep], len(keep)
+        if ranks != "all" and n > 1 and not (np.isnan(rank).all() and (np.diff(steps) > 0).all()):
+            keep = resolve(pd.DataFrame({"split": fmt.split, "step": steps, "rank": rank}), ranks).index.to_numpy()
+            if len(keep) < n:     # one format, one split: rows that cannot win their step are not converted
+                col = {name: [c[i] for i in keep] for name, c in col.items()}
+                seq, rank, node, steps, n = seq[keep], rank[keep], node[keep], steps[keep], len(keep)
         out: dict[str, Any] = {"seq": seq, "rank": rank, "node": node}
         if fmt.dated:
-            times = _each(head_time, col["_head"], dtype=object)
-            out["time"] = _times(tuple(d for d, _ in times), tuple(m for _, m in times))
+            out["time"] = pd.to_datetime([f"{d}.{ms}" if ms else d for d, ms in _each(head_time, col["_head"])],
+                                         format="ISO8601", errors="coerce")   # NaT: no date (2025-06-37)
         for name, values in col.items():
-            if name in ("srun", "tag", "glob", "_head", "unit"):
-                continue
             if name in ("elapsed", "remaining"):
-                out[f"{name}_s"] = _each(_hms, values)
+                out[f"{name}_s"] = np.array(_each(_hms, values))
             elif name == "rate":
-                out["seconds_per_step"] = _each(_per_step, list(zip(values, col["unit"])))
+                out["seconds_per_step"] = np.array(_each(_per_step, list(zip(values, col["unit"]))))
             elif name in INT_COLUMNS:           # always captured, digits only
-                out[name] = steps if name == "step" and len(steps) == n else \
-                    np.fromiter(map(int, values), dtype=np.int64, count=n)
-            elif (numbers := _floats(values)) is not None:
+                out[name] = steps if name == "step" else np.fromiter(map(int, values), dtype=np.int64, count=n)
+            elif name not in ("srun", "tag", "glob", "_head", "unit") and (numbers := _floats(values)) is not None:
                 out[name] = numbers
         if fmt.name == "torchtitan":             # pipeline parallelism's placeholder on non-last stages
             out["loss"] = np.where(out["loss"] == -1.0, np.nan, out["loss"])
@@ -190,7 +162,6 @@ def _table(collector: Collector, parts: list[pd.DataFrame], ranks: str, source: 
     rows = pd.concat([p for p in parts if len(p)] or [pd.DataFrame()], ignore_index=True)
     parts.clear()                  # the caller's list: its frames are freed before the table is built
     df = to_frame(rows, ranks=ranks)
-    del rows
     df.attrs.update(source=source, formats=sorted(collector.formats), ranks=sorted(collector.ranks),
                     skipped=collector.skipped)
     return df
