@@ -1,31 +1,25 @@
 """The grammar: one compiled regex per training-log format, the line prefixes, and how a line is read.
 
-Every format's metrics line contains ``oss`` (``loss``/``Loss``), so a file is scanned for that literal
-(``str.find``, memchr speed through NCCL noise) and only the lines holding it are matched. A line that
-looks like a metrics line but matches no format exactly is reported as skipped: a typo never becomes a
-wrong number. Commas are read only as thousands separators (``1,541,366``; ``0,7052`` is a typo),
-counters (step, epoch, rank ...) have at most 15 digits (exact in float64), and a timestamp that is no
-date (``2025-06-37``) gives the row a NaT time.
+Every format's metrics line holds ``oss`` (``loss``/``Loss``): a file is scanned for that literal and only
+those lines are matched. A line that looks like a metrics line but matches no format exactly is reported
+as skipped (a typo never becomes a wrong number). Commas are only thousands separators (``1,541,366``;
+``0,7052`` is a typo), counters (step, epoch, rank ...) have at most 15 digits (exact in float64), and a
+timestamp that is no date (``2025-06-37``) gives a NaT time. ``FORMATS`` order is the match order:
 
-Formats (``FORMATS`` order is the match order):
-
-- ``torchtitan``: ``[titan] 2025-06-10 21:58:27,008 - root - INFO - step: 700  loss:  0.7052
-  grad_norm: 2.9  memory: 76.79GiB(96.97%)  tps: 1,541,366  tflops: 0.00  mfu: 0.00%`` (ANSI colours,
-  optional grad_norm/tflops/mfu, ``mfu: N/A``, ``wps``); ``validate step: 3  loss: 7.1 ...`` is the
-  validation split. ``loss: -1.0000`` is pipeline parallelism's placeholder on ranks without the last
-  stage: a missing value.
-- ``torchtune-tqdm``: ``1|2|Loss: 1.2548030614852905:   0%|   | 2/1367 [05:03<49:53:19, 131.58s/it]``
-  (the closing ``]`` may be cut)
-- ``torchtune-disk``: ``Step 1 | loss:6.22 lr:0.001 tokens_per_second_per_gpu:273.99 ``
+- ``torchtitan``: ``[titan] 2025-06-10 21:58:27,008 - root - INFO - step: 700  loss:  0.7052  grad_norm: 2.9
+  memory: 76.79GiB(96.97%)  tps: 1,541,366  tflops: 0.00  mfu: 0.00%`` (ANSI colours, optional fields,
+  ``mfu: N/A``, ``wps``; ``validate step:`` is the validation split; ``loss: -1.0000`` is pipeline
+  parallelism's placeholder on ranks without the last stage: a missing value)
+- ``torchtune-tqdm``: ``1|2|Loss: 1.2548:   0%|   | 2/1367 [05:03<49:53:19, 131.58s/it]`` (``]`` may be cut)
+- ``torchtune-disk``: ``Step 1 | loss:6.22 lr:0.001 tokens_per_second_per_gpu:273.99``
 - ``fsdp``: ``0: 2025-06-17 16:24:52 I [train.py:103] Batch 0 Loss: 11.61653, Speed: 4.88 samples/sec,
   lr: 0.000100`` (our ``fsdp_train.py`` adds ``, tokens_per_second_per_gpu: 3712.0, mfu: 38.12%``/``N/A``)
 - ``jsonl``: ``{"step": 1, "loss": 6.2, ...}`` (one JSON object per line)
 
-Line prefixes (``PREFIX``, in this order, each optional): an ``srun --label`` task/node number ``12: ``;
-a launcher tag ``[rank3]:`` (torch), ``[default3]:`` (torchrun ``--tee``), ``[trainer0|8]:``
-(``[role local|global]``, torchtune multi-node: the global rank is the number after ``|``) or ``[3]:``.
-With a tag, the tag's number is ``rank`` and the srun number is the ``node`` column (one srun task per
-node running torchrun); with only an srun number, that number is the ``rank`` (one task per GPU).
+Line prefixes (each optional, in this order): an ``srun --label`` number ``12: ``; a launcher tag
+``[rank3]:`` (torch), ``[default3]:`` (torchrun ``--tee``), ``[trainer0|8]:`` (torchtune multi-node: the
+global rank is after ``|``) or ``[3]:``. With a tag, the tag's number is ``rank`` and the srun number the
+``node`` column (one srun task per node running torchrun); with only an srun number, it is the ``rank``.
 """
 
 from __future__ import annotations

@@ -110,17 +110,15 @@ class Collector:
         rows that cannot win their step (see table.py) before their numbers are converted."""
         parts = [self._convert(fmt, found, ranks) for fmt, found in self._found.items() if found]
         if self._rows:
-            rows = pd.DataFrame.from_records(self._rows)
+            parts.append(rows := pd.DataFrame.from_records(self._rows))
             self.formats.update(rows["format"])
             self.ranks.update(int(r) for r in rows["rank"].dropna())
-            parts.append(rows)
         for found in self._found.values():
             found.clear()
         self._rows = []
-        if not parts:
-            return pd.DataFrame()
-        df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-        return df.sort_values("seq", kind="stable", ignore_index=True) if len(parts) > 1 else df
+        if len(parts) < 2:
+            return parts[0] if parts else pd.DataFrame()
+        return pd.concat(parts, ignore_index=True).sort_values("seq", kind="stable", ignore_index=True)
 
     def _convert(self, fmt: Format, flat: list, ranks: str) -> pd.DataFrame:
         index, width = fmt.regex.groupindex, fmt.regex.groups + 1
@@ -243,37 +241,26 @@ _VAL_PREFIX = "validation_metrics/"
 
 
 def read_tensorboard(folder: str | os.PathLike) -> pd.DataFrame:
-    """Scalars of a TensorBoard event folder (torchtune or torchtitan) in the same columns as logs.
-
-    If the folder holds several runs (sub-folders with event files) the newest one is read; the others
-    are listed in ``df.attrs["other_runs"]``.
-    """
+    """Scalars of a TensorBoard event folder (torchtune or torchtitan) in the same columns as logs. Of
+    several runs (sub-folders with event files) the newest is read, the others listed in ``attrs["other_runs"]``."""
     from tbparse import SummaryReader
 
-    folder = Path(folder)
-    event_dirs = sorted({f.parent for f in folder.rglob("events.out.tfevents*")},
-                        key=lambda d: max(f.stat().st_mtime for f in d.glob("events.out.tfevents*")))
-    if not event_dirs:
+    runs = sorted({f.parent for f in Path(folder).rglob("events.out.tfevents*")},
+                  key=lambda d: max(f.stat().st_mtime for f in d.glob("events.out.tfevents*")))
+    if not runs:
         raise FileNotFoundError(f"no TensorBoard event files (events.out.tfevents*) under {folder}")
-    run = event_dirs[-1]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tbparse 0.0.9 uses pandas' deprecated inplace sort
-        reader = SummaryReader(str(run), extra_columns={"wall_time"})
+        reader = SummaryReader(str(runs[-1]), extra_columns={"wall_time"})
         # torchtitan writes scalar summaries, torchtune (add_scalar via the v2 API) tensor summaries
-        tables = [t for t in (reader.scalars, reader.tensors) if len(t)]
-    scalars = pd.concat(tables, ignore_index=True) if tables else \
-        pd.DataFrame(columns=["tag", "step", "value", "wall_time"])
+        tables = [t[["tag", "step", "value", "wall_time"]] for t in (reader.scalars, reader.tensors) if len(t)]
     rows: dict[tuple[str, int], dict] = {}
-    for tag, step, value, wall in scalars[["tag", "step", "value", "wall_time"]].itertuples(index=False):
+    for tag, step, value, wall in (r for t in tables for r in t.itertuples(index=False)):
         split = "validation" if tag.startswith(_VAL_PREFIX) else "train"
-        name = tag[len(_VAL_PREFIX):] if split == "validation" else tag
         row = rows.setdefault((split, int(step)), {"step": int(step), "split": split, "format": "tensorboard"})
-        row[TB_TAGS.get(name, name)] = float(value)
+        row[TB_TAGS.get(tag.removeprefix(_VAL_PREFIX), tag.removeprefix(_VAL_PREFIX))] = float(value)
         row["time"] = max(row.get("time", wall), wall)
-    records = list(rows.values())
-    for r in records:
-        r["time"] = pd.Timestamp(r["time"], unit="s")
-    df = to_frame(records)
-    df.attrs.update(source=str(run), formats=["tensorboard"], ranks=[], skipped=[],
-                    other_runs=[str(d) for d in event_dirs[:-1]])
+    df = to_frame([{**r, "time": pd.Timestamp(r["time"], unit="s")} for r in rows.values()])
+    df.attrs.update(source=str(runs[-1]), formats=["tensorboard"], ranks=[], skipped=[],
+                    other_runs=[str(d) for d in runs[:-1]])
     return df
