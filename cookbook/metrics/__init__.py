@@ -7,6 +7,8 @@
     plot_runs({"a": "a.log", "b": "b.log"}, out="cmp.png")
 """
 
+import importlib
+
 from cookbook.metrics.derived import (GPU_PEAK_BF16_TFLOPS, add_derived, eta, hf_config_flops_per_token,
                                       peak_tflops, planner_flops, tokens_seen, transformer_flops_per_token)
 from cookbook.metrics.diagnose import Finding, diagnose, diagnose_text
@@ -23,9 +25,7 @@ __all__ = [
 
 def __getattr__(name: str):
     """``plots`` / ``plot_runs`` load matplotlib on first use only (start-up speed and memory)."""
-    if name in ("plots", "plot_runs"):
-        import importlib
-
-        plots = importlib.import_module("cookbook.metrics.plots")
-        return plots if name == "plots" else plots.plot_runs
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in ("plots", "plot_runs"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    plots = importlib.import_module("cookbook.metrics.plots")
+    return plots if name == "plots" else plots.plot_runs

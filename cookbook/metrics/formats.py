@@ -24,7 +24,6 @@ global rank is after ``|``) or ``[3]:``. With a tag, the tag's number is ``rank`
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from dataclasses import dataclass
@@ -150,18 +149,13 @@ ALIASES: dict[str, str] = {
 def prefix(line: str) -> tuple[str, int | None, int | None]:
     """``line`` without its launcher prefix: (text, rank, node) -- see the module docstring. A number
     of more than 15 digits (garbled) gives rank -1: the caller skips the line."""
-    if line[:1] not in _PREFIX_START:
-        return line, None, None
-    m = PREFIX.match(line)
-    end = m.end()
+    end = m.end() if line[:1] in _PREFIX_START and (m := PREFIX.match(line)) else 0
     if not end:
         return line, None, None
-    srun, tag = m["srun"], m["glob"] or m["tag"]
     if line[end:end + 1].isdigit():          # a number of more than 15 digits: garbled
         return line[end:], -1, None
-    if tag is None:
-        return line[end:], (int(srun) if srun else None), None
-    return line[end:], int(tag), (int(srun) if srun else None)
+    rank, node = (None if v is None else int(v) for v in rank_node(*m.group("srun", "tag", "glob")))
+    return line[end:], rank, node
 
 
 def parse_line(line: str) -> tuple[Format | None, Any, bool]:
@@ -194,7 +188,6 @@ def rank_node(srun: str | None, tag: str | None, glob: str | None) -> tuple[str 
     return (srun, None) if tag is None else (tag, srun)
 
 
-@functools.lru_cache(maxsize=256)     # ranks of one step share their head
 def head_time(head: str) -> tuple[str | None, str | None]:
     """The first date (and milliseconds) in a line's head (the text before its metrics)."""
     m = _DATE.search(head)

@@ -165,12 +165,25 @@ def _table(collector: Collector, parts: list[pd.DataFrame], ranks: str, source: 
     return df
 
 
-def scan_file(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
-    """Read a log file window by window; rows are converted every ``BATCH`` rows and the table so far
-    reduced to one row per key whenever it doubled, so memory follows the result, not the file."""
+def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
+    """Parse a training log (any supported format, detected per line), a TensorBoard event folder, or a
+    run folder (its best source: see :func:`best_source`).
+
+    Returns one row per (split, step) -- ``ranks="all"`` keeps one row per (split, step, node, rank).
+    ``df.attrs`` holds ``source``, ``formats`` (those seen), ``ranks`` (ranks seen) and ``skipped``: a list
+    of ``(line_number, text)`` for lines that looked like metrics but matched no format exactly.
+    """
+    p = Path(path)
+    if p.is_dir():
+        kind, src = best_source(p)
+        if kind == "tensorboard":
+            return read_tensorboard(src)
+        p = src
+    # windows: rows converted every ``BATCH`` rows and the table so far reduced to one row per key whenever
+    # it doubled, so memory follows the result, not the file
     collector, parts, keep, converted, held, reduced = Collector(), [], b"", 0, 0, BATCH
     # Plain reads, not mmap: a log truncated while mapped (Slurm truncates it on requeue) would SIGBUS.
-    with open(path, "rb") as f:
+    with open(p, "rb") as f:
         while True:
             block = f.read(WINDOW)
             data = keep + block if keep else block
@@ -188,24 +201,7 @@ def scan_file(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
                     held = reduced = max(len(parts[0]), BATCH)
             if not block:
                 break
-    return _table(collector, parts, ranks, str(path))
-
-
-def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
-    """Parse a training log (any supported format, detected per line), a TensorBoard event folder, or a
-    run folder (its best source: see :func:`best_source`).
-
-    Returns one row per (split, step) -- ``ranks="all"`` keeps one row per (split, step, node, rank).
-    ``df.attrs`` holds ``source``, ``formats`` (those seen), ``ranks`` (ranks seen) and ``skipped``: a list
-    of ``(line_number, text)`` for lines that looked like metrics but matched no format exactly.
-    """
-    p = Path(path)
-    if p.is_dir():
-        kind, src = best_source(p)
-        if kind == "tensorboard":
-            return read_tensorboard(src)
-        p = src
-    return scan_file(p, ranks)
+    return _table(collector, parts, ranks, str(p))
 
 
 def parse_text(text: str | bytes, ranks: str = "first") -> pd.DataFrame:
