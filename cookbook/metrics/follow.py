@@ -84,23 +84,14 @@ class LogFollower:
         """The rows of ``raw`` (in line order) that are steps not emitted before."""
         if raw.empty:
             return raw
-        if "split" not in raw:
-            raw["split"] = "train"
-        ranks = raw["rank"] if "rank" in raw else pd.Series(float("nan"), index=raw.index)
-        nodes = raw["node"] if "node" in raw else ranks * float("nan")
-        keep: list = []
-        held_rows: list[pd.Series] = []
-        for i, split, step, rank, node in zip(raw.index, raw["split"], raw["step"], ranks, nodes):
-            if self.ranks == "all":
-                key = (split, step, node, rank)
-                if key not in self._emitted:
-                    self._emitted.add(key)
-                    keep.append(i)
-                continue
-            key = (split, step)
+        nan = pd.Series(float("nan"), index=raw.index)
+        keep, held_rows = [], []
+        for i, split, step, rank, node in zip(raw.index, raw["split"], raw["step"], raw.get("rank", nan),
+                                              raw.get("node", nan)):
+            key = (split, step, node, rank) if self.ranks == "all" else (split, step)
             if key in self._emitted:
                 continue
-            if pd.isna(rank) or rank == 0:
+            if self.ranks == "all" or pd.isna(rank) or rank == 0:
                 self._emitted.add(key)
                 self._held.pop(key, None)
                 keep.append(i)

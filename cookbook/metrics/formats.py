@@ -92,10 +92,8 @@ def _disk(line: str) -> dict[str, Any] | None:
 
 def _jsonl(line: str) -> dict[str, Any] | None:
     text = line.strip()
-    if not (text.startswith("{") and text.endswith("}")):
-        return None
     try:
-        obj = json.loads(text)
+        obj = json.loads(text) if text.startswith("{") and text.endswith("}") else None
     except (ValueError, RecursionError):
         return None
     if not isinstance(obj, dict) or "step" not in obj:

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cookbook.metrics.formats import _ANSI, ALIASES, FORMATS, INT_COLUMNS, NEEDLE, Format, head_time, parse_line, rank_node
+from cookbook.metrics.formats import (_ANSI, ALIASES, FORMATS, INT_COLUMNS, NEEDLE, Format, head_time, parse_line,
+                                      rank_node)
 from cookbook.metrics.table import resolve, to_frame
 
 WINDOW = 1 << 20
@@ -127,29 +128,30 @@ class Collector:
         seq = np.array(flat[::width], dtype=np.int64)
         rank = node = np.full(n, np.nan)
         if not col["srun"].count(None) == col["tag"].count(None) == n:     # a launcher prefix
-            rank, node = np.array(_each(lambda p: rank_node(*p), list(zip(col["srun"], col["tag"], col["glob"]))),
-                                  dtype=float).reshape(n, 2).T
+            prefixes = list(zip(col["srun"], col["tag"], col["glob"]))
+            rank, node = np.array(_each(lambda p: rank_node(*p), prefixes), dtype=float).reshape(n, 2).T
             self.ranks.update(int(r) for r in np.unique(rank[~np.isnan(rank)]))
         self.formats.add(fmt.name)
         steps = np.fromiter(map(int, col["step"]), dtype=np.int64, count=n)
         if ranks != "all" and n > 1 and not (np.isnan(rank).all() and (np.diff(steps) > 0).all()):
-            keep = resolve(pd.DataFrame({"split": fmt.split, "step": steps, "rank": rank}), ranks).index.to_numpy()
+            keys = pd.DataFrame({"split": fmt.split, "step": steps, "rank": rank})
+            keep = resolve(keys, ranks).index.to_numpy()
             if len(keep) < n:     # one format, one split: rows that cannot win their step are not converted
                 col = {name: [c[i] for i in keep] for name, c in col.items()}
                 seq, rank, node, steps, n = seq[keep], rank[keep], node[keep], steps[keep], len(keep)
         out: dict[str, Any] = {"seq": seq, "rank": rank, "node": node}
         if fmt.dated:
-            out["time"] = pd.to_datetime([f"{d}.{ms}" if ms else d for d, ms in _each(head_time, col["_head"])],
-                                         format="ISO8601", errors="coerce")   # NaT: no date (2025-06-37)
+            dates = [f"{d}.{ms}" if ms else d for d, ms in _each(head_time, col["_head"])]
+            out["time"] = pd.to_datetime(dates, format="ISO8601", errors="coerce")   # no date: NaT
         for name, values in col.items():
             if name in ("elapsed", "remaining"):
                 out[f"{name}_s"] = np.array(_each(_hms, values))
             elif name == "rate":
                 out["seconds_per_step"] = np.array(_each(_per_step, list(zip(values, col["unit"]))))
             elif name in INT_COLUMNS:           # always captured, digits only
-                out[name] = steps if name == "step" else np.fromiter(map(int, values), dtype=np.int64, count=n)
-            elif name not in ("srun", "tag", "glob", "_head", "unit") and (numbers := _floats(values)) is not None:
-                out[name] = numbers
+                out[name] = steps if name == "step" else np.fromiter(map(int, values), np.int64, n)
+            elif name not in ("srun", "tag", "glob", "_head", "unit") and (v := _floats(values)) is not None:
+                out[name] = v
         if fmt.name == "torchtitan":             # pipeline parallelism's placeholder on non-last stages
             out["loss"] = np.where(out["loss"] == -1.0, np.nan, out["loss"])
         return pd.DataFrame({**out, "split": fmt.split, "format": fmt.name})
@@ -222,9 +224,7 @@ def best_source(folder: str | os.PathLike) -> tuple[str, Path]:
     if next(folder.rglob("events.out.tfevents*"), None) is not None:
         return "tensorboard", folder
     for pattern in _LOG_GLOBS:
-        files = sorted((f for f in folder.rglob(pattern) if f.is_file()), key=lambda f: f.stat().st_mtime,
-                       reverse=True)
-        for f in files:
+        for f in sorted((f for f in folder.rglob(pattern) if f.is_file()), key=lambda f: -f.stat().st_mtime):
             with open(f, "rb") as fh:
                 if NEEDLE.encode() in fh.read(1 << 20):
                     return "log", f
@@ -233,12 +233,12 @@ def best_source(folder: str | os.PathLike) -> tuple[str, Path]:
 
 # TensorBoard tags (torchtune, torchtitan) -> canonical columns; validation tags get split=validation
 TB_TAGS: dict[str, str] = {**ALIASES, "lr/AdamW": "lr", "n_tokens_seen": "tokens_seen"}
-_VAL_PREFIX = "validation_metrics/"
+_VAL_PREFIX, _TB_COLUMNS = "validation_metrics/", ["tag", "step", "value", "wall_time"]
 
 
 def read_tensorboard(folder: str | os.PathLike) -> pd.DataFrame:
-    """Scalars of a TensorBoard event folder (torchtune or torchtitan) in the same columns as logs. Of
-    several runs (sub-folders with event files) the newest is read, the others listed in ``attrs["other_runs"]``."""
+    """Scalars of a TensorBoard event folder (torchtune or torchtitan) in the same columns as logs. Of several
+    runs (sub-folders with event files) the newest is read, the others listed in ``attrs["other_runs"]``."""
     from tbparse import SummaryReader
 
     runs = sorted({f.parent for f in Path(folder).rglob("events.out.tfevents*")},
@@ -249,7 +249,7 @@ def read_tensorboard(folder: str | os.PathLike) -> pd.DataFrame:
         warnings.simplefilter("ignore")  # tbparse 0.0.9 uses pandas' deprecated inplace sort
         reader = SummaryReader(str(runs[-1]), extra_columns={"wall_time"})
         # torchtitan writes scalar summaries, torchtune (add_scalar via the v2 API) tensor summaries
-        tables = [t[["tag", "step", "value", "wall_time"]] for t in (reader.scalars, reader.tensors) if len(t)]
+        tables = [t[_TB_COLUMNS] for t in (reader.scalars, reader.tensors) if len(t)]
     rows: dict[tuple[str, int], dict] = {}
     for tag, step, value, wall in (r for t in tables for r in t.itertuples(index=False)):
         split = "validation" if tag.startswith(_VAL_PREFIX) else "train"

@@ -19,20 +19,15 @@ COLUMNS: tuple[str, ...] = (
 )
 
 
-def preferred(df: pd.DataFrame) -> pd.Series:
-    """Rows whose rank wins a step: rank 0, or no rank on the line."""
-    return df["rank"].isna() | df["rank"].eq(0) if "rank" in df else pd.Series(True, index=df.index)
-
-
 def resolve(df: pd.DataFrame, ranks: str = "first") -> pd.DataFrame:
     """Raw rows in the order their lines appear -> one row per key (see the module docstring)."""
     if df.empty:
         return df
     if ranks == "all":
         dup = df.duplicated([c for c in ("split", "step", "node", "rank") if c in df], keep="first")
-    else:   # the first of each key once the preferred rows are put first (only the keys are copied)
-        order = (~preferred(df)).sort_values(kind="stable").index
-        dup = df.loc[order, ["split", "step"]].duplicated(keep="first").sort_index()
+    else:   # the first of each key once rank 0's rows (or rows without a rank) are put first
+        loses = df["rank"].notna() & df["rank"].ne(0) if "rank" in df else pd.Series(False, index=df.index)
+        dup = df.loc[loses.sort_values(kind="stable").index, ["split", "step"]].duplicated().sort_index()
     return df[~dup.to_numpy()] if dup.any() else df
 
 
@@ -44,9 +39,7 @@ def to_frame(rows: pd.DataFrame | list[dict], ranks: str = "first") -> pd.DataFr
     if "split" not in df:
         df["split"] = "train"
     df = resolve(df, ranks)
-    for col in ("rank", "node"):
-        if col in df and df[col].isna().all():
-            df = df.drop(columns=col)
+    df = df.drop(columns=[c for c in ("rank", "node") if c in df and df[c].isna().all()])
     for col in INT_COLUMNS:
         if col in df.columns:
             df[col] = pd.to_numeric(df[col]).round().astype("Int64")
