@@ -11,7 +11,7 @@ TORCH_PIP_ARGS ?=
 PYTEST_ARGS ?=
 DEBIAN_PACKAGES := slurmctld slurmd slurm-client munge iproute2 util-linux chromium
 
-.PHONY: setup deps-debian demo test test-fast lab recipes cluster-up cluster-down clean
+.PHONY: setup deps-debian demo test test-fast lint lab recipes cluster-up cluster-down clean
 
 setup: $(VENV)/.installed
 
@@ -47,6 +47,9 @@ test: setup deps-debian
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not cluster and not slow and not browser" $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check cookbook tests benchmarks
 
 lab: setup
 	$(BIN)/python -m cookbook.lab

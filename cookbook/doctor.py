@@ -17,19 +17,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Literal, Sequence
 
+from cookbook import versions
 from cookbook.hub import token_status
 from cookbook.paths import output_dir
 from cookbook.slurm.client import JobTimeout, SlurmClient, SlurmError, read_output
 
 Status = Literal["pass", "warn", "fail"]
 PYTHON_RANGE = ((3, 11), (3, 12))
-#: The combination this cookbook is tested with: name -> (lowest, highest) accepted release.
-KNOWN_GOOD: dict[str, tuple[str, str]] = {
-    "torch": ("2.13.0", "2.13.0"),
-    "torchtune": ("0.6.1", "0.6.1"),
-    "torchao": ("0.13.0", "0.15.99"),
-    "torchtitan": ("0.3.0", "0.3.0"),
-}
 UNUSABLE_NODE_STATES = ("down", "drain", "drng", "fail", "maint", "unk", "npc", "resv", "futr", "inval")
 
 
@@ -58,19 +52,11 @@ def check_python(version: tuple[int, int] | None = None) -> Check:
                  "TensorBoard breaks on newer), e.g. `uv venv -p 3.12` or `python3.12 -m venv .venv`")
 
 
-def _release(version: str) -> tuple[int, ...]:
-    base = version.split("+")[0]
-    parts = []
-    for p in base.split(".")[:3]:
-        digits = "".join(c for c in p if c.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
-
-
 def check_packages(installed: dict[str, str | None] | None = None) -> list[Check]:
-    """Installed torch / torchtune / torchao / torchtitan against :data:`KNOWN_GOOD` (metadata only, no import)."""
+    """Installed torch / torchtune / torchao / torchtitan against the pins of ``pyproject.toml``
+    (:mod:`cookbook.versions`; metadata only, no import)."""
     out = []
-    for name, (lo, hi) in KNOWN_GOOD.items():
+    for name in versions.FRAMEWORKS:
         if installed is not None:
             have = installed.get(name)
         else:
@@ -78,15 +64,14 @@ def check_packages(installed: dict[str, str | None] | None = None) -> list[Check
                 have = metadata.version(name)
             except metadata.PackageNotFoundError:
                 have = None
-        want = lo if lo == hi else f"{lo.rsplit('.', 1)[0]}-{hi.rsplit('.', 2)[0]}.{hi.split('.')[1]}"
-        pin = f"{name}=={lo}" if lo == hi else f"'{name}>={lo},<{_release(hi)[0]}.{_release(hi)[1] + 1}'"
+        want, pin = str(versions.specifier(name)), versions.requirement(name)
         if have is None:
-            out.append(Check(name, "fail", f"not installed (known good: {want})", f"pip install {pin}"))
-        elif _release(lo) <= _release(have) <= _release(hi):
+            out.append(Check(name, "fail", f"not installed (tested: {want})", f"pip install '{pin}'"))
+        elif versions.accepts(name, have):
             out.append(Check(name, "pass", have))
         else:
             out.append(Check(name, "warn", f"{have}, not the tested {want}",
-                             f"pip install {pin} (install torch first so torchtune/torchao do not pull another)"))
+                             f"pip install '{pin}' (install torch first so torchtune/torchao do not pull another)"))
     return out
 
 

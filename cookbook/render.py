@@ -15,7 +15,7 @@ import jinja2
 
 from cookbook.recipes import LOCAL_CPU, get_recipe
 from cookbook.recipes.base import Recipe
-from cookbook.spec import PROFILES, SHARED_PORT_SPAN, JobSpec, SpecError, check_spec
+from cookbook.spec import PROFILES, SHARED_PORT_SPAN, JobSpec, SpecError, check_spec, profile_defaults
 
 _TEMPLATES = Path(__file__).parent / "templates"
 _BUILTIN_VARS = ("RECIPE_DIR", "RUN_DIR", "SLURM_JOB_NUM_NODES")
@@ -186,8 +186,7 @@ def generated_specs() -> list[JobSpec]:
         for name in PROFILES:
             local = name == LOCAL_CPU
             specs.append(JobSpec(
-                recipe=recipe.name, profile=name, nodes=2, gpus_per_node=0 if local else 8,
-                time="00:10:00" if local else "04:00:00", exclusive=not local, signal_seconds=30 if local else 120,
+                recipe=recipe.name, profile=name, nodes=2, **profile_defaults(name),
                 job_name=f"{recipe.name}-{name}".replace("_", "-"), script_name=f"{recipe.name}.{name}.sbatch",
                 venv="$RECIPE_DIR/../../.venv" if local else None,
                 assets_dir="$RECIPE_DIR/../../.cache/tiny" if local else None))

@@ -14,6 +14,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+#: The profile of the embedded local cluster (CPU, tiny models); every other profile is a GPU cluster.
+LOCAL_CPU = "local-cpu"
+
 SECRET_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")
 _TIME = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -173,25 +176,32 @@ class JobSpec:
 
 
 def profile_defaults(profile: str) -> dict[str, Any]:
-    """What a job under ``profile`` gets unless the user says otherwise.
+    """What a job under ``profile`` gets unless the user says otherwise: the one place the CLI, the
+    notebooks, the job builder and ``slurm-recipes/`` take them from.
 
-    GPU profiles: 8 GPUs per node, 4 hours, whole nodes. ``local-cpu`` (the embedded cluster): no GPUs,
-    10 minutes, shared nodes (so a random rendezvous port: jobs on one node must not collide), a short
-    preemption warning, and this virtualenv activated on every node.
+    GPU profiles: 8 GPUs per node, 4 hours, whole nodes, USR1 two minutes before the limit. ``local-cpu``
+    (the embedded cluster): no GPUs, 10 minutes, shared nodes, a 30-second preemption warning.
     """
-    if profile != "local-cpu":
-        return {"gpus_per_node": 8, "time": "04:00:00", "exclusive": True}
-    defaults: dict[str, Any] = {"gpus_per_node": 0, "time": "00:10:00", "exclusive": False, "signal_seconds": 30,
-                                "port": random.randint(20000, 39999)}
-    if sys.prefix != sys.base_prefix:
-        defaults["venv"] = sys.prefix
+    if profile != LOCAL_CPU:
+        return {"gpus_per_node": 8, "time": "04:00:00", "exclusive": True, "signal_seconds": 120}
+    return {"gpus_per_node": 0, "time": "00:10:00", "exclusive": False, "signal_seconds": 30}
+
+
+def session_defaults(profile: str) -> dict[str, Any]:
+    """:func:`profile_defaults` plus what a job submitted from this process needs: on ``local-cpu`` a
+    random rendezvous port (shared nodes: jobs on one node must not collide) and this virtualenv."""
+    defaults = profile_defaults(profile)
+    if profile == LOCAL_CPU:
+        defaults["port"] = random.randint(20000, 39999)
+        if sys.prefix != sys.base_prefix:
+            defaults["venv"] = sys.prefix
     return defaults
 
 
 def make_spec(recipe: str, profile: str = "generic", **fields: Any) -> JobSpec:
     """A :class:`JobSpec` with ``profile``'s defaults for every field not given (``None`` = not given)."""
     given = {k: v for k, v in fields.items() if v is not None}
-    return JobSpec(recipe=recipe, profile=profile, **{**profile_defaults(profile), **given})
+    return JobSpec(recipe=recipe, profile=profile, **{**session_defaults(profile), **given})
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:

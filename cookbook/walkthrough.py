@@ -13,10 +13,9 @@ notebook shows as one clear message (no traceback) and which stops the remaining
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
@@ -24,10 +23,10 @@ from typing import Any, Callable
 import pandas as pd
 
 from cookbook.slurm.client import JobInfo, SlurmClient, SlurmError, read_output
+from cookbook.slurm.record import JobRecord
 from cookbook.recipes.base import LOCAL_CPU
 from cookbook.spec import PROFILES, JobSpec, SpecError, make_spec, parse_overrides
 
-JOB_FILE = "job.json"
 
 
 class NotebookStop(Exception):
@@ -116,6 +115,7 @@ def check_job(spec: JobSpec, client: SlurmClient | None = None, gpu: str | None 
     Slurm, unknown partition, too few nodes, too few GPUs per node.
     """
     from cookbook import doctor
+    from cookbook.gpus import UnknownGpu
     from cookbook.planner import job_fit_warning
     from cookbook.render import render_job
 
@@ -129,6 +129,8 @@ def check_job(spec: JobSpec, client: SlurmClient | None = None, gpu: str | None 
         report.warnings += filter(None, [job_fit_warning(spec, gpu)])
     except SpecError as e:
         problems += e.problems
+    except UnknownGpu as e:
+        problems.append(str(e))
     client = client or slurm_client(spec.profile)
     try:
         parts = client.partitions()
@@ -165,34 +167,10 @@ def check_job(spec: JobSpec, client: SlurmClient | None = None, gpu: str | None 
 
 # ------------------------------------------------------------------------------------------ jobs
 @dataclass
-class Job:
-    """A submitted job: its script, log and run folder (recorded in ``job.json`` next to the script)."""
+class Job(JobRecord):
+    """A submitted job (its :class:`~cookbook.slurm.record.JobRecord`) with the notebook's steps."""
 
-    job_id: str
-    script: Path
-    log: Path
-    run_dir: Path
-    recipe: str
-    profile: str
-    name: str
-    submitted: str = ""
     client: SlurmClient | None = field(default=None, repr=False, compare=False)
-
-    # --------------------------------------------------------------- persistence
-    def save(self) -> Path:
-        data = {k: str(v) for k, v in asdict(self).items() if k != "client"}
-        path = self.script.parent / JOB_FILE
-        path.write_text(json.dumps(data, indent=2) + "\n")
-        return path
-
-    @classmethod
-    def load(cls, folder: str | os.PathLike) -> "Job":
-        """The job recorded in ``folder/job.json`` (``folder`` may also be the file itself)."""
-        p = Path(folder)
-        data = json.loads((p if p.is_file() else p / JOB_FILE).read_text())
-        return cls(job_id=data["job_id"], script=Path(data["script"]), log=Path(data["log"]),
-                   run_dir=Path(data["run_dir"]), recipe=data["recipe"], profile=data["profile"],
-                   name=data["name"], submitted=data.get("submitted", ""))
 
     @property
     def slurm(self) -> SlurmClient:

@@ -380,11 +380,11 @@ def resolve_run(target: str, log: str | None = None, client: "SlurmClient | None
     """
     p = Path(target)
     if p.is_dir() or p.name == "job.json":
-        from cookbook.walkthrough import JOB_FILE, Job
+        from cookbook.slurm.record import JOB_FILE, JobRecord
 
         if not (p if p.is_file() else p / JOB_FILE).exists():
             raise FileNotFoundError(f"{target}: no {JOB_FILE} here (a folder made by `submit`), nor a log")
-        job = Job.load(p)
+        job = JobRecord.load(p)
         return RunRef(job.job_id, Path(log) if log else job.log, job.recipe,
                       _sbatch_int(job.script, "nodes"), _sbatch_int(job.script, "gpus-per-node"))
     if p.is_file():

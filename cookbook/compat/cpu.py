@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from cookbook import versions
+
 FRAMEWORKS = ("torchtune", "torchtitan")
-VERIFIED_VERSIONS: dict[str, str] = {"torch": "2.13.0", "torchtune": "0.6.1", "torchtitan": "0.3.0"}
+VERIFIED_VERSIONS: dict[str, str] = {p: versions.exact_version(p) or "" for p in ("torch", "torchtune", "torchtitan")}
 PACKAGES_CHECKED: dict[str, tuple[str, ...]] = {
     "torchtune": ("torch", "torchtune"),
     "torchtitan": ("torch", "torchtitan"),

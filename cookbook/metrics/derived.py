@@ -16,48 +16,19 @@ from typing import Mapping
 
 import pandas as pd
 
-# Peak dense (no sparsity) bf16 tensor-core TFLOPs per GPU, from NVIDIA's data sheets.
-# torchtitan itself uses 2250 for every Blackwell part, so its printed GB200 MFU is ~10% higher.
-GPU_PEAK_BF16_TFLOPS: dict[str, float] = {
-    "A100": 312.0,
-    "H100": 989.0,        # SXM
-    "H100-PCIE": 756.0,
-    "H100-NVL": 835.0,
-    "H200": 989.0,
-    "B200": 2250.0,
-    "GB200": 2500.0,
-}
-
-
-def peak_tflops(gpu: str) -> float:
-    """Peak dense bf16 TFLOPs of ``gpu`` (``"H100"``, ``"NVIDIA H100 80GB HBM3"``, ``"gb200"`` ...)."""
-    name = gpu.upper().replace("NVIDIA", "").strip()
-    for key in sorted(GPU_PEAK_BF16_TFLOPS, key=len, reverse=True):
-        if key in name.replace(" ", "-") or key in name:
-            return GPU_PEAK_BF16_TFLOPS[key]
-    raise KeyError(f"unknown GPU {gpu!r}; known: {', '.join(GPU_PEAK_BF16_TFLOPS)}")
-
-
-def transformer_flops_per_token(n_params: float, n_layers: int, n_heads: int, head_dim: int, seq_len: int,
-                                embedding_params: float = 0) -> float:
-    """Training FLOPs per token: 6 * (N - embeddings) + 12 * layers * heads * head_dim * seq_len."""
-    return 6 * (n_params - embedding_params) + 12 * n_layers * n_heads * head_dim * seq_len
+from cookbook.gpus import peak_tflops
 
 
 def hf_config_flops_per_token(config: Mapping | str | os.PathLike, seq_len: int) -> float:
-    """FLOPs per token of a Llama-style model from its Hugging Face ``config.json`` (dict or path)."""
+    """FLOPs per token of a Llama-style model from its Hugging Face ``config.json`` (dict or path),
+    counted by the planner's formula (the one count of the package: 6N + 12 * layers * heads * head_dim * s)."""
+    from cookbook.planner.estimate import Settings, flops_per_token
+    from cookbook.planner.models import shape_from_config
+
     if not isinstance(config, Mapping):
         p = Path(config)
         config = json.loads((p / "config.json" if p.is_dir() else p).read_text())
-    d, layers = config["hidden_size"], config["num_hidden_layers"]
-    heads = config["num_attention_heads"]
-    kv = config.get("num_key_value_heads", heads)
-    head_dim = config.get("head_dim") or d // heads
-    ffn, vocab = config["intermediate_size"], config["vocab_size"]
-    per_layer = d * heads * head_dim + 2 * d * kv * head_dim + heads * head_dim * d + 3 * d * ffn + 2 * d
-    # the output projection costs its matmul even when tied to the embedding, so it is always counted
-    n_params = layers * per_layer + d + vocab * d + vocab * d
-    return transformer_flops_per_token(n_params, layers, heads, head_dim, seq_len, embedding_params=vocab * d)
+    return flops_per_token(shape_from_config(config), Settings(seq_len=seq_len))
 
 
 # torchtitan's FLUX trainer (2025, e.g. the Nebius seed's ``tps: 1,541,366``) counted ``labels.numel()`` as

@@ -11,7 +11,7 @@ from cookbook.planner.estimate import (
 )
 from cookbook.planner.hardware import GIB, GpuSpec, get_gpu
 from cookbook.planner.models import FluxShape, ModelShape, get_model
-from cookbook.planner.recipes import RecipeDefaults, get_recipe, ignorable_overrides, settings_overrides
+from cookbook.planner.recipes import RECIPES, RecipeDefaults, get_recipe, ignorable_overrides, settings_overrides
 
 if TYPE_CHECKING:
     from cookbook.spec import JobSpec
@@ -168,12 +168,17 @@ def fit_warning(recipe: str, nodes: int | None, gpus_per_node: int | None, gpu: 
     """A one-line warning when ``recipe`` will not fit (or is within 5% of full); None when it fits.
 
     ``overrides`` may hold any recipe override; keys that do not change memory are ignored, so the
-    renderer can pass the user's override dict as is. Unknown recipes/GPUs give no warning.
+    renderer can pass the user's override dict as is. A recipe the planner has no model for, or an
+    override value the engine's own validation reports, gives no warning; an unknown GPU kind raises
+    :class:`cookbook.gpus.UnknownGpu` (a mistyped GPU must not read as "fits").
     """
+    if recipe not in RECIPES:
+        return None
+    get_gpu(gpu or RECIPES[recipe].gpu)
     try:
         settings = ignorable_overrides(overrides or {})
         p = plan(recipe, nodes, gpus_per_node, gpu, **settings)
-    except (KeyError, ValueError):
+    except ValueError:
         return None
     if not p.fits:
         # the same job shape and memory settings, so the suggestions start from this job

@@ -34,12 +34,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import ClassVar, Literal
 
-if TYPE_CHECKING:
-    from cookbook.spec import JobSpec
-
-LOCAL_CPU = "local-cpu"
+from cookbook.spec import LOCAL_CPU, JobSpec
 
 
 def path_problem(label: str, value: str, fix: str) -> str | None:
@@ -162,18 +159,14 @@ def register_recipe(recipe: Recipe) -> Recipe:
     return recipe
 
 
-def get_recipe(name: str) -> Recipe:
-    """The recipe called ``name``; ``KeyError`` naming the known recipes otherwise."""
-    import cookbook.recipes  # noqa: F401  (registers every recipe)
-
+def registered(name: str) -> Recipe:
+    """The registered recipe called ``name`` (``cookbook.recipes.get_recipe`` imports every recipe first)."""
     try:
         return _REGISTRY[name]
     except KeyError:
         raise KeyError(f"unknown recipe {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
 
 
-def list_recipes() -> list[Recipe]:
-    """All registered recipes, sorted by name."""
-    import cookbook.recipes  # noqa: F401
-
+def all_registered() -> list[Recipe]:
+    """Every registered recipe, sorted by name."""
     return [_REGISTRY[n] for n in sorted(_REGISTRY)]

@@ -388,18 +388,19 @@ def clean_partial_checkpoints(ckpt_dir: Path) -> None:
 
 # --------------------------------------------------------------------------------------------- throughput
 
-# Dense bf16 peak TFLOPS per GPU (vendor datasheets); first matching substring of the device name wins.
+# Dense bf16 peak TFLOP/s per GPU, keyed by a lower-case substring of the device name, longest first.
+# A pinned copy of cookbook/gpus.py (this script runs standalone); tests/unit/test_facts.py keeps them equal.
 PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
-    ("GB200", 2500.0), ("B200", 2250.0), ("H200", 989.0), ("H100 PCIe", 756.0), ("H100 NVL", 835.0),
-    ("H100", 989.0), ("H800", 989.0), ("A100", 312.0), ("A800", 312.0), ("L40S", 362.0), ("L4", 121.0),
+    ("a100-pcie-40gb", 312.0), ("a100-sxm4-40gb", 312.0), ("h100 96gb", 989.0), ("h100 pcie", 756.0),
+    ("h100 nvl", 835.0), ("gb200", 2500.0), ("a100", 312.0), ("a800", 312.0), ("b200", 2250.0),
+    ("h100", 989.0), ("h200", 989.0), ("h800", 989.0), ("l40s", 362.0), ("l4", 121.0),
 )
 
 
 def peak_tflops(device_name: str) -> float | None:
-    for key, value in PEAK_BF16_TFLOPS:
-        if key.lower() in device_name.lower():
-            return value
-    return None
+    """The bf16 peak of ``torch.cuda.get_device_name()``; None for a GPU not in the table."""
+    name = device_name.lower()
+    return next((value for key, value in PEAK_BF16_TFLOPS if key in name), None)
 
 
 def flops_per_token(model: torch.nn.Module, shape: ModelShape, seq_len: int) -> float:

@@ -9,7 +9,7 @@ import pytest
 
 from cookbook.cli import main
 from cookbook.metrics import (LogFollower, add_derived, diagnose, diagnose_text, eta, hf_config_flops_per_token,
-                              parse_log, peak_tflops, plot_runs, transformer_flops_per_token)
+                              parse_log, peak_tflops, plot_runs)
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
@@ -70,7 +70,8 @@ def test_derived_mfu_where_torchtune_prints_none():
               "intermediate_size": 256, "vocab_size": 512}
     fpt = hf_config_flops_per_token(config, seq_len=256)
     per_layer = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 256 + 2 * 64
-    assert fpt == transformer_flops_per_token(2 * per_layer + 64 + 512 * 64, 2, 4, 16, 256)
+    # 6 x non-embedding parameters (the untied output projection counts) + 12 x layers x heads x head_dim x s
+    assert fpt == 6 * (2 * per_layer + 64 + 512 * 64) + 12 * 2 * 4 * 16 * 256
     out = add_derived(disk, flops_per_token=fpt, gpu="H100", tokens_per_step=4 * 256)
     assert out["tflops"].iloc[0] == pytest.approx(fpt * 6808.6650390625 / 1e12)
     assert out["mfu_pct"].iloc[0] == pytest.approx(100 * out["tflops"].iloc[0] / 989.0)

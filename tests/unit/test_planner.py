@@ -172,3 +172,10 @@ def test_cli_exit_codes(capsys):
     assert cli_main(["plan", "llama3_8b_c4", "--set", "micro_batch"]) == 2
     assert cli_main(["plan", "llama3_8b_c4", "--set", "checkpointing=sometimes"]) == 2
     assert "checkpointing must be" in capsys.readouterr().err
+
+
+def test_fit_warning_refuses_an_unknown_gpu_instead_of_reading_fits():
+    from cookbook.gpus import UnknownGpu
+
+    with pytest.raises(UnknownGpu, match="unknown GPU 'h1000'"):
+        fit_warning("llama3_3_70b_full", 2, 8, "h1000", {})

@@ -1,0 +1,93 @@
+"""One place per fact: every copy of a fact the package keeps must agree with its one source.
+
+- GPU peaks: ``cookbook.gpus`` is the table; the planner and the derived metrics read it, the standalone
+  FSDP script (``train.py``) keeps a pinned copy checked here.
+- Model shapes and FLOPs per token: the planner's ``MODELS`` and the FSDP script's ``SHAPES`` describe the
+  same architectures; the script's FLOPs count (from the built module) equals the planner's formula.
+- Versions: pyproject.toml's dependencies; ``cookbook doctor`` and the CPU shims read them.
+- Profile defaults: ``spec.profile_defaults``; the generated ``slurm-recipes`` specs use it.
+"""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+import torch
+
+from cookbook import gpus, versions
+from cookbook.metrics import peak_tflops as metrics_peak
+from cookbook.paths import project_root
+from cookbook.planner import GPUS, get_model
+from cookbook.planner.estimate import Settings, flops_per_token
+from cookbook.training import fsdp_train as ft
+
+FSDP_MODELS = [name for name in ft.SHAPES if not name.startswith("tiny")]
+
+
+def test_fsdp_script_peak_table_is_the_pinned_copy_of_cookbook_gpus():
+    assert list(ft.PEAK_BF16_TFLOPS) == gpus.device_name_peaks("bf16")
+
+
+@pytest.mark.parametrize("device_name", [
+    "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200", "NVIDIA B200",
+    "NVIDIA GB200", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB", "NVIDIA L40S", "NVIDIA L4",
+])
+def test_every_reader_of_a_gpu_peak_gets_the_same_number(device_name):
+    kind = gpus.gpu_kind(device_name)
+    assert ft.peak_tflops(device_name) == metrics_peak(device_name) == kind.peak_bf16_tflops
+    if kind.key in GPUS:
+        assert GPUS[kind.key].peak_bf16_tflops == kind.peak_bf16_tflops
+        assert GPUS[kind.key].memory_gib == kind.memory_gib
+
+
+def test_planner_gpus_are_kinds_of_the_one_table():
+    assert all(spec.kind is gpus.GPU_KINDS[key] for key, spec in GPUS.items())
+    assert gpus.peak_tflops("gb200") == 2500.0 and gpus.peak_tflops("h100", "fp8") == 1979.0
+
+
+@pytest.mark.parametrize("name", FSDP_MODELS)
+def test_fsdp_shapes_are_the_planner_shapes(name):
+    script, planner = ft.SHAPES[name], get_model(name)
+    assert (script.hidden, script.intermediate, script.layers, script.heads, script.kv_heads, script.vocab) == (
+        planner.hidden, planner.intermediate, planner.layers, planner.heads, planner.kv_heads, planner.vocab_size)
+    assert script.tie_embeddings == planner.tied_embeddings
+    assert (script.experts or 1, script.experts_per_token or 1) == (planner.experts, planner.experts_per_token)
+
+
+@pytest.mark.parametrize("name", ["llama3_1_8b", "llama3_2_1b", "mixtral_8x7b"])
+def test_fsdp_script_flops_per_token_is_the_planner_formula(name):
+    from transformers import AutoModelForCausalLM
+
+    shape, seq = ft.SHAPES[name], 2048
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(ft.model_config(shape, seq))
+    assert ft.flops_per_token(model, shape, seq) == pytest.approx(
+        flops_per_token(get_model(name), Settings(seq_len=seq)), rel=1e-9)
+
+
+def test_versions_come_from_pyproject():
+    deps = tomllib.loads((project_root() / "pyproject.toml").read_text())["project"]["dependencies"]
+    for package in versions.FRAMEWORKS:
+        line = next(d for d in deps if d.split("=")[0].split("<")[0].split(">")[0] == package)
+        assert versions.requirement(package).replace(" ", "") in {line.replace(" ", ""), _sorted_spec(line)}
+    from cookbook import doctor
+    from cookbook.compat import cpu
+
+    assert not hasattr(doctor, "KNOWN_GOOD")
+    assert cpu.VERIFIED_VERSIONS == {p: versions.exact_version(p) for p in ("torch", "torchtune", "torchtitan")}
+
+
+def _sorted_spec(line: str) -> str:
+    from packaging.requirements import Requirement
+
+    r = Requirement(line)
+    return f"{r.name}{r.specifier}"
+
+
+def test_generated_scripts_take_the_profile_defaults():
+    from cookbook.render import generated_specs
+    from cookbook.spec import profile_defaults
+
+    for spec in generated_specs():
+        assert {k: getattr(spec, k) for k in profile_defaults(spec.profile)} == profile_defaults(spec.profile)

@@ -1,0 +1,103 @@
+"""The package's import graph: no cycles (counting imports inside functions too), data flows one way
+(front ends -> engine), and importing the engine loads no CPU shim and no triton stand-in."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# Front ends: notebooks' steps, widgets, the CLI, papermill runs, JupyterLab, the demo. Nothing below imports them.
+FRONT = ("cookbook.walkthrough", "cookbook.widgets", "cookbook.cli", "cookbook.notebook_runner", "cookbook.lab",
+         "cookbook.demo", "cookbook.__main__")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in (ROOT / "cookbook").rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        out[name] = path
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the cookbook modules it imports anywhere in its body (``from a import b`` counts ``a.b``
+    when ``b`` is a module, else ``a``)."""
+    modules = _modules()
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([base] if base else []))
+                targets = [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            for target in targets:
+                found = resolve(target) if target.startswith("cookbook") else None
+                if found and found != module:
+                    graph[module].add(found)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while (w := stack.pop()) != v:
+                component.append(w)
+            if component:
+                out.append(sorted([v, *component]))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles():
+    assert cycles(import_graph()) == []
+
+
+def test_the_engine_never_imports_a_front_end():
+    bad = {m: sorted(d for d in deps if d.startswith(FRONT))
+           for m, deps in import_graph().items() if not m.startswith(FRONT)}
+    assert {m: d for m, d in bad.items() if d} == {}
+
+
+def test_importing_the_engine_loads_no_shim_and_no_triton_stand_in():
+    code = ("import sys, cookbook.recipes, cookbook.render, cookbook.planner, cookbook.metrics; "
+            "print([m for m in sys.modules if m.startswith(('cookbook.compat', 'triton', 'cookbook.assets'))])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
