@@ -181,8 +181,8 @@ def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
         if kind == "tensorboard":
             return read_tensorboard(src)
         p = src
-    # windows: rows converted every ``BATCH`` rows and the table so far reduced to one row per key whenever
-    # it doubled, so memory follows the result, not the file
+    # windows: rows converted every ``BATCH`` rows (each batch reduced to one row per key) and the rows so
+    # far reduced whenever they doubled, so memory follows the result, not the file
     collector, parts, keep, converted, held, reduced = Collector(), [], b"", 0, 0, BATCH
     # Plain reads, not mmap: a log truncated while mapped (Slurm truncates it on requeue) would SIGBUS.
     with open(p, "rb") as f:
@@ -196,11 +196,16 @@ def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
             keep = data[cut:]
             if collector.seq - converted >= BATCH or not block:
                 converted = collector.seq
-                parts.append(collector.frame(ranks))
+                parts.append(resolve(collector.frame(ranks), ranks))   # cross-format keys too
                 held += len(parts[-1])
-                if held > 2 * reduced:
-                    parts = [resolve(pd.concat(parts, ignore_index=True), ranks)]
-                    held = reduced = max(len(parts[0]), BATCH)
+                if held > 2 * reduced:        # resolved on the key columns only; a part is copied if it loses rows
+                    keys = pd.concat([p[[c for c in ("split", "step", "rank", "node") if c in p]] for p in parts],
+                                     ignore_index=True)
+                    wins = np.zeros(len(keys), dtype=bool)
+                    wins[resolve(keys, ranks).index.to_numpy()] = True
+                    ends = np.cumsum([len(p) for p in parts])
+                    parts = [p if wins[e - len(p):e].all() else p[wins[e - len(p):e]] for p, e in zip(parts, ends)]
+                    held = reduced = max(int(wins.sum()), BATCH)
             if not block:
                 break
     return _table(collector, parts, ranks, str(p))
