@@ -10,7 +10,7 @@ import io
 import os
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import BinaryIO
 
 import numpy as np
 
@@ -139,7 +139,7 @@ class Finding:
 def diagnose(path: str | os.PathLike) -> list[Finding]:
     """Known failures in the log at ``path``, in order of first appearance, one Finding per kind."""
     with open(path, "rb") as f:    # plain reads: a log truncated while mapped (a requeue) would SIGBUS
-        return _scan(f.read)
+        return _scan(f)
 
 
 def diagnose_text(text: str) -> list[Finding]:
@@ -149,30 +149,31 @@ def diagnose_text(text: str) -> list[Finding]:
 
 def diagnose_bytes(data: bytes) -> list[Finding]:
     """:func:`diagnose` for bytes in memory."""
-    return _scan(io.BytesIO(data).read)
+    return _scan(io.BytesIO(data))
 
 
-def _scan(read: Callable[[int], bytes]) -> list[Finding]:
-    """Read ``WINDOW`` bytes at a time, cut after the last ``\\n`` (after a ``\\r`` in a longer line). RE2
+def _scan(f: BinaryIO) -> list[Finding]:
+    """Read ``WINDOW`` bytes at a time into one buffer, cut after the last ``\\n`` (else ``\\r``, else the
+    buffer's end: a line longer than the buffer is read in pieces). RE2
     (pyarrow; a DFA, ~500 MB/s whatever the number of needles) counts the NEEDLES in a window; only a
     window holding one is split into lines, and only the lines holding one go through ``RULES``."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     found: dict[str, Finding] = {}
-    line_no, keep, before = 1, b"", b""          # ``before``: the CONTEXT_BYTES before the window
+    line_no, keep, before, data = 1, 0, b"", bytearray(WINDOW)    # ``before``: the CONTEXT_BYTES before
     while True:
-        block = read(WINDOW)
-        data = keep + block if keep else block
-        cut = (data.rfind(b"\n") + 1 or data.rfind(b"\r") + 1 or len(data) * (len(data) > 4 * WINDOW)) \
-            if block else len(data)
+        with memoryview(data) as view:
+            got = f.readinto(view[keep:])
+        size = keep + got
+        cut = (data.rfind(b"\n", 0, size) + 1 or data.rfind(b"\r", 0, size) + 1 or size) if got else size
         offsets = pa.py_buffer(np.array([0, cut], dtype=np.int64))
         array = pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, pa.py_buffer(data)])  # no copy
         if cut and pc.count_substring_regex(array, pattern=_PREFILTER.pattern)[0].as_py():
             lines = pc.split_pattern(array, pattern=b"\n").flatten()
             hits = pc.indices_nonzero(pc.match_substring_regex(lines, pattern=_PREFILTER.pattern)).to_numpy()
             ends = np.cumsum(pc.binary_length(lines).to_numpy() + 1) - 1        # offset of each line's \n
-            window = data[:cut]
+            window = bytes(data[:cut])
             context = before + window
             for i in hits:
                 start, end = (int(ends[i - 1]) + 1 if i else 0), int(ends[i])
@@ -182,13 +183,14 @@ def _scan(read: Callable[[int], bytes]) -> list[Finding]:
                 if rule is None:
                     continue
                 if rule.kind in found:
-                    f = found[rule.kind]
-                    found[rule.kind] = Finding(f.kind, f.line_number, f.line, f.hint, f.count + 1)
+                    old = found[rule.kind]
+                    found[rule.kind] = Finding(old.kind, old.line_number, old.line, old.hint, old.count + 1)
                 else:
                     number = line_no + window.count(b"\n", 0, start)
                     found[rule.kind] = Finding(rule.kind, number, line.split("\r")[-1], rule.hint)
-        line_no += data.count(b"\n", 0, cut)
+        del array, offsets
+        line_no += int(np.count_nonzero(np.frombuffer(data, np.uint8, cut) == 10))    # \n
         before = (before + data[max(0, cut - CONTEXT_BYTES):cut])[-CONTEXT_BYTES:]
-        keep = data[cut:]
-        if not block:
+        data[:size - cut], keep = data[cut:size], size - cut
+        if not got:
             return list(found.values())
