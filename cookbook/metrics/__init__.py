@@ -9,12 +9,17 @@
 
 import importlib
 
-from cookbook.metrics.derived import (add_derived, eta, hf_config_flops_per_token,
-                                      peak_tflops, planner_flops, tokens_seen)
+from cookbook.metrics.derived import (
+    add_derived,
+    eta,
+    hf_config_flops_per_token,
+    peak_tflops,
+    planner_flops,
+    tokens_seen,
+)
 from cookbook.metrics.diagnose import Finding, diagnose, diagnose_text
 from cookbook.metrics.follow import LogFollower
 from cookbook.metrics.parse import best_source, parse_log, parse_text, read_tensorboard
-
 
 __all__ = [
     "Finding", "LogFollower", "add_derived", "best_source", "diagnose", "diagnose_text", "eta",

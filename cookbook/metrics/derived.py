@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Mapping
 
 import pandas as pd
 

@@ -16,9 +16,9 @@ replaced (another inode: a requeued job rewrote it) is read again from the start
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Iterator
 
 import pandas as pd
 
@@ -87,7 +87,7 @@ class LogFollower:
         nan = pd.Series(float("nan"), index=raw.index)
         keep, held_rows = [], []
         for i, split, step, rank, node in zip(raw.index, raw["split"], raw["step"], raw.get("rank", nan),
-                                              raw.get("node", nan)):
+                                              raw.get("node", nan), strict=True):
             key = (split, step, node, rank) if self.ranks == "all" else (split, step)
             if key in self._emitted:
                 continue

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 NEEDLE = "oss"  # in every format's metrics line: loss / Loss / "loss"
 
@@ -39,7 +40,8 @@ INT_COLUMNS = ("step", "epoch", "progress", "total_steps", "rank", "node")
 _INT_LIMIT = 10 ** 15
 _A = r"(?:\x1b\[[0-9;]*[A-Za-z])*"            # ANSI colours, allowed before each field
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_PREFIX = rf"{_A}\s*(?:(?P<srun>\d{{1,15}}):\s)?\s*{_A}(?:\[[A-Za-z_]*(?P<tag>\d{{1,15}})(?:\|(?P<glob>\d{{1,15}}))?\]:)?"
+_PREFIX = (rf"{_A}\s*(?:(?P<srun>\d{{1,15}}):\s)?\s*{_A}"
+           r"(?:\[[A-Za-z_]*(?P<tag>\d{1,15})(?:\|(?P<glob>\d{1,15}))?\]:)?")
 PREFIX = re.compile(_PREFIX)
 _PREFIX_START = set("0123456789[ \t\x1b")
 _DATE = re.compile(r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[,.](\d{3}))?")
@@ -114,7 +116,8 @@ FORMATS: tuple[Format, ...] = (
         rf"validate step:\s*(?P<step>{_C})\s+{_A}loss:\s*(?P<loss>{_NUM}){_MEMORY}"
         + _f("tokens_per_second_per_gpu", "[tw]ps") + rf"{_A}\s*$"), split="validation", dated=True),
     Format("torchtitan", "step:", _line(
-        rf"step:(?<!validate step:)\s*(?P<step>{_C})\s+{_A}loss:\s*(?P<loss>{_NUM})" + _f("grad_norm", "grad_norm") + _MEMORY
+        rf"step:(?<!validate step:)\s*(?P<step>{_C})\s+{_A}loss:\s*(?P<loss>{_NUM})" + _f("grad_norm", "grad_norm")
+        + _MEMORY
         + _f("tokens_per_second_per_gpu", "[tw]ps") + _f("tflops", "tflops") + _MFU + rf"{_A}\s*\|?\s*$"),
         dated=True),
     Format("torchtune-tqdm", "|Loss:", _line(

@@ -19,8 +19,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cookbook.metrics.formats import (_ANSI, ALIASES, FORMATS, INT_COLUMNS, NEEDLE, Format, head_time, parse_line,
-                                      rank_node)
+from cookbook.metrics.formats import (
+    _ANSI,
+    ALIASES,
+    FORMATS,
+    INT_COLUMNS,
+    NEEDLE,
+    Format,
+    head_time,
+    parse_line,
+    rank_node,
+)
 from cookbook.metrics.table import resolve, to_frame
 
 WINDOW = 1 << 20
@@ -128,7 +137,7 @@ class Collector:
         seq = np.array(flat[::width], dtype=np.int64)
         rank = node = np.full(n, np.nan)
         if not col["srun"].count(None) == col["tag"].count(None) == n:     # a launcher prefix
-            prefixes = list(zip(col["srun"], col["tag"], col["glob"]))
+            prefixes = list(zip(col["srun"], col["tag"], col["glob"], strict=True))
             rank, node = np.array(_each(lambda p: rank_node(*p), prefixes), dtype=float).reshape(n, 2).T
             self.ranks.update(int(r) for r in np.unique(rank[~np.isnan(rank)]))
         self.formats.add(fmt.name)
@@ -147,7 +156,7 @@ class Collector:
             if name in ("elapsed", "remaining"):
                 out[f"{name}_s"] = np.array(_each(_hms, values))
             elif name == "rate":
-                out["seconds_per_step"] = np.array(_each(_per_step, list(zip(values, col["unit"]))))
+                out["seconds_per_step"] = np.array(_each(_per_step, list(zip(values, col["unit"], strict=True))))
             elif name in INT_COLUMNS:           # always captured, digits only
                 out[name] = steps if name == "step" else np.fromiter(map(int, values), np.int64, n)
             elif name not in ("srun", "tag", "glob", "_head", "unit") and (v := _floats(values)) is not None:
@@ -203,8 +212,8 @@ def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
                                      ignore_index=True)
                     wins = np.zeros(len(keys), dtype=bool)
                     wins[resolve(keys, ranks).index.to_numpy()] = True
-                    ends = np.cumsum([len(p) for p in parts])
-                    parts = [p if wins[e - len(p):e].all() else p[wins[e - len(p):e]] for p, e in zip(parts, ends)]
+                    spans = [wins[e - len(p):e] for p, e in zip(parts, np.cumsum([len(p) for p in parts]), strict=True)]
+                    parts = [p if w.all() else p[w] for p, w in zip(parts, spans, strict=True)]
                     held = reduced = max(int(wins.sum()), BATCH)
             if not block:
                 break

@@ -7,8 +7,8 @@ save it: ``plot_runs({"bs8": "a.log", "bs16": "b.log"}, out="cmp.png")``.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence, Union
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -16,7 +16,7 @@ from matplotlib.ticker import MaxNLocator
 
 from cookbook.metrics.parse import parse_log
 
-Run = Union[pd.DataFrame, str, os.PathLike]
+Run = pd.DataFrame | str | os.PathLike
 
 # panel title -> candidate columns (first present wins)
 PANELS: dict[str, tuple[str, ...]] = {
@@ -73,7 +73,7 @@ def plot_runs(runs: Run | Sequence[Run] | Mapping[str, Run], out: str | os.PathL
     axes = fig.subplots((len(chosen) + 1) // 2, min(len(chosen), 2), squeeze=False).ravel()
     for ax in axes[len(chosen):]:
         ax.set_visible(False)
-    for ax, (title, col) in zip(axes, chosen):
+    for ax, (title, col) in zip(axes, chosen, strict=False):   # axes: rounded up to a full grid
         for i, (label, df) in enumerate(frames.items()):
             if col not in df or df.empty:
                 continue
