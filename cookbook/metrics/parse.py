@@ -40,7 +40,10 @@ def _hms(text: str | None) -> float:
     """tqdm's ``05:03`` / ``49:53:19`` -> seconds; NaN for ``?``."""
     if text is None or "?" in text:
         return math.nan
-    return float(sum(int(part) * 60 ** i for i, part in enumerate(reversed(text.split(":")))))
+    secs = 0
+    for part in text.split(":"):
+        secs = secs * 60 + int(part)
+    return float(secs)
 
 
 def _per_step(rate_unit: tuple[str | None, str | None]) -> float:
