@@ -11,7 +11,7 @@ TORCH_PIP_ARGS ?=
 PYTEST_ARGS ?=
 # Arguments for `make lab` (e.g. --tcp where sshd forbids forwarding to a Unix socket).
 LAB_ARGS ?=
-DEBIAN_PACKAGES := slurmctld slurmd slurm-client munge iproute2 util-linux chromium
+DEBIAN_PACKAGES := slurmctld slurmd slurm-client munge iproute2 util-linux chromium shellcheck
 
 .PHONY: setup deps-debian demo test test-fast lint lab recipes cluster-up cluster-down clean
 

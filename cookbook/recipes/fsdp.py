@@ -161,7 +161,8 @@ class FsdpRecipe(Recipe):
 
         ckpt = quote_with_vars(self.train_args(spec)["checkpoint_dir"], ("RECIPE_DIR", "RUN_DIR"))
         return (f"CKPT_DIR={ckpt}\n"
-                'LAST_CKPT=$(ls -d "$CKPT_DIR"/step-*/COMPLETE 2>/dev/null | sort -V | tail -n 1 || true)\n'
+                'LAST_CKPT=$(find "$CKPT_DIR" -mindepth 2 -maxdepth 2 -path "*/step-*/COMPLETE" 2>/dev/null '
+                '| sort -V | tail -n 1 || true)\n'
                 'if [[ -n "$LAST_CKPT" ]]; then echo "resuming from $(dirname "$LAST_CKPT")"; fi')
 
 

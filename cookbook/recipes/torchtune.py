@@ -265,7 +265,7 @@ class TorchtuneRecipe(Recipe):
         lines = ['STATE="$RUN_DIR/recipe_state/recipe_state.pt"',
                  'if [[ -f "$STATE" ]]; then',
                  '  LATEST=""',
-                 '  mapfile -t EPOCHS < <(ls -d "$RUN_DIR"/epoch_* 2>/dev/null | sort -V)',
+                 '  mapfile -t EPOCHS < <(find "$RUN_DIR" -mindepth 1 -maxdepth 1 -name "epoch_*" 2>/dev/null | sort -V)',
                  '  for EPOCH in ${EPOCHS[@]+"${EPOCHS[@]}"}; do',
                  '    if [[ "$EPOCH" -nt "$STATE" ]]; then',
                  '      mv "$EPOCH" "$RUN_DIR/superseded.$(basename "$EPOCH").$SLURM_JOB_ID.$(date +%s)"',

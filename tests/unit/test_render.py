@@ -34,6 +34,7 @@ def test_golden(name):
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(text)
     assert text == path.read_text(), f"rendered text changed; if intended: UPDATE_GOLDEN=1 pytest {__file__}"
+    assert shellcheck(path) == ""
 
 
 def test_quoting_keeps_values_literal_under_bash(tmp_path):
@@ -91,6 +92,27 @@ def test_cli_render_errors_exit_2(tmp_path, capsys):
     assert not out.exists()
     assert main(["render", "llama3_3_70b_full", "--set", "batch_size=2", "-o", str(out)]) == 0
     assert "batch_size: 2" in (tmp_path / "job.yaml").read_text()   # configs are named after the script
+
+
+def shellcheck(*paths: Path) -> str:
+    """shellcheck's findings (every severity, bash) on ``paths``; "" when clean."""
+    r = subprocess.run(["shellcheck", "--shell=bash", "--severity=style", "--format=gcc", *map(str, paths)],
+                       capture_output=True, text=True)
+    assert r.returncode in (0, 1), r.stderr          # 1: findings; anything else: shellcheck itself failed
+    return r.stdout
+
+
+def test_every_committed_script_passes_shellcheck():
+    scripts = sorted((ROOT / "slurm-recipes").glob("**/*.sbatch"))
+    assert scripts
+    assert shellcheck(*scripts) == ""
+
+
+def test_shellcheck_catches_an_unquoted_variable(tmp_path):
+    """The check above can fail: shellcheck is installed and reads bash."""
+    bad = tmp_path / "bad.sbatch"
+    bad.write_text('#!/bin/bash\nmkdir -p $RUN_DIR\n')
+    assert "SC2086" in shellcheck(bad)
 
 
 def test_slurm_recipes_match_the_generator():
