@@ -20,6 +20,7 @@ from typing import Literal, Sequence
 from cookbook import versions
 from cookbook.hub import token_status
 from cookbook.paths import output_dir
+from cookbook.render import render_template
 from cookbook.slurm.client import JobTimeout, SlurmClient, SlurmError, read_output
 
 Status = Literal["pass", "warn", "fail"]
@@ -172,33 +173,8 @@ def _gpus(gres: str) -> int:
 
 
 # ------------------------------------------------------------------------------------------- probe
-PROBE_SH = r"""#!/bin/bash
-# cookbook doctor probe: one task per node, each writes node-<hostname>.txt (key=value lines) into the probe folder.
-# Contains no secrets: only presence checks.
-set -u
-dir="$1"; marker="$2"; shift 2
-host=$(hostname)
-gpus=-1; gpu_names=""
-if command -v nvidia-smi >/dev/null 2>&1; then
-  gpu_names=$(nvidia-smi -L 2>/dev/null | tr '\n' ';'); gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-fi
-libs=$(ldconfig -p 2>/dev/null)
-nccl=$(echo "$libs" | grep -o 'libnccl\.so[.0-9]*' | head -1)
-[ -z "$nccl" ] && nccl=$(ls "$PYTHON_SITE"/nvidia/nccl/lib/libnccl.so* 2>/dev/null | head -1)
-efa=$(echo "$libs" | grep -o 'libfabric\.so[.0-9]*' | head -1)
-[ -d /opt/amazon/efa ] && efa="$efa /opt/amazon/efa"
-efa_dev=$(ls /dev/infiniband 2>/dev/null | tr '\n' ' ')
-seen=$(cat "$marker" 2>/dev/null || echo "")
-python_ok=no; [ -x "$PYTHON_EXE" ] && python_ok=yes
-{
-  echo "host=$host"; echo "gpus=$gpus"; echo "gpu_names=$gpu_names"; echo "nccl=$nccl"
-  echo "efa=$efa"; echo "efa_devices=$efa_dev"; echo "marker=$seen"; echo "python=$python_ok"
-  for p in "$@"; do
-    q="$p"; while [ ! -e "$q" ]; do q=$(dirname "$q"); done
-    echo "disk_kib:$p=$(df -Pk "$q" | awk 'NR==2{print $4}')"
-  done
-} > "$dir/node-$host.txt"
-"""
+PROBE_SH = "doctor_probe.sh"            # templates/: one task per node writes node-<host>.txt
+PROBE_SBATCH = "doctor_probe.sbatch.j2"   # templates/: the job that runs it on every usable node
 
 
 @dataclass(frozen=True)
@@ -227,22 +203,12 @@ def probe_nodes(client: SlurmClient, partition: str, *, shared_dir: str | Path |
     work.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex
     (work / "marker").write_text(token)
-    (work / "probe.sh").write_text(PROBE_SH)
+    (work / "probe.sh").write_text(render_template(PROBE_SH))
     site = next((p for p in sys.path if p.endswith("site-packages")), "")
     script = work / "probe.sbatch"
-    disks = " ".join(_q(str(Path(p).expanduser().resolve())) for p in disk_paths)
-    script.write_text(textwrap.dedent(f"""\
-        #!/bin/bash
-        #SBATCH --job-name=cookbook-doctor
-        #SBATCH --partition={partition}
-        #SBATCH --nodes={len(nodes)}
-        #SBATCH --ntasks-per-node=1
-        #SBATCH --cpus-per-task=1
-        #SBATCH --time=5
-        #SBATCH --output={work}/probe-%j.out
-        export PYTHON_EXE={_q(sys.executable)} PYTHON_SITE={_q(site)}
-        srun --ntasks-per-node=1 bash {_q(str(work / 'probe.sh'))} {_q(str(work))} {_q(str(work / 'marker'))} {disks}
-        """))
+    script.write_text(render_template(PROBE_SBATCH, partition=partition, nodes=len(nodes), work=str(work),
+                                      python=sys.executable, site=site,
+                                      disks=[str(Path(p).expanduser().resolve()) for p in disk_paths]))
     job = client.submit(script, *extra_sbatch)
     try:
         info = client.wait(job, timeout=timeout)
@@ -267,12 +233,6 @@ def probe_nodes(client: SlurmClient, partition: str, *, shared_dir: str | Path |
         raise SlurmError(["sbatch", str(script)], 1, f"probe job {job} ended {info.state}: "
                          f"{read_output(out, tail_lines=5) or '(no output)'}")
     return job, reports, nodes
-
-
-def _q(s: str) -> str:
-    import shlex
-
-    return shlex.quote(s)
 
 
 def probe_checks(job: str, reports: list[NodeReport], expected: list[str], *, need_bytes: int | None = None,

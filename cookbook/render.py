@@ -60,6 +60,21 @@ def log_file(spec: JobSpec) -> str:
     return "%x-%j.out" if folder in ("", ".") else f"{folder}/%x-%j.out"
 
 
+def template_env(names: tuple[str, ...] | list[str] = ()) -> jinja2.Environment:
+    """The Jinja environment of every shell file the cookbook writes (``templates/``): filter ``q`` quotes a
+    value, ``arg`` quotes it except references to the variables ``names``."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+    env.filters["q"] = quote
+    env.filters["arg"] = lambda v: quote_with_vars(v, names)
+    return env
+
+
+def render_template(name: str, **context: object) -> str:
+    """``templates/<name>`` rendered with ``context`` (plain files come back as they are)."""
+    return template_env().get_template(name).render(**context)
+
+
 def validate(spec: JobSpec) -> Recipe:
     """The spec's recipe, once the spec and the recipe both accept it; SpecError with every problem."""
     problems = check_spec(spec)
@@ -79,10 +94,7 @@ def render_job(spec: JobSpec) -> RenderedJob:
     recipe = validate(spec)
     launch = recipe.command(spec)
     names = (*_BUILTIN_VARS, *launch.variables)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
-    env.filters["q"] = quote
-    env.filters["arg"] = lambda v: quote_with_vars(v, names)
+    env = template_env(names)
     launcher = "tune run" if launch.launcher == "tune" else "torchrun"   # bash words of the LAUNCHER array
     srun_args: list[str] = []
     if spec.container_image:
@@ -255,5 +267,5 @@ def generate_recipes(root: Path) -> list[Path]:
 
 
 __all__ = ["LOCAL_CPU", "RenderedJob", "generate_recipes", "generated_files", "generated_specs", "log_dir_of",
-           "log_file", "mount_problems", "quote", "quote_with_vars", "render_job", "resolve_here", "start_path_warnings",
-           "validate", "write_job"]
+           "log_file", "mount_problems", "quote", "quote_with_vars", "render_job", "render_template", "resolve_here", "start_path_warnings",
+           "template_env", "validate", "write_job"]

@@ -108,6 +108,22 @@ def test_every_committed_script_passes_shellcheck():
     assert shellcheck(*scripts) == ""
 
 
+def test_doctor_probe_files_pass_shellcheck_and_keep_a_hostile_partition_one_word(tmp_path):
+    from cookbook.doctor import PROBE_SBATCH, PROBE_SH
+    from cookbook.render import render_template
+
+    work = tmp_path / "probe dir"
+    (tmp_path / "probe.sh").write_text(render_template(PROBE_SH))
+    sbatch = tmp_path / "probe.sbatch"
+    sbatch.write_text(render_template(PROBE_SBATCH, partition="gpu $(touch PWNED)", nodes=2, work=str(work),
+                                      python="/usr/bin/python3", site="/site", disks=["/data/my models"]))
+    assert shellcheck(tmp_path / "probe.sh", sbatch) == ""
+    line = next(ln for ln in sbatch.read_text().splitlines() if ln.startswith("#SBATCH --partition="))
+    assert shlex.split(line.split("=", 1)[1]) == ["gpu $(touch PWNED)"]
+    srun = next(ln for ln in sbatch.read_text().splitlines() if ln.startswith("srun "))
+    assert shlex.split(srun)[-4:] == [str(work / "probe.sh"), str(work), str(work / "marker"), "/data/my models"]
+
+
 def test_shellcheck_catches_an_unquoted_variable(tmp_path):
     """The check above can fail: shellcheck is installed and reads bash."""
     bad = tmp_path / "bad.sbatch"
