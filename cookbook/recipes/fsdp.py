@@ -157,13 +157,10 @@ class FsdpRecipe(Recipe):
 
     def resume(self, spec: JobSpec) -> str:
         """train.py resumes by itself; say which checkpoint it will pick."""
-        from cookbook.render import quote_with_vars
+        from cookbook.render import quote_with_vars, render_template
 
         ckpt = quote_with_vars(self.train_args(spec)["checkpoint_dir"], ("RECIPE_DIR", "RUN_DIR"))
-        return (f"CKPT_DIR={ckpt}\n"
-                'LAST_CKPT=$(find "$CKPT_DIR" -mindepth 2 -maxdepth 2 -path "*/step-*/COMPLETE" 2>/dev/null '
-                '| sort -V | tail -n 1 || true)\n'
-                'if [[ -n "$LAST_CKPT" ]]; then echo "resuming from $(dirname "$LAST_CKPT")"; fi')
+        return render_template("resume_fsdp.sh.j2", checkpoint_dir=ckpt)
 
 
 for _shape, _title, _steps in MODELS:

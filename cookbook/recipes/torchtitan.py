@@ -261,10 +261,9 @@ class TorchtitanRecipe(Recipe):
     def resume(self, spec: JobSpec) -> str:
         """torchtitan loads the newest COMPLETE ``step-N`` (one with DCP's ``.metadata``) under
         ``$RUN_DIR/checkpoint`` by itself (checkpoint.enable); a save cut short by the requeue is skipped."""
-        return ('if compgen -G "$RUN_DIR/checkpoint/step-*/.metadata" > /dev/null; then\n'
-                '  echo "resuming from $(dirname "$(find "$RUN_DIR/checkpoint" -mindepth 2 -maxdepth 2 -path "*/step-*/.metadata" '
-                '| sort -V | tail -n 1)")"\n'
-                "fi")
+        from cookbook.render import render_template
+
+        return render_template("resume_torchtitan.sh.j2")
 
 
 class Llama3_8BC4(TorchtitanRecipe):

@@ -262,25 +262,10 @@ class TorchtuneRecipe(Recipe):
         folder written after it (the final epoch, or one cut off mid-save by the preemption) would be
         loaded by torchtune against the wrong recipe state: it is moved aside (never deleted) and that
         epoch trains again. No state file yet: the job starts afresh."""
-        lines = ['STATE="$RUN_DIR/recipe_state/recipe_state.pt"',
-                 'if [[ -f "$STATE" ]]; then',
-                 '  LATEST=""',
-                 '  mapfile -t EPOCHS < <(find "$RUN_DIR" -mindepth 1 -maxdepth 1 -name "epoch_*" 2>/dev/null | sort -V)',
-                 '  for EPOCH in ${EPOCHS[@]+"${EPOCHS[@]}"}; do',
-                 '    if [[ "$EPOCH" -nt "$STATE" ]]; then',
-                 '      mv "$EPOCH" "$RUN_DIR/superseded.$(basename "$EPOCH").$SLURM_JOB_ID.$(date +%s)"',
-                 '      echo "moved $EPOCH aside: written after the recipe state, it trains again"',
-                 '    else',
-                 '      LATEST=$EPOCH',
-                 '    fi',
-                 '  done',
-                 '  if [[ -n "$LATEST" ]]; then',
-                 '    echo "resuming from $LATEST"',
-                 "    RESUME_ARGS+=(resume_from_checkpoint=True)"]
-        if self.resume_model_from_output:
-            fmt = self.checkpoint_filename_format(spec)
-            lines.append(f'    RESUME_ARGS+=("checkpointer.checkpoint_files.filename_format=$(basename "$LATEST")/{fmt}")')
-        return "\n".join(lines + ["  fi", "fi"])
+        from cookbook.render import render_template
+
+        fmt = self.checkpoint_filename_format(spec) if self.resume_model_from_output else None
+        return render_template("resume_torchtune.sh.j2", filename_format=fmt)
 
     def checkpoint_filename_format(self, spec: JobSpec) -> str:
         """The model shards' name pattern in the config (``model-{}-of-{}.safetensors``)."""

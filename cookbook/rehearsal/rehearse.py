@@ -21,11 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cookbook.recipes import Recipe, get_recipe
+from cookbook.render import render_template
 from cookbook.slurm.client import SlurmClient, SlurmError, read_output
 from cookbook.spec import PROFILES, JobSpec
 
 HOOK = "COOKBOOK_REHEARSE"
 NODE_CHECK = Path(__file__).with_name("node_check.py")
+CHECK_TEMPLATE = "rehearse_node_check.sh.j2"     # templates/: the launcher stand-in that starts NODE_CHECK
 _HEADER = re.compile(r"^# (?P<recipe>\S+) \((?P<framework>\w+)\), profile (?P<profile>[\w-]+):", re.M)
 
 
@@ -250,8 +252,7 @@ def start_rehearsal(script: str | os.PathLike, client: SlurmClient | None = None
     out.mkdir(parents=True, exist_ok=True)
     check = out / "node-check"
     shutil.copyfile(NODE_CHECK, out / "node_check.py")
-    check.write_text(f"#!/bin/sh\n# cookbook rehearse: runs in the training launcher's place on every node\n"
-                     f"exec python3 {shlex.quote(str(out / 'node_check.py'))} \"$@\"\n")
+    check.write_text(render_template(CHECK_TEMPLATE, node_check=str(out / "node_check.py")))
     check.chmod(0o755)
     (out / "manifest.json").write_text(json.dumps(manifest(text), indent=1))
     base = dict(client.env) if client is not None else dict(os.environ)

@@ -108,7 +108,7 @@ def test_every_committed_script_passes_shellcheck():
     assert shellcheck(*scripts) == ""
 
 
-def test_doctor_probe_files_pass_shellcheck_and_keep_a_hostile_partition_one_word(tmp_path):
+def test_probe_and_rehearsal_files_pass_shellcheck_and_keep_a_hostile_partition_one_word(tmp_path):
     from cookbook.doctor import PROBE_SBATCH, PROBE_SH
     from cookbook.render import render_template
 
@@ -117,7 +117,10 @@ def test_doctor_probe_files_pass_shellcheck_and_keep_a_hostile_partition_one_wor
     sbatch = tmp_path / "probe.sbatch"
     sbatch.write_text(render_template(PROBE_SBATCH, partition="gpu $(touch PWNED)", nodes=2, work=str(work),
                                       python="/usr/bin/python3", site="/site", disks=["/data/my models"]))
-    assert shellcheck(tmp_path / "probe.sh", sbatch) == ""
+    from cookbook.rehearsal.rehearse import CHECK_TEMPLATE
+
+    (tmp_path / "node-check").write_text(render_template(CHECK_TEMPLATE, node_check=str(work / "node_check.py")))
+    assert shellcheck(tmp_path / "probe.sh", sbatch, tmp_path / "node-check") == ""
     line = next(ln for ln in sbatch.read_text().splitlines() if ln.startswith("#SBATCH --partition="))
     assert shlex.split(line.split("=", 1)[1]) == ["gpu $(touch PWNED)"]
     srun = next(ln for ln in sbatch.read_text().splitlines() if ln.startswith("srun "))
