@@ -20,8 +20,8 @@ from typing import Literal, Sequence
 from cookbook import versions
 from cookbook.hub import token_status
 from cookbook.paths import output_dir
-from cookbook.render import render_template
 from cookbook.slurm.client import JobTimeout, SlurmClient, SlurmError, read_output
+from cookbook.templating import render_template
 
 Status = Literal["pass", "warn", "fail"]
 PYTHON_RANGE = ((3, 11), (3, 12))

@@ -11,14 +11,12 @@ import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import jinja2
-
 from cookbook.recipes import LOCAL_CPU, get_recipe
 from cookbook.recipes.base import Recipe
 from cookbook.secure_files import make_executable
 from cookbook.spec import PROFILES, SHARED_PORT_SPAN, JobSpec, SpecError, check_spec, profile_defaults
+from cookbook.templating import quote, quote_with_vars, render_template, template_env
 
-_TEMPLATES = Path(__file__).parent / "templates"
 _BUILTIN_VARS = ("RECIPE_DIR", "RUN_DIR", "SLURM_JOB_NUM_NODES")
 
 
@@ -31,48 +29,10 @@ class RenderedJob:
     warnings: list[str] = field(default_factory=list)
 
 
-def quote(value: object) -> str:
-    """Shell-quote one value; nothing in it expands."""
-    return shlex.quote(str(value))
-
-
-def quote_with_vars(value: object, names: tuple[str, ...] | list[str]) -> str:
-    """Shell-quote ``value`` except the references ``$NAME`` to the given variables, which expand."""
-    text = str(value)
-    if not names:
-        return quote(text)
-    pattern = re.compile(r"\$(?:\{(" + "|".join(map(re.escape, names)) + r")\}|(" + "|".join(map(re.escape, names))
-                         + r")(?![A-Za-z0-9_]))")
-    parts, pos = [], 0
-    for m in pattern.finditer(text):
-        if m.start() > pos:
-            parts.append(quote(text[pos:m.start()]))
-        parts.append('"${%s}"' % (m.group(1) or m.group(2)))
-        pos = m.end()
-    if pos < len(text) or not parts:
-        parts.append(quote(text[pos:]))
-    return "".join(parts)
-
-
 def log_file(spec: JobSpec) -> str:
     """``#SBATCH --output``: ``<job name>-<job id>.out`` in ``spec.log_dir`` (``.``: where sbatch runs)."""
     folder = spec.log_dir.rstrip("/")
     return "%x-%j.out" if folder in ("", ".") else f"{folder}/%x-%j.out"
-
-
-def template_env(names: tuple[str, ...] | list[str] = ()) -> jinja2.Environment:
-    """The Jinja environment of every shell file the cookbook writes (``templates/``): filter ``q`` quotes a
-    value, ``arg`` quotes it except references to the variables ``names``."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
-    env.filters["q"] = quote
-    env.filters["arg"] = lambda v: quote_with_vars(v, names)
-    return env
-
-
-def render_template(name: str, **context: object) -> str:
-    """``templates/<name>`` rendered with ``context`` (plain files come back as they are)."""
-    return template_env().get_template(name).render(**context)
 
 
 def validate(spec: JobSpec) -> Recipe:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, StartPath, register_recipe
 from cookbook.spec import JobSpec
+from cookbook.templating import quote_with_vars, render_template
 
 TRAIN_FILE = Path(__file__).resolve().parent.parent / "training" / "fsdp_train.py"
 SCRIPT_NAME = "train.py"
@@ -157,8 +158,6 @@ class FsdpRecipe(Recipe):
 
     def resume(self, spec: JobSpec) -> str:
         """train.py resumes by itself; say which checkpoint it will pick."""
-        from cookbook.render import quote_with_vars, render_template
-
         ckpt = quote_with_vars(self.train_args(spec)["checkpoint_dir"], ("RECIPE_DIR", "RUN_DIR"))
         return render_template("resume_fsdp.sh.j2", checkpoint_dir=ckpt)
 

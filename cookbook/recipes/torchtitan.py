@@ -23,6 +23,7 @@ from typing import Any
 
 from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, StartPath, path_problem, register_recipe
 from cookbook.spec import JobSpec
+from cookbook.templating import render_template
 
 CONFIG_MODULE = "cookbook_titan"
 _MODULE_FILE = Path(__file__).parent / "configs" / f"{CONFIG_MODULE}.py"
@@ -261,8 +262,6 @@ class TorchtitanRecipe(Recipe):
     def resume(self, spec: JobSpec) -> str:
         """torchtitan loads the newest COMPLETE ``step-N`` (one with DCP's ``.metadata``) under
         ``$RUN_DIR/checkpoint`` by itself (checkpoint.enable); a save cut short by the requeue is skipped."""
-        from cookbook.render import render_template
-
         return render_template("resume_torchtitan.sh.j2")
 
 

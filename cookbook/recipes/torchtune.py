@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, StartPath, path_problem, register_recipe
 from cookbook.spec import JobSpec, SpecError
+from cookbook.templating import render_template
 
 _CONFIGS = Path(__file__).parent / "configs"
 # omegaconf is imported inside the functions that use it, for start-up speed (`cookbook --help`, `recipes`)
@@ -72,7 +73,7 @@ def leaf_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
 def _component_params(target: str) -> set[str] | None:
     """Parameter names of a ``_component_`` callable; None when it takes ``**kwargs`` or cannot load."""
     from torchtune.config._errors import InstantiationError
-    from torchtune.config._utils import _get_component_from_path   # what torchtune's instantiate resolves
+    from torchtune.config._utils import _get_component_from_path  # what torchtune's instantiate resolves
 
     try:
         params = inspect.signature(_get_component_from_path(target)).parameters.values()
@@ -262,8 +263,6 @@ class TorchtuneRecipe(Recipe):
         folder written after it (the final epoch, or one cut off mid-save by the preemption) would be
         loaded by torchtune against the wrong recipe state: it is moved aside (never deleted) and that
         epoch trains again. No state file yet: the job starts afresh."""
-        from cookbook.render import render_template
-
         fmt = self.checkpoint_filename_format(spec) if self.resume_model_from_output else None
         return render_template("resume_torchtune.sh.j2", filename_format=fmt)
 

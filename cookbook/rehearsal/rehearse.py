@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cookbook.recipes import Recipe, get_recipe
-from cookbook.render import render_template
 from cookbook.slurm.client import SlurmClient, SlurmError, read_output
 from cookbook.spec import PROFILES, JobSpec
+from cookbook.templating import render_template
 
 HOOK = "COOKBOOK_REHEARSE"
 NODE_CHECK = Path(__file__).with_name("node_check.py")

@@ -1,0 +1,55 @@
+"""Shell text the cookbook writes: quoting, and the Jinja templates under ``templates/``.
+
+Every shell fragment lives in a template (the sbatch script, its resume partials, the doctor's probe job,
+the rehearsal's launcher stand-in); Python only fills in values, each shell-quoted by the ``q``/``arg``
+filters. No cookbook imports: recipes, render, doctor and rehearsal all use it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import jinja2
+
+_TEMPLATES = Path(__file__).parent / "templates"
+
+
+def quote(value: object) -> str:
+    """Shell-quote one value; nothing in it expands."""
+    return shlex.quote(str(value))
+
+
+def quote_with_vars(value: object, names: tuple[str, ...] | list[str]) -> str:
+    """Shell-quote ``value`` except the references ``$NAME`` to the given variables, which expand."""
+    text = str(value)
+    if not names:
+        return quote(text)
+    pattern = re.compile(r"\$(?:\{(" + "|".join(map(re.escape, names)) + r")\}|(" + "|".join(map(re.escape, names))
+                         + r")(?![A-Za-z0-9_]))")
+    parts, pos = [], 0
+    for m in pattern.finditer(text):
+        if m.start() > pos:
+            parts.append(quote(text[pos:m.start()]))
+        parts.append('"${%s}"' % (m.group(1) or m.group(2)))
+        pos = m.end()
+    if pos < len(text) or not parts:
+        parts.append(quote(text[pos:]))
+    return "".join(parts)
+
+
+
+def template_env(names: tuple[str, ...] | list[str] = ()) -> jinja2.Environment:
+    """The Jinja environment of every shell file the cookbook writes (``templates/``): filter ``q`` quotes a
+    value, ``arg`` quotes it except references to the variables ``names``."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+    env.filters["q"] = quote
+    env.filters["arg"] = lambda v: quote_with_vars(v, names)
+    return env
+
+
+def render_template(name: str, **context: object) -> str:
+    """``templates/<name>`` rendered with ``context`` (plain files come back as they are)."""
+    return template_env().get_template(name).render(**context)
