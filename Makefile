@@ -9,6 +9,8 @@ BIN := $(VENV)/bin
 # whose default index would give a CUDA build you do not want).
 TORCH_PIP_ARGS ?=
 PYTEST_ARGS ?=
+# Arguments for `make lab` (e.g. --tcp where sshd forbids forwarding to a Unix socket).
+LAB_ARGS ?=
 DEBIAN_PACKAGES := slurmctld slurmd slurm-client munge iproute2 util-linux chromium
 
 .PHONY: setup deps-debian demo test test-fast lint lab recipes cluster-up cluster-down clean
@@ -40,7 +42,7 @@ cluster-down:
 	@test -x $(BIN)/cookbook && $(BIN)/cookbook cluster down --name gpu || true
 
 demo: setup deps-debian
-	$(BIN)/python -m cookbook.demo
+	$(BIN)/python -m cookbook.local.demo
 
 test: setup deps-debian
 	$(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
@@ -51,8 +53,9 @@ test-fast: setup
 lint: setup
 	$(BIN)/ruff check cookbook tests benchmarks
 
+# On a machine without triton (the local bench), torchtitan's parsers import it through the stand-in.
 lab: setup
-	$(BIN)/python -m cookbook.lab
+	COOKBOOK_PRELOAD="$$($(BIN)/python -m cookbook.local.preload)" $(BIN)/python -m cookbook.lab $(LAB_ARGS)
 
 recipes: setup
 	$(BIN)/cookbook generate-recipes slurm-recipes

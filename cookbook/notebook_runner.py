@@ -13,17 +13,19 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import pandas as pd
 from traitlets.config import Config
 
 from cookbook.paths import output_dir, project_root
 from cookbook.recipes.base import LOCAL_CPU
+from cookbook.spec import profile_defaults
 
 _ENV_LOCK = threading.Lock()
 
@@ -46,25 +48,90 @@ def _path(notebook: str | os.PathLike) -> Path:
 
 
 # ------------------------------------------------------------------------------------ parameters
-_CLUSTER_LOCAL = {"profile": LOCAL_CPU, "gpus_per_node": 0, "time_limit": "00:10:00"}
+def notebook_name(notebook: str | os.PathLike) -> str:
+    """The walkthrough notebook's name: ``"03_llama3_3_70b_lora"`` for that name, its path, or ``"03"``."""
+    stem = Path(notebook).stem
+    names = notebooks()
+    if stem in names:
+        return stem
+    matches = [n for n in names if n.startswith(f"{stem}_")]
+    if len(matches) != 1:
+        raise ValueError(f"no walkthrough notebook {stem!r}; the notebooks: {', '.join(names)}")
+    return matches[0]
 
 
-def local_parameters(notebook: str, assets: Any = None) -> dict[str, Any]:
+def cluster_parameters(profile: str = "generic") -> dict[str, Any]:
+    """The parameters every job notebook takes; GPUs per node and time limit are ``profile``'s defaults."""
+    d = profile_defaults(profile)
+    return {"profile": profile, "nodes": 2, "gpus_per_node": d["gpus_per_node"], "partition": None,
+            "time_limit": d["time"], "container_image": None, "overrides": {}, "gpu": "H100",
+            "run_root": "runs"}
+
+
+def default_parameters(notebook: str | os.PathLike) -> dict[str, Any]:
+    """The defaults of ``notebook``'s ``parameters`` cell: the real recipe on a real GPU cluster.
+
+    The cell in the .ipynb spells them out for its reader; a test checks that it agrees with this.
+    """
+    c = cluster_parameters()
+    job = {k: c[k] for k in ("nodes", "gpus_per_node", "partition", "time_limit")}
+    table: dict[str, dict[str, Any]] = {
+        "00_setup": {"profile": c["profile"], "partition": None, "probe": True,
+                     "model_repo": "meta-llama/Llama-3.3-70B-Instruct", "model_dir": None, "download": False},
+        "01_plug_in_your_dataset": {
+            "profile": c["profile"], "model_dir": None,
+            "dataset": "NewEden/xlam-function-calling-60k-shareGPT",
+            "style": "sharegpt", "column_map": {}, "max_seq_len": 2048, "recipe": "llama3_3_70b_lora", **job,
+            "container_image": None, "overrides": {"max_steps_per_epoch": 20}, "run_root": c["run_root"]},
+        "02_llama3_3_70b_full_finetune": {**c, "model_dir": None},
+        "03_llama3_3_70b_lora": {**c, "model_dir": None},
+        "04_flux_schnell_pretraining": c,
+        "05_profiling": {**c, "model_dir": None},
+        "06_llama3_8b_c4_torchtitan": c,
+        "07_sweep_lora_rank": {"ranks": [8, 16, 64], "base_parameters": {}, "out_dir": "sweeps/lora_rank",
+                               "parallel": 2},
+        "08_job_builder": {"recipe": "llama3_3_70b_lora", "profile": c["profile"], **job,
+                           "overrides": {}, "run_root": c["run_root"]},
+    }
+    name = notebook_name(notebook)
+    if name not in table:
+        raise ValueError(f"{name}: no defaults in cookbook.notebook_runner.default_parameters; "
+                         "add them there")
+    return dict(table[name])
+
+
+# The code cells every job notebook (one taking :func:`cluster_parameters`) has, in this order, as written
+# here (comments aside; a test checks): set up, check, rehearse, submit, watch, read the metrics.
+SHARED_CELLS: dict[str, str] = {
+    "setup": "from cookbook import walkthrough as wt\nfrom cookbook.widgets import JobMonitor",
+    "check": "wt.check_job(spec)",
+    "rehearse": "wt.rehearse_job(spec, run_root)",
+    "submit": "job = wt.submit(spec, run_root)\nprint(job.script.read_text())",
+    "watch": "JobMonitor(job)",
+    "wait": "job.wait()",
+    "metrics": "metrics = job.metrics()\nmetrics.tail()",
+    "plot": "job.plot()",
+    "summary": "print(wt.run_summary(metrics))",
+}
+
+
+def local_parameters(notebook: str | os.PathLike, assets: Any = None) -> dict[str, Any]:
     """Parameters that run ``notebook`` on the embedded local cluster with the tiny assets."""
-    name = _path(notebook).stem[:2]     # "03", "03_llama3_3_70b_lora" and "03_....ipynb" alike
-    if name == "00":
+    name = notebook_name(notebook)
+    if name == "00_setup":
         return {"profile": LOCAL_CPU, "probe": True}
-    if name == "07":
+    if name == "07_sweep_lora_rank":
         return {"ranks": [4, 16], "base_parameters": local_parameters("03_llama3_3_70b_lora")}
-    params: dict[str, Any] = dict(_CLUSTER_LOCAL)
-    if name == "01":
+    local = cluster_parameters(LOCAL_CPU)
+    params = {k: local[k] for k in ("profile", "gpus_per_node", "time_limit")}
+    if name == "01_plug_in_your_dataset":
         if assets is None:
-            from cookbook.assets.tiny import ensure_tiny_assets
+            from cookbook.local.assets.tiny import ensure_tiny_assets
 
             assets = ensure_tiny_assets()
         params.update(model_dir=str(assets.llama_dir), dataset=str(assets.chat_sharegpt), style="sharegpt",
                       max_seq_len=256, overrides={})   # the tiny config's own short run
-    elif name in ("02", "03", "05"):
+    elif "model_dir" in default_parameters(name):
         params["model_dir"] = None         # the tiny config points at the tiny model itself
     return params
 

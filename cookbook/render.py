@@ -15,6 +15,7 @@ import jinja2
 
 from cookbook.recipes import LOCAL_CPU, get_recipe
 from cookbook.recipes.base import Recipe
+from cookbook.secure_files import make_executable
 from cookbook.spec import PROFILES, SHARED_PORT_SPAN, JobSpec, SpecError, check_spec, profile_defaults
 
 _TEMPLATES = Path(__file__).parent / "templates"
@@ -164,7 +165,7 @@ def write_job(spec: JobSpec, script_path: str | Path) -> Path:
     for name, text in job.files.items():
         (script_path.parent / name).write_text(text)
     script_path.write_text(job.script)
-    script_path.chmod(0o755)
+    make_executable(script_path)             # +x where the user's umask lets reads through
     return script_path
 
 

@@ -68,7 +68,7 @@ def slurm_client(profile: str | None = None) -> SlurmClient:
     local cluster's configuration is used when that cluster is up."""
     env = dict(os.environ)
     if profile == LOCAL_CPU and "SLURM_CONF" not in env:
-        from cookbook.slurm.local_cluster import LocalCluster
+        from cookbook.local.cluster import LocalCluster
 
         cluster = LocalCluster()
         if cluster.status().up:
@@ -407,7 +407,7 @@ def prepare_model(profile: str, repo_id: str, model_dir: str, download: bool = F
     from cookbook import hub
 
     if profile == LOCAL_CPU:
-        from cookbook.assets.tiny import ensure_tiny_assets
+        from cookbook.local.assets.tiny import ensure_tiny_assets
 
         assets = ensure_tiny_assets()
         print(f"tiny assets (Llama-3 architecture model, tokenizers, datasets, FLUX encoders): {assets.root}")

@@ -13,7 +13,11 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+from cookbook.local import use_triton_standin_if_needed
 from cookbook.paths import cache_dir, project_root
+
+# This bench has no triton: torchtitan's parsers (child processes, jobs) import it through the stand-in.
+use_triton_standin_if_needed()
 
 LOCK_DIR = project_root() / ".cluster"
 
@@ -26,7 +30,7 @@ def _locked(name: str) -> FileLock:
 @pytest.fixture(scope="session")
 def local_cluster():
     """The shared local cluster `cookbook` (2 nodes), started if needed."""
-    from cookbook.slurm.local_cluster import ClusterConfig, LocalCluster
+    from cookbook.local.cluster import ClusterConfig, LocalCluster
 
     if os.geteuid() != 0:
         pytest.skip("the local Slurm cluster needs root")
@@ -49,7 +53,7 @@ def slurm(local_cluster):
 @pytest.fixture(scope="session")
 def tiny_assets():
     """Tiny model, tokenizers and datasets (cached under .cache/tiny)."""
-    from cookbook.assets.tiny import ensure_tiny_assets
+    from cookbook.local.assets.tiny import ensure_tiny_assets
 
     with _locked("tiny-assets"):
         return ensure_tiny_assets()
@@ -64,7 +68,7 @@ def job_dir(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def gpu_cluster():
     """The GPU-shaped local cluster `gpu` (preset: 2 nodes x 8 fake GPUs, 192 CPUs), beside `cookbook`."""
-    from cookbook.slurm.local_cluster import ClusterConfig, LocalCluster
+    from cookbook.local.cluster import ClusterConfig, LocalCluster
 
     if os.geteuid() != 0:
         pytest.skip("the local Slurm cluster needs root")

@@ -1,7 +1,7 @@
 """``cookbook cluster up|down|status|env``: the embedded local Slurm cluster.
 
 ``up`` with no flags starts the shared CPU cluster ``cookbook``; ``up --gpus-per-node 8`` starts the preset
-``gpu`` (fake GPUs, 192 claimed CPUs per node, its own subnet and ports: see ``cookbook.slurm.local_cluster``)
+``gpu`` (fake GPUs, 192 claimed CPUs per node, its own subnet and ports: see ``cookbook.local.cluster``)
 beside it. ``--name`` picks the instance for every verb.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from cookbook.cli import UserError
-from cookbook.slurm.local_cluster import ClusterConfig, ClusterError, LocalCluster
+from cookbook.local.cluster import ClusterConfig, ClusterError, LocalCluster
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _tiny(args: argparse.Namespace) -> int:
-    from cookbook.assets.tiny import TinyAssets, default_root, ensure_tiny_assets
+    from cookbook.local.assets.tiny import TinyAssets, default_root, ensure_tiny_assets
 
     root = args.root if args.root is not None else default_root()
     if root.exists() and not root.is_dir():

@@ -7,15 +7,22 @@
     plot_runs({"a": "a.log", "b": "b.log"}, out="cmp.png")
 """
 
-from cookbook.metrics.derived import (add_derived, eta, hf_config_flops_per_token,
-                                      peak_tflops, planner_flops, tokens_seen)
+import importlib
+
+from cookbook.metrics.derived import (
+    add_derived,
+    eta,
+    hf_config_flops_per_token,
+    peak_tflops,
+    planner_flops,
+    tokens_seen,
+)
 from cookbook.metrics.diagnose import Finding, diagnose, diagnose_text
-from cookbook.metrics.follow import LogFollower, follow
+from cookbook.metrics.follow import LogFollower
 from cookbook.metrics.parse import best_source, parse_log, parse_text, read_tensorboard
 
-
 __all__ = [
-    "Finding", "LogFollower", "add_derived", "best_source", "diagnose", "diagnose_text", "eta", "follow",
+    "Finding", "LogFollower", "add_derived", "best_source", "diagnose", "diagnose_text", "eta",
     "hf_config_flops_per_token", "parse_log", "parse_text", "peak_tflops", "planner_flops", "plot_runs", "plots",
     "read_tensorboard", "tokens_seen",
 ]
@@ -23,9 +30,7 @@ __all__ = [
 
 def __getattr__(name: str):
     """``plots`` / ``plot_runs`` load matplotlib on first use only (start-up speed and memory)."""
-    if name in ("plots", "plot_runs"):
-        import importlib
-
-        plots = importlib.import_module("cookbook.metrics.plots")
-        return plots if name == "plots" else plots.plot_runs
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in ("plots", "plot_runs"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    plots = importlib.import_module("cookbook.metrics.plots")
+    return plots if name == "plots" else plots.plot_runs

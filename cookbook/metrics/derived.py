@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Mapping
 
 import pandas as pd
 
@@ -67,15 +67,13 @@ def add_derived(df: pd.DataFrame, *, flops_per_token: float | None = None, flops
         tflops = flops_per_token * out["tokens_per_second_per_gpu"] / 1e12
     elif flops_per_sample and "samples_per_second" in out:
         tflops = flops_per_sample * out["samples_per_second"] / n_gpus / 1e12
-    if tflops is not None:
-        have = out["tflops"] if "tflops" in out else pd.Series(float("nan"), index=out.index)
-        out["tflops"] = have.where(have.notna() & (have != 0), tflops)
-    if gpu and "tflops" in out:
-        mfu = 100 * out["tflops"] / peak_tflops(gpu)
-        have = out["mfu_pct"] if "mfu_pct" in out else pd.Series(float("nan"), index=out.index)
-        out["mfu_pct"] = have.where(have.notna() & (have != 0), mfu)
-    seen = tokens_seen(out, tokens_per_step=tokens_per_step, n_gpus=n_gpus)
-    if seen is not None:
+    for col, computed in (("tflops", tflops), ("mfu_pct", None)):
+        if col == "mfu_pct" and gpu and "tflops" in out:
+            computed = 100 * out["tflops"] / peak_tflops(gpu)
+        if computed is not None:         # printed non-zero values are kept
+            have = out.get(col)
+            out[col] = computed if have is None else have.where(have.notna() & (have != 0), computed)
+    if (seen := tokens_seen(out, tokens_per_step=tokens_per_step, n_gpus=n_gpus)) is not None:
         out["tokens_seen"] = seen
     return out
 
@@ -101,13 +99,10 @@ def eta(df: pd.DataFrame, total_steps: int | None = None, window: int = 20) -> t
         total_steps = int(train["total_steps"].dropna().iloc[-1])
     if not total_steps:
         return None
-    last = int(train["step"].iloc[-1])
-    recent = train.tail(window)
-    per_step = None
+    last, recent, per_step = int(train["step"].iloc[-1]), train.tail(window), None
     if "time" in recent and recent["time"].notna().sum() > 1:
         t = recent.dropna(subset=["time"])
-        steps = int(t["step"].iloc[-1] - t["step"].iloc[0])
-        if steps > 0:
+        if (steps := int(t["step"].iloc[-1] - t["step"].iloc[0])) > 0:
             per_step = (t["time"].iloc[-1] - t["time"].iloc[0]).total_seconds() / steps
     if per_step is None and "seconds_per_step" in recent and recent["seconds_per_step"].notna().any():
         per_step = float(recent["seconds_per_step"].dropna().iloc[-1])

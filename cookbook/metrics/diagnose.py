@@ -6,12 +6,13 @@
 
 from __future__ import annotations
 
-import mmap
+import io
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Rule:
 
 
 CONTEXT_BYTES = 4096
-WINDOW = 16 << 20
+WINDOW = 4 << 20
 
 
 def _slurm_state(state: str) -> str:
@@ -103,34 +104,21 @@ RULES: tuple[Rule, ...] = (
          "a worker process failed: the first traceback above (torchrun's 'Root Cause') says why"),
 )
 
-# The prefilter: per kind, literals of which every line its patterns match holds one. One scan finds
-# the lines holding any of them (a regex of literals only, so the engine skips the rest at memchr-like
-# speed); only those lines go through RULES.
-NEEDLES: dict[str, tuple[str, ...]] = {
-    "slurm_timeout": ("CANCELLED", "TIMEOUT"),
-    "slurm_preempted": ("CANCELLED", "PREEMPTED"),
-    "slurm_node_fail": ("CANCELLED", "NODE FAIL", "NODE_FAIL", "Node failure"),
-    "slurm_cancelled": ("CANCELLED",),
-    "cuda_oom": ("out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED"),
-    "host_oom": ("oom-kill", "oom_kill", "Out of memory", "OUT_OF_MEMORY"),
-    "nccl_timeout": ("ProcessGroupNCCL", "timed out", "collective operation timeout"),
-    "nccl_error": ("NCCL WARN", "ncclInternalError", "ncclSystemError", "ncclUnhandledCudaError", "ncclRemoteError",
-                   "NCCL error"),
-    "gated_model": ("GatedRepoError", "gated repo", "Client Error", "Access to model", "Unauthorized", "Forbidden"),
-    "hub_unreachable": ("Failed to download", "LocalEntryNotFoundError", "huggingface", "ConnectError",
-                        "ConnectionError", "ConnectTimeout"),
-    "rendezvous": ("Rendezvous", "DistNetworkError", "[c10d]", "gai error", "server socket", "onnection refused",
-                   "gaierror", "[Errno -"),
-    "missing_tokenizer": ("FileNotFoundError", "No such file", "does not exist", "Can't load tokenizer"),
-    "missing_checkpoint": ("FileNotFoundError", "No such file", "does not exist"),
-    "missing_file": ("FileNotFoundError",),
-    "loss_nan": ("nan",),
-    "rank_failed": ("ChildFailedError", "srun: error:"),
-}
-_PREFILTER = re.compile(b"|".join(re.escape(n.encode()) for n in sorted({n for ns in NEEDLES.values() for n in ns},
-                                                                     key=len, reverse=True)))
+# The prefilter: literals of which every line a RULES pattern matches holds one (check a new rule's
+# pattern against them). One RE2 scan finds the lines holding any; only those go through RULES.
+NEEDLES: tuple[str, ...] = (
+    "[c10d]", "[Errno -", "Access to model", "Can't load tokenizer", "CANCELLED", "ChildFailedError",
+    "Client Error", "collective operation timeout", "ConnectError", "ConnectionError", "ConnectTimeout",
+    "CUBLAS_STATUS_ALLOC_FAILED", "DistNetworkError", "does not exist", "Failed to download",
+    "FileNotFoundError", "Forbidden", "gai error", "gaierror", "gated repo", "GatedRepoError", "huggingface",
+    "LocalEntryNotFoundError", "nan", "NCCL error", "NCCL WARN", "ncclInternalError", "ncclRemoteError",
+    "ncclSystemError", "ncclUnhandledCudaError", "No such file", "NODE FAIL", "Node failure", "NODE_FAIL",
+    "onnection refused", "oom-kill", "oom_kill", "Out of memory", "out of memory", "OUT_OF_MEMORY",
+    "OutOfMemoryError", "PREEMPTED", "ProcessGroupNCCL", "Rendezvous", "server socket", "srun: error:",
+    "timed out", "TIMEOUT", "Unauthorized",
+)
+_PREFILTER = re.compile(b"|".join(re.escape(n.encode()) for n in sorted(NEEDLES, key=len, reverse=True)))
 _COMPILED = tuple((r, re.compile(r.pattern), re.compile(r.context.encode()) if r.context else None) for r in RULES)
-_SLURM_JOB = re.compile(r"\*\*\* (?:JOB|STEP) (\S+) ON (\S+) CANCELLED AT (\S+)")
 
 
 @dataclass(frozen=True)
@@ -150,13 +138,8 @@ class Finding:
 
 def diagnose(path: str | os.PathLike) -> list[Finding]:
     """Known failures in the log at ``path``, in order of first appearance, one Finding per kind."""
-    p = Path(path)
-    with open(p, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return []
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return diagnose_bytes(data)
+    with open(path, "rb") as f:    # plain reads: a log truncated while mapped (a requeue) would SIGBUS
+        return _scan(f)
 
 
 def diagnose_text(text: str) -> list[Finding]:
@@ -164,59 +147,50 @@ def diagnose_text(text: str) -> list[Finding]:
     return diagnose_bytes(text.encode("utf-8", errors="replace"))
 
 
-def _candidates(data: bytes | mmap.mmap) -> Iterator[tuple[int, int]]:
-    """(start, end) byte offsets of the lines of ``data`` holding a NEEDLE, in order, in one scan.
-
-    With pyarrow: each ``WINDOW`` is split into lines and matched against the needles by RE2 (a DFA:
-    ~200 MB/s here whatever the number of needles); without it, Python's regex of literals (slower)."""
-    try:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-    except ImportError:                      # pragma: no cover - pyarrow comes with pandas' stack
-        pos = 0
-        while (m := _PREFILTER.search(data, pos)) is not None:
-            start = data.rfind(b"\n", pos, m.start()) + 1 or pos
-            end = data.find(b"\n", m.end())
-            end = len(data) if end == -1 else end
-            yield start, end
-            pos = end + 1
-        return
-    import numpy as np
-
-    base = 0
-    while base < len(data):
-        cut = data.rfind(b"\n", base, base + WINDOW) + 1 if base + WINDOW < len(data) else len(data)
-        cut = cut if cut > base else min(len(data), base + WINDOW)
-        lines = pc.split_pattern(pa.array([data[base:cut]], type=pa.large_binary()), pattern=b"\n").flatten()
-        hits = pc.indices_nonzero(pc.match_substring_regex(lines, pattern=_PREFILTER.pattern)).to_numpy()
-        if len(hits):
-            ends = np.cumsum(pc.binary_length(lines).to_numpy() + 1) - 1 + base   # offset of each line's \n
-            for i in hits:
-                yield int(ends[i - 1] + 1) if i else base, int(ends[i])
-        base = cut
+def diagnose_bytes(data: bytes) -> list[Finding]:
+    """:func:`diagnose` for bytes in memory."""
+    return _scan(io.BytesIO(data))
 
 
-def diagnose_bytes(data: bytes | mmap.mmap) -> list[Finding]:
+def _scan(f: BinaryIO) -> list[Finding]:
+    """Read ``WINDOW`` bytes at a time into one buffer, cut after the last ``\\n`` (else ``\\r``, else the
+    buffer's end: a line longer than the buffer is read in pieces). RE2
+    (pyarrow; a DFA, ~500 MB/s whatever the number of needles) counts the NEEDLES in a window; only a
+    window holding one is split into lines, and only the lines holding one go through ``RULES``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     found: dict[str, Finding] = {}
-    line_no, counted = 1, 0
-    for start, end in _candidates(data):
-        end = min(end, len(data))
-        line = bytes(data[start:end]).decode("utf-8", errors="replace").strip()
-        rule = next((r for r, rx, ctx in _COMPILED if rx.search(line)
-                     and (ctx is None or ctx.search(data, max(0, start - CONTEXT_BYTES), end))), None)
-        if rule is None:
-            continue
-        if rule.kind in found:
-            f = found[rule.kind]
-            found[rule.kind] = Finding(f.kind, f.line_number, f.line, f.hint, f.count + 1)
-            continue
-        line_no += data[counted:start].count(b"\n")
-        counted = start
-        found[rule.kind] = Finding(rule.kind, line_no, line.split("\r")[-1], rule.hint)
-    return list(found.values())
-
-
-def slurm_end(text: str) -> dict[str, str] | None:
-    """The job id, node and time of a Slurm ``*** JOB N ON node CANCELLED AT t ... ***`` line."""
-    m = _SLURM_JOB.search(text)
-    return {"job_id": m[1], "node": m[2], "at": m[3]} if m else None
+    line_no, keep, before, data = 1, 0, b"", bytearray(WINDOW)    # ``before``: the CONTEXT_BYTES before
+    while True:
+        with memoryview(data) as view:
+            got = f.readinto(view[keep:])
+        size = keep + got
+        cut = (data.rfind(b"\n", 0, size) + 1 or data.rfind(b"\r", 0, size) + 1 or size) if got else size
+        offsets = pa.py_buffer(np.array([0, cut], dtype=np.int64))
+        array = pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, pa.py_buffer(data)])  # no copy
+        if cut and pc.count_substring_regex(array, pattern=_PREFILTER.pattern)[0].as_py():
+            lines = pc.split_pattern(array, pattern=b"\n").flatten()
+            hits = pc.indices_nonzero(pc.match_substring_regex(lines, pattern=_PREFILTER.pattern)).to_numpy()
+            ends = np.cumsum(pc.binary_length(lines).to_numpy() + 1) - 1        # offset of each line's \n
+            window = bytes(data[:cut])
+            context = before + window
+            for i in hits:
+                start, end = (int(ends[i - 1]) + 1 if i else 0), int(ends[i])
+                line = window[start:end].decode("utf-8", errors="replace").strip()
+                rule = next((r for r, rx, ctx in _COMPILED if rx.search(line) and (ctx is None or ctx.search(
+                    context, max(0, len(before) + start - CONTEXT_BYTES), len(before) + end))), None)
+                if rule is None:
+                    continue
+                if rule.kind in found:
+                    old = found[rule.kind]
+                    found[rule.kind] = Finding(old.kind, old.line_number, old.line, old.hint, old.count + 1)
+                else:
+                    number = line_no + window.count(b"\n", 0, start)
+                    found[rule.kind] = Finding(rule.kind, number, line.split("\r")[-1], rule.hint)
+        del array, offsets
+        line_no += int(np.count_nonzero(np.frombuffer(data, np.uint8, cut) == 10))    # \n
+        before = (before + data[max(0, cut - CONTEXT_BYTES):cut])[-CONTEXT_BYTES:]
+        data[:size - cut], keep = data[cut:size], size - cut
+        if not got:
+            return list(found.values())

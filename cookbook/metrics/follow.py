@@ -1,26 +1,24 @@
 """Follow a growing training log: read only the new bytes, parse only complete lines, emit each step once.
 
     follower = LogFollower("slurm-12.out")
-    new = follower.poll()      # DataFrame of the steps that became known since the last poll
-    follower.eta()             # time left, from the last few steps (no table rebuilt)
-    follower.df                # everything so far (same table as parse_log)
+    new = follower.poll()      # the steps that became known since the last poll
+    follower.eta()             # time left, from the last steps polled (no table rebuilt)
+    follower.df                # everything so far (the table parse_log gives)
 
-A line is complete once a ``\\n`` or ``\\r`` follows it (tqdm starts each redraw with ``\\r``, so its
-latest bar is parsed when the next redraw arrives). A poll costs O(new bytes): lines go through the same
-grammar and :class:`~cookbook.metrics.parse.Collector` as ``parse_log``, and a step is emitted once,
-with the row ``parse_log`` keeps (see table.py): a rank-0 line (or one without a rank) at once; another
-rank's line when no rank-0 line was seen for that step by the time a later step's line arrives. (A rank-0
-line that arrives after a later step's line is ignored -- the only case where ``df`` differs from
-``parse_log``.) If the file shrinks or is replaced (another inode, e.g. a requeued job rewrote it) the
-follower starts over and counts it in ``resets``.
+A line is complete once a ``\\n`` or ``\\r`` follows it (tqdm's latest bar is read when the next redraw
+comes). A poll costs O(new bytes): the same grammar and :class:`~cookbook.metrics.parse.Collector` as
+``parse_log``; a step is emitted once, with the row ``parse_log`` keeps (table.py): a rank-0 line (or one
+without a rank) at once, another rank's when a later step's line came first (a rank-0 line arriving after
+that is ignored: the only case where ``df`` differs from ``parse_log``). A file that shrinks or is
+replaced (another inode: a requeued job rewrote it) is read again from the start, counted in ``resets``.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Iterator
 
 import pandas as pd
 
@@ -28,19 +26,16 @@ from cookbook.metrics.derived import eta
 from cookbook.metrics.parse import Collector
 from cookbook.metrics.table import to_frame
 
-_MAX_PARTIAL = 1 << 20
+_MAX_PARTIAL = 1 << 20   # a longer "line" is no log line (binary junk): dropped
+READ = 16 << 20          # bytes per read; a poll reads to the end
 
 
 class LogFollower:
     """Incremental parser of one log file; ``poll()`` is cheap when nothing changed."""
 
-    def __init__(self, path: str | os.PathLike, ranks: str = "first", max_read: int = 16 << 20):
-        self.path = Path(path)
-        self.ranks = ranks
-        self.max_read = max_read        # bytes per read; a poll reads until the end in such chunks
-        self.resets = 0
+    def __init__(self, path: str | os.PathLike, ranks: str = "first"):
+        self.path, self.ranks, self.resets = Path(path), ranks, -1
         self._reset()
-        self.resets = 0
 
     def _reset(self) -> None:
         self.offset = 0                 # bytes of the file consumed
@@ -69,9 +64,7 @@ class LogFollower:
         for chunk in self._read_new():
             data = self._partial + chunk
             cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
-            self._partial = data[cut:]
-            if len(self._partial) > _MAX_PARTIAL:   # not a log line (binary junk): drop it
-                self._partial = b""
+            self._partial = data[cut:] if len(data) - cut <= _MAX_PARTIAL else b""
             if cut:
                 self._collector.feed(data[:cut].decode("utf-8", errors="replace"))
         skipped = self._collector.skipped
@@ -91,23 +84,14 @@ class LogFollower:
         """The rows of ``raw`` (in line order) that are steps not emitted before."""
         if raw.empty:
             return raw
-        if "split" not in raw:
-            raw["split"] = "train"
-        ranks = raw["rank"] if "rank" in raw else pd.Series(float("nan"), index=raw.index)
-        nodes = raw["node"] if "node" in raw else ranks * float("nan")
-        keep: list = []
-        held_rows: list[pd.Series] = []
-        for i, split, step, rank, node in zip(raw.index, raw["split"], raw["step"], ranks, nodes):
-            if self.ranks == "all":
-                key = (split, step, node, rank)
-                if key not in self._emitted:
-                    self._emitted.add(key)
-                    keep.append(i)
-                continue
-            key = (split, step)
+        nan = pd.Series(float("nan"), index=raw.index)
+        keep, held_rows = [], []
+        for i, split, step, rank, node in zip(raw.index, raw["split"], raw["step"], raw.get("rank", nan),
+                                              raw.get("node", nan), strict=True):
+            key = (split, step, node, rank) if self.ranks == "all" else (split, step)
             if key in self._emitted:
                 continue
-            if pd.isna(rank) or rank == 0:
+            if self.ranks == "all" or pd.isna(rank) or rank == 0:
                 self._emitted.add(key)
                 self._held.pop(key, None)
                 keep.append(i)
@@ -138,11 +122,7 @@ class LogFollower:
             return
         with open(self.path, "rb") as f:
             f.seek(self.offset)
-            while chunk := f.read(self.max_read):
+            while chunk := f.read(READ):
                 self.offset += len(chunk)
                 yield chunk
 
-
-def follow(path: str | os.PathLike, ranks: str = "first") -> LogFollower:
-    """A :class:`LogFollower` for ``path`` (the file need not exist yet)."""
-    return LogFollower(path, ranks=ranks)

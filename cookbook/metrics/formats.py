@@ -1,40 +1,34 @@
 """The grammar: one compiled regex per training-log format, the line prefixes, and how a line is read.
 
-Every format's metrics line contains ``oss`` (``loss``/``Loss``), so a file is scanned for that literal
-(``str.find``, memchr speed through NCCL noise) and only the lines holding it are matched. A line that
-looks like a metrics line but matches no format exactly is reported as skipped: a typo never becomes a
-wrong number. Commas are read only as thousands separators (``1,541,366``; ``0,7052`` is a typo),
-counters (step, epoch, rank ...) have at most 15 digits (exact in float64), and a timestamp that is no
-date (``2025-06-37``) gives the row a NaT time.
+Every format's metrics line holds ``oss`` (``loss``/``Loss``): a file is scanned for that literal and only
+those lines are matched. A line that looks like a metrics line but matches no format exactly is reported
+as skipped (a typo never becomes a wrong number). Commas are only thousands separators (``1,541,366``;
+``0,7052`` is a typo), counters (step, epoch, rank ...) have at most 15 digits (exact in float64), and a
+timestamp that is no date (``2025-06-37``) gives a NaT time. ``FORMATS`` order is the match order:
 
-Formats (``FORMATS`` order is the match order):
-
-- ``torchtitan``: ``[titan] 2025-06-10 21:58:27,008 - root - INFO - step: 700  loss:  0.7052
-  grad_norm: 2.9  memory: 76.79GiB(96.97%)  tps: 1,541,366  tflops: 0.00  mfu: 0.00%`` (ANSI colours,
-  optional grad_norm/tflops/mfu, ``mfu: N/A``, ``wps``); ``validate step: 3  loss: 7.1 ...`` is the
-  validation split. ``loss: -1.0000`` is pipeline parallelism's placeholder on ranks without the last
-  stage: a missing value.
-- ``torchtune-tqdm``: ``1|2|Loss: 1.2548030614852905:   0%|   | 2/1367 [05:03<49:53:19, 131.58s/it]``
-  (the closing ``]`` may be cut)
-- ``torchtune-disk``: ``Step 1 | loss:6.22 lr:0.001 tokens_per_second_per_gpu:273.99 ``
+- ``torchtitan``: ``[titan] 2025-06-10 21:58:27,008 - root - INFO - step: 700  loss:  0.7052  grad_norm: 2.9
+  memory: 76.79GiB(96.97%)  tps: 1,541,366  tflops: 0.00  mfu: 0.00%`` (ANSI colours, optional fields,
+  ``mfu: N/A``, ``wps``; ``validate step:`` is the validation split; ``loss: -1.0000`` is pipeline
+  parallelism's placeholder on ranks without the last stage: a missing value)
+- ``torchtune-tqdm``: ``1|2|Loss: 1.2548:   0%|   | 2/1367 [05:03<49:53:19, 131.58s/it]`` (``]`` may be cut)
+- ``torchtune-disk``: ``Step 1 | loss:6.22 lr:0.001 tokens_per_second_per_gpu:273.99``
 - ``fsdp``: ``0: 2025-06-17 16:24:52 I [train.py:103] Batch 0 Loss: 11.61653, Speed: 4.88 samples/sec,
   lr: 0.000100`` (our ``fsdp_train.py`` adds ``, tokens_per_second_per_gpu: 3712.0, mfu: 38.12%``/``N/A``)
 - ``jsonl``: ``{"step": 1, "loss": 6.2, ...}`` (one JSON object per line)
 
-Line prefixes (``PREFIX``, in this order, each optional): an ``srun --label`` task/node number ``12: ``;
-a launcher tag ``[rank3]:`` (torch), ``[default3]:`` (torchrun ``--tee``), ``[trainer0|8]:``
-(``[role local|global]``, torchtune multi-node: the global rank is the number after ``|``) or ``[3]:``.
-With a tag, the tag's number is ``rank`` and the srun number is the ``node`` column (one srun task per
-node running torchrun); with only an srun number, that number is the ``rank`` (one task per GPU).
+Line prefixes (each optional, in this order): an ``srun --label`` number ``12: ``; a launcher tag
+``[rank3]:`` (torch), ``[default3]:`` (torchrun ``--tee``), ``[trainer0|8]:`` (torchtune multi-node: the
+global rank is after ``|``) or ``[3]:``. With a tag, the tag's number is ``rank`` and the srun number the
+``node`` column (one srun task per node running torchrun); with only an srun number, it is the ``rank``.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 NEEDLE = "oss"  # in every format's metrics line: loss / Loss / "loss"
 
@@ -46,7 +40,8 @@ INT_COLUMNS = ("step", "epoch", "progress", "total_steps", "rank", "node")
 _INT_LIMIT = 10 ** 15
 _A = r"(?:\x1b\[[0-9;]*[A-Za-z])*"            # ANSI colours, allowed before each field
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_PREFIX = rf"{_A}\s*(?:(?P<srun>\d{{1,15}}):\s)?\s*{_A}(?:\[[A-Za-z_]*(?P<tag>\d{{1,15}})(?:\|(?P<glob>\d{{1,15}}))?\]:)?"
+_PREFIX = (rf"{_A}\s*(?:(?P<srun>\d{{1,15}}):\s)?\s*{_A}"
+           r"(?:\[[A-Za-z_]*(?P<tag>\d{1,15})(?:\|(?P<glob>\d{1,15}))?\]:)?")
 PREFIX = re.compile(_PREFIX)
 _PREFIX_START = set("0123456789[ \t\x1b")
 _DATE = re.compile(r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[,.](\d{3}))?")
@@ -99,10 +94,8 @@ def _disk(line: str) -> dict[str, Any] | None:
 
 def _jsonl(line: str) -> dict[str, Any] | None:
     text = line.strip()
-    if not (text.startswith("{") and text.endswith("}")):
-        return None
     try:
-        obj = json.loads(text)
+        obj = json.loads(text) if text.startswith("{") and text.endswith("}") else None
     except (ValueError, RecursionError):
         return None
     if not isinstance(obj, dict) or "step" not in obj:
@@ -123,7 +116,8 @@ FORMATS: tuple[Format, ...] = (
         rf"validate step:\s*(?P<step>{_C})\s+{_A}loss:\s*(?P<loss>{_NUM}){_MEMORY}"
         + _f("tokens_per_second_per_gpu", "[tw]ps") + rf"{_A}\s*$"), split="validation", dated=True),
     Format("torchtitan", "step:", _line(
-        rf"step:(?<!validate step:)\s*(?P<step>{_C})\s+{_A}loss:\s*(?P<loss>{_NUM})" + _f("grad_norm", "grad_norm") + _MEMORY
+        rf"step:(?<!validate step:)\s*(?P<step>{_C})\s+{_A}loss:\s*(?P<loss>{_NUM})" + _f("grad_norm", "grad_norm")
+        + _MEMORY
         + _f("tokens_per_second_per_gpu", "[tw]ps") + _f("tflops", "tflops") + _MFU + rf"{_A}\s*\|?\s*$"),
         dated=True),
     Format("torchtune-tqdm", "|Loss:", _line(
@@ -156,18 +150,13 @@ ALIASES: dict[str, str] = {
 def prefix(line: str) -> tuple[str, int | None, int | None]:
     """``line`` without its launcher prefix: (text, rank, node) -- see the module docstring. A number
     of more than 15 digits (garbled) gives rank -1: the caller skips the line."""
-    if line[:1] not in _PREFIX_START:
-        return line, None, None
-    m = PREFIX.match(line)
-    end = m.end()
+    end = m.end() if line[:1] in _PREFIX_START and (m := PREFIX.match(line)) else 0
     if not end:
         return line, None, None
-    srun, tag = m["srun"], m["glob"] or m["tag"]
     if line[end:end + 1].isdigit():          # a number of more than 15 digits: garbled
         return line[end:], -1, None
-    if tag is None:
-        return line[end:], (int(srun) if srun else None), None
-    return line[end:], int(tag), (int(srun) if srun else None)
+    rank, node = (None if v is None else int(v) for v in rank_node(*m.group("srun", "tag", "glob")))
+    return line[end:], rank, node
 
 
 def parse_line(line: str) -> tuple[Format | None, Any, bool]:
@@ -200,7 +189,6 @@ def rank_node(srun: str | None, tag: str | None, glob: str | None) -> tuple[str 
     return (srun, None) if tag is None else (tag, srun)
 
 
-@functools.lru_cache(maxsize=256)     # ranks of one step share their head
 def head_time(head: str) -> tuple[str | None, str | None]:
     """The first date (and milliseconds) in a line's head (the text before its metrics)."""
     m = _DATE.search(head)

@@ -19,63 +19,54 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cookbook.metrics.formats import _ANSI, ALIASES, FORMATS, NEEDLE, Format, head_time, parse_line, rank_node
+from cookbook.metrics.formats import (
+    _ANSI,
+    ALIASES,
+    FORMATS,
+    INT_COLUMNS,
+    NEEDLE,
+    Format,
+    head_time,
+    parse_line,
+    rank_node,
+)
 from cookbook.metrics.table import resolve, to_frame
 
-WINDOW = 8 << 20
-BATCH = 20_000      # rows converted at a time (their strings held until then)
+WINDOW = 1 << 20
+BATCH = 5_000      # rows converted at a time (their strings held until then)
 
 
 def _hms(text: str | None) -> float:
     """tqdm's ``05:03`` / ``49:53:19`` -> seconds; NaN for ``?``."""
     if text is None or "?" in text:
         return math.nan
-    secs = 0.0
+    secs = 0
     for part in text.split(":"):
         secs = secs * 60 + int(part)
-    return secs
+    return float(secs)
 
 
 def _per_step(rate_unit: tuple[str | None, str | None]) -> float:
     """tqdm's rate (``131.58`` ``s/it`` or ``2.5`` ``it/s``) -> seconds per step."""
     rate, unit = rate_unit
-    if rate is None or rate == "?":
-        return math.nan
-    value = float(rate)
+    value = math.nan if rate is None or rate == "?" else float(rate)
     return value if unit == "s/it" else (1 / value if value else math.nan)
 
 
-def _each(fn, col, dtype: type = float) -> np.ndarray | list:
-    """``fn`` of each value, computed once per distinct value (logs repeat them a lot); a list for objects."""
+def _each(fn, col) -> list:
+    """``fn`` of each value, computed once per distinct value (logs repeat them a lot)."""
     done = {v: fn(v) for v in set(col)}
-    values = [done[v] for v in col]
-    return values if dtype is object else np.array(values, dtype=dtype)
+    return [done[v] for v in col]
 
 
-def _floats(col: tuple) -> np.ndarray | None:
+def _floats(col: list) -> np.ndarray | None:
     """Captured numbers (str or None) -> float64 (None -> NaN); None if no value was captured."""
-    if None in col:
+    try:
+        return np.fromiter(map(float, col), dtype=np.float64, count=len(col))
+    except (TypeError, ValueError):                # None (an optional field), or tps: 1,541,366
         if all(v is None for v in col):
             return None
-        col = tuple("nan" if v is None else v for v in col)
-    if "," in "".join(col):                        # tps: 1,541,366 (the grammar allows nothing else)
-        col = tuple(v.replace(",", "") for v in col)
-    return np.fromiter(map(float, col), dtype=np.float64, count=len(col))
-
-
-def _times(dates: tuple, ms: tuple) -> np.ndarray:
-    """Captured dates and milliseconds -> datetime64[ms], NaT where a date is none (``2025-06-37``)."""
-    text = [f"{d}.{m}" if m else d for d, m in zip(dates, ms)]
-    try:
-        return np.array(["NaT" if t is None else t for t in text]).astype("datetime64[ms]")
-    except ValueError:
-        out = []
-        for t in text:
-            try:
-                out.append(np.datetime64(t, "ms") if t else np.datetime64("NaT", "ms"))
-            except ValueError:
-                out.append(np.datetime64("NaT", "ms"))
-        return np.array(out, dtype="datetime64[ms]")
+        return np.array([math.nan if v is None else float(v.replace(",", "")) for v in col])
 
 
 class Collector:
@@ -83,16 +74,18 @@ class Collector:
 
     def __init__(self) -> None:
         self.seq = 0                    # lines read so far that gave a row (the order of rows)
+        self._redraw = "\0"             # the last tqdm bar's "E|S|Loss:" with its prefix
         self.lines = 0                  # ``\\n`` seen so far (line numbers of skipped lines)
         self.skipped: list[tuple[int, str]] = []
-        self._found: dict[Format, list[tuple]] = {f: [] for f in FORMATS if f.regex is not None}
+        # per regex format, its rows flat: seq, then the regex's groups (a record of groups + 1 items)
+        self._found: dict[Format, list] = {f: [] for f in FORMATS if f.regex is not None}
         self._rows: list[dict[str, Any]] = []
         self.formats: set[str] = set()  # formats and ranks seen (before duplicates are dropped)
         self.ranks: set[int] = set()
 
     def feed(self, text: str) -> None:
         """Read ``text``: complete lines (it ends at a line end or at the end of the log)."""
-        pos, end, counted, line_no, seq = 0, len(text), 0, self.lines + 1, self.seq
+        pos, end, counted, line_no, seq, redraw = 0, len(text), 0, self.lines + 1, self.seq, self._redraw
         find, rfind, found = text.find, text.rfind, self._found
         while (i := find(NEEDLE, pos)) >= 0:
             j = rfind("\n", pos, i)
@@ -101,8 +94,8 @@ class Collector:
             stop = end if stop < 0 else stop
             line = text[start:stop]
             for seg in line.split("\r") if "\r" in line else (line,):
-                if NEEDLE not in seg:
-                    continue
+                if NEEDLE not in seg or (seg.startswith(redraw) and "step:" not in seg):
+                    continue      # a tqdm redraw of the bar just read: its step is taken (first line wins)
                 fmt, m, looks = parse_line(seg)
                 if fmt is None:
                     if looks:
@@ -111,14 +104,18 @@ class Collector:
                         self.skipped.append((line_no, (_ANSI.sub("", seg) if "\x1b" in seg else seg).strip()[:300]))
                     continue
                 if fmt.regex is not None:
-                    found[fmt].append((seq, *m.groups()))
+                    rows = found[fmt]
+                    rows.append(seq)
+                    rows.extend(m.groups())
+                    if fmt.name == "torchtune-tqdm":
+                        redraw = seg[:m.end("step") + 6]      # prefix, "E|S|Loss:"
                 else:
                     m.update(seq=seq, format=fmt.name)
                     m.setdefault("split", fmt.split)
                     self._rows.append(m)
                 seq += 1
             pos = stop + 1
-        self.seq = seq
+        self.seq, self._redraw = seq, redraw
         self.lines += text.count("\n")
 
     def frame(self, ranks: str = "all") -> pd.DataFrame:
@@ -126,85 +123,60 @@ class Collector:
         rows that cannot win their step (see table.py) before their numbers are converted."""
         parts = [self._convert(fmt, found, ranks) for fmt, found in self._found.items() if found]
         if self._rows:
-            rows = pd.DataFrame.from_records(self._rows)
+            parts.append(rows := pd.DataFrame.from_records(self._rows))
             self.formats.update(rows["format"])
             self.ranks.update(int(r) for r in rows["rank"].dropna())
-            parts.append(rows)
         for found in self._found.values():
             found.clear()
         self._rows = []
-        if not parts:
-            return pd.DataFrame()
-        df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-        return df.sort_values("seq", kind="stable", ignore_index=True) if len(parts) > 1 else df
+        if len(parts) < 2:
+            return parts[0] if parts else pd.DataFrame()
+        return pd.concat(parts, ignore_index=True).sort_values("seq", kind="stable", ignore_index=True)
 
-    def _convert(self, fmt: Format, found: list[tuple], ranks: str) -> pd.DataFrame:
-        index = fmt.regex.groupindex
-        rank_nodes = _each(lambda p: rank_node(*p), [(t[index["srun"]], t[index["tag"]], t[index["glob"]])
-                                                     for t in found], dtype=object)
-        rank = np.array([r for r, _ in rank_nodes], dtype=float)
-        node = np.array([n for _, n in rank_nodes], dtype=float)
+    def _convert(self, fmt: Format, flat: list, ranks: str) -> pd.DataFrame:
+        index, width = fmt.regex.groupindex, fmt.regex.groups + 1
+        n = len(flat) // width
+        col = {name: flat[i::width] for name, i in index.items()}     # group i sits at offset i of a record
+        seq = np.array(flat[::width], dtype=np.int64)
+        rank = node = np.full(n, np.nan)
+        if not col["srun"].count(None) == col["tag"].count(None) == n:     # a launcher prefix
+            prefixes = list(zip(col["srun"], col["tag"], col["glob"], strict=True))
+            rank, node = np.array(_each(lambda p: rank_node(*p), prefixes), dtype=float).reshape(n, 2).T
+            self.ranks.update(int(r) for r in np.unique(rank[~np.isnan(rank)]))
         self.formats.add(fmt.name)
-        self.ranks.update(int(r) for r in np.unique(rank[~np.isnan(rank)]))
-        if ranks != "all" and len(found) > 1:   # one format, one split: the key is the step
-            keys = pd.DataFrame({"split": fmt.split, "step": [int(t[index["step"]]) for t in found], "rank": rank})
+        steps = np.fromiter(map(int, col["step"]), dtype=np.int64, count=n)
+        if ranks != "all" and n > 1 and not (np.isnan(rank).all() and (np.diff(steps) > 0).all()):
+            keys = pd.DataFrame({"split": fmt.split, "step": steps, "rank": rank})
             keep = resolve(keys, ranks).index.to_numpy()
-            if len(keep) < len(found):
-                found, rank, node = [found[i] for i in keep], rank[keep], node[keep]
-        cols = list(zip(*found))
-        groups = {name: cols[i] for name, i in index.items() if name not in ("srun", "tag", "glob")}
-        out: dict[str, Any] = {"seq": np.array(cols[0], dtype=np.int64), "rank": rank, "node": node}
-        heads = groups.pop("_head")
+            if len(keep) < n:     # one format, one split: rows that cannot win their step are not converted
+                col = {name: [c[i] for i in keep] for name, c in col.items()}
+                seq, rank, node, steps, n = seq[keep], rank[keep], node[keep], steps[keep], len(keep)
+        out: dict[str, Any] = {"seq": seq, "rank": rank, "node": node}
         if fmt.dated:
-            times = _each(head_time, heads, dtype=object)
-            out["time"] = _times(tuple(d for d, _ in times), tuple(m for _, m in times))
-        for name, col in groups.items():
+            dates = [f"{d}.{ms}" if ms else d for d, ms in _each(head_time, col["_head"])]
+            out["time"] = pd.to_datetime(dates, format="ISO8601", errors="coerce")   # no date: NaT
+        for name, values in col.items():
             if name in ("elapsed", "remaining"):
-                out[f"{name}_s"] = _each(_hms, col)
+                out[f"{name}_s"] = np.array(_each(_hms, values))
             elif name == "rate":
-                out["seconds_per_step"] = _each(_per_step, list(zip(col, groups["unit"])))
-            elif name != "unit" and (values := _floats(col)) is not None:
-                out[name] = values
+                out["seconds_per_step"] = np.array(_each(_per_step, list(zip(values, col["unit"], strict=True))))
+            elif name in INT_COLUMNS:           # always captured, digits only
+                out[name] = steps if name == "step" else np.fromiter(map(int, values), np.int64, n)
+            elif name not in ("srun", "tag", "glob", "_head", "unit") and (v := _floats(values)) is not None:
+                out[name] = v
         if fmt.name == "torchtitan":             # pipeline parallelism's placeholder on non-last stages
             out["loss"] = np.where(out["loss"] == -1.0, np.nan, out["loss"])
-        out["split"] = np.full(len(found), fmt.split, dtype=object)
-        out["format"] = np.full(len(found), fmt.name, dtype=object)
-        return pd.DataFrame(out)
+        return pd.DataFrame({**out, "split": fmt.split, "format": fmt.name})
 
 
 def _table(collector: Collector, parts: list[pd.DataFrame], ranks: str, source: str) -> pd.DataFrame:
     """The canonical table of the windows' rows (each already reduced), with its ``attrs``."""
-    parts = [p for p in parts if len(p)]
-    df = to_frame(pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(), ranks=ranks)
+    rows = pd.concat([p for p in parts if len(p)] or [pd.DataFrame()], ignore_index=True)
+    parts.clear()                  # the caller's list: its frames are freed before the table is built
+    df = to_frame(rows, ranks=ranks)
     df.attrs.update(source=source, formats=sorted(collector.formats), ranks=sorted(collector.ranks),
                     skipped=collector.skipped)
     return df
-
-
-def scan_file(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
-    """Read a log file window by window; rows are converted every ``BATCH`` rows and the table so far
-    reduced to one row per key whenever it doubled, so memory follows the result, not the file."""
-    collector, parts, keep, converted, held, reduced = Collector(), [], b"", 0, 0, BATCH
-    # Plain reads, not mmap: a log truncated while mapped (Slurm truncates it on requeue) would SIGBUS.
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(WINDOW)
-            data = keep + block if keep else block
-            cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1 if block else len(data)
-            if cut:
-                with memoryview(data) as view:
-                    collector.feed(str(view[:cut], "utf-8", "replace"))
-            keep = data[cut:]
-            if collector.seq - converted >= BATCH or not block:
-                converted = collector.seq
-                parts.append(collector.frame(ranks))
-                held += len(parts[-1])
-                if held > 2 * reduced:
-                    parts = [resolve(pd.concat(parts, ignore_index=True), ranks)]
-                    held = reduced = max(len(parts[0]), BATCH)
-            if not block:
-                break
-    return _table(collector, parts, ranks, str(path))
 
 
 def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
@@ -221,7 +193,34 @@ def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
         if kind == "tensorboard":
             return read_tensorboard(src)
         p = src
-    return scan_file(p, ranks)
+    # windows: rows converted every ``BATCH`` rows (each batch reduced to one row per key) and the rows so
+    # far reduced whenever they doubled, so memory follows the result, not the file
+    collector, parts, keep, converted, held, reduced = Collector(), [], b"", 0, 0, BATCH
+    # Plain reads, not mmap: a log truncated while mapped (Slurm truncates it on requeue) would SIGBUS.
+    with open(p, "rb") as f:
+        while True:
+            block = f.read(WINDOW)
+            data = keep + block if keep else block
+            cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1 if block else len(data)
+            if cut:
+                with memoryview(data) as view:
+                    collector.feed(str(view[:cut], "utf-8", "replace"))
+            keep = data[cut:]
+            if collector.seq - converted >= BATCH or not block:
+                converted = collector.seq
+                parts.append(resolve(collector.frame(ranks), ranks))   # cross-format keys too
+                held += len(parts[-1])
+                if held > 2 * reduced:        # resolved on the key columns only; a part is copied if it loses rows
+                    keys = pd.concat([p[[c for c in ("split", "step", "rank", "node") if c in p]] for p in parts],
+                                     ignore_index=True)
+                    wins = np.zeros(len(keys), dtype=bool)
+                    wins[resolve(keys, ranks).index.to_numpy()] = True
+                    spans = [wins[e - len(p):e] for p, e in zip(parts, np.cumsum([len(p) for p in parts]), strict=True)]
+                    parts = [p if w.all() else p[w] for p, w in zip(parts, spans, strict=True)]
+                    held = reduced = max(int(wins.sum()), BATCH)
+            if not block:
+                break
+    return _table(collector, parts, ranks, str(p))
 
 
 def parse_text(text: str | bytes, ranks: str = "first") -> pd.DataFrame:
@@ -242,9 +241,7 @@ def best_source(folder: str | os.PathLike) -> tuple[str, Path]:
     if next(folder.rglob("events.out.tfevents*"), None) is not None:
         return "tensorboard", folder
     for pattern in _LOG_GLOBS:
-        files = sorted((f for f in folder.rglob(pattern) if f.is_file()), key=lambda f: f.stat().st_mtime,
-                       reverse=True)
-        for f in files:
+        for f in sorted((f for f in folder.rglob(pattern) if f.is_file()), key=lambda f: -f.stat().st_mtime):
             with open(f, "rb") as fh:
                 if NEEDLE.encode() in fh.read(1 << 20):
                     return "log", f
@@ -253,41 +250,30 @@ def best_source(folder: str | os.PathLike) -> tuple[str, Path]:
 
 # TensorBoard tags (torchtune, torchtitan) -> canonical columns; validation tags get split=validation
 TB_TAGS: dict[str, str] = {**ALIASES, "lr/AdamW": "lr", "n_tokens_seen": "tokens_seen"}
-_VAL_PREFIX = "validation_metrics/"
+_VAL_PREFIX, _TB_COLUMNS = "validation_metrics/", ["tag", "step", "value", "wall_time"]
 
 
 def read_tensorboard(folder: str | os.PathLike) -> pd.DataFrame:
-    """Scalars of a TensorBoard event folder (torchtune or torchtitan) in the same columns as logs.
-
-    If the folder holds several runs (sub-folders with event files) the newest one is read; the others
-    are listed in ``df.attrs["other_runs"]``.
-    """
+    """Scalars of a TensorBoard event folder (torchtune or torchtitan) in the same columns as logs. Of several
+    runs (sub-folders with event files) the newest is read, the others listed in ``attrs["other_runs"]``."""
     from tbparse import SummaryReader
 
-    folder = Path(folder)
-    event_dirs = sorted({f.parent for f in folder.rglob("events.out.tfevents*")},
-                        key=lambda d: max(f.stat().st_mtime for f in d.glob("events.out.tfevents*")))
-    if not event_dirs:
+    runs = sorted({f.parent for f in Path(folder).rglob("events.out.tfevents*")},
+                  key=lambda d: max(f.stat().st_mtime for f in d.glob("events.out.tfevents*")))
+    if not runs:
         raise FileNotFoundError(f"no TensorBoard event files (events.out.tfevents*) under {folder}")
-    run = event_dirs[-1]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tbparse 0.0.9 uses pandas' deprecated inplace sort
-        reader = SummaryReader(str(run), extra_columns={"wall_time"})
+        reader = SummaryReader(str(runs[-1]), extra_columns={"wall_time"})
         # torchtitan writes scalar summaries, torchtune (add_scalar via the v2 API) tensor summaries
-        tables = [t for t in (reader.scalars, reader.tensors) if len(t)]
-    scalars = pd.concat(tables, ignore_index=True) if tables else \
-        pd.DataFrame(columns=["tag", "step", "value", "wall_time"])
+        tables = [t[_TB_COLUMNS] for t in (reader.scalars, reader.tensors) if len(t)]
     rows: dict[tuple[str, int], dict] = {}
-    for tag, step, value, wall in scalars[["tag", "step", "value", "wall_time"]].itertuples(index=False):
+    for tag, step, value, wall in (r for t in tables for r in t.itertuples(index=False)):
         split = "validation" if tag.startswith(_VAL_PREFIX) else "train"
-        name = tag[len(_VAL_PREFIX):] if split == "validation" else tag
         row = rows.setdefault((split, int(step)), {"step": int(step), "split": split, "format": "tensorboard"})
-        row[TB_TAGS.get(name, name)] = float(value)
+        row[TB_TAGS.get(tag.removeprefix(_VAL_PREFIX), tag.removeprefix(_VAL_PREFIX))] = float(value)
         row["time"] = max(row.get("time", wall), wall)
-    records = list(rows.values())
-    for r in records:
-        r["time"] = pd.Timestamp(r["time"], unit="s")
-    df = to_frame(records)
-    df.attrs.update(source=str(run), formats=["tensorboard"], ranks=[], skipped=[],
-                    other_runs=[str(d) for d in event_dirs[:-1]])
+    df = to_frame([{**r, "time": pd.Timestamp(r["time"], unit="s")} for r in rows.values()])
+    df.attrs.update(source=str(runs[-1]), formats=["tensorboard"], ranks=[], skipped=[],
+                    other_runs=[str(d) for d in runs[:-1]])
     return df

@@ -7,8 +7,8 @@ save it: ``plot_runs({"bs8": "a.log", "bs16": "b.log"}, out="cmp.png")``.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence, Union
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -16,7 +16,7 @@ from matplotlib.ticker import MaxNLocator
 
 from cookbook.metrics.parse import parse_log
 
-Run = Union[pd.DataFrame, str, os.PathLike]
+Run = pd.DataFrame | str | os.PathLike
 
 # panel title -> candidate columns (first present wins)
 PANELS: dict[str, tuple[str, ...]] = {
@@ -38,25 +38,18 @@ def smooth(values: pd.Series, alpha: float = 0.1) -> pd.Series:
 
 
 def _as_runs(runs: Run | Sequence[Run] | Mapping[str, Run]) -> dict[str, pd.DataFrame]:
-    if isinstance(runs, Mapping):
-        items = list(runs.items())
-    elif isinstance(runs, (pd.DataFrame, str, os.PathLike)):
-        items = [(None, runs)]
-    else:
-        items = [(None, r) for r in runs]
+    items = list(runs.items()) if isinstance(runs, Mapping) else [(None, runs)] \
+        if isinstance(runs, (pd.DataFrame, str, os.PathLike)) else [(None, r) for r in runs]
     out: dict[str, pd.DataFrame] = {}
     for i, (name, run) in enumerate(items):
         df = run if isinstance(run, pd.DataFrame) else parse_log(run)
-        label = name or (Path(str(run)).name if not isinstance(run, pd.DataFrame)
-                         else Path(df.attrs.get("source", f"run {i + 1}")).name)
-        out[label] = df
+        source = df.attrs.get("source", f"run {i + 1}") if isinstance(run, pd.DataFrame) else str(run)
+        out[name or Path(source).name] = df
     return out
 
 
 def _has_values(df: pd.DataFrame, col: str) -> bool:
-    if col not in df:
-        return False
-    values = df[col].dropna()
+    values = df[col].dropna() if col in df else ()
     return bool(len(values)) and not (col in _ZERO_IS_UNKNOWN and (values == 0).all())
 
 
@@ -80,7 +73,7 @@ def plot_runs(runs: Run | Sequence[Run] | Mapping[str, Run], out: str | os.PathL
     axes = fig.subplots((len(chosen) + 1) // 2, min(len(chosen), 2), squeeze=False).ravel()
     for ax in axes[len(chosen):]:
         ax.set_visible(False)
-    for ax, (title, col) in zip(axes, chosen):
+    for ax, (title, col) in zip(axes, chosen, strict=False):   # axes: rounded up to a full grid
         for i, (label, df) in enumerate(frames.items()):
             if col not in df or df.empty:
                 continue

@@ -7,6 +7,7 @@ a later one (tqdm redraws a step's bar; a resumed run logs steps again; every ra
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from cookbook.metrics.formats import INT_COLUMNS
@@ -18,19 +19,16 @@ COLUMNS: tuple[str, ...] = (
 )
 
 
-def preferred(df: pd.DataFrame) -> pd.Series:
-    """Rows whose rank wins a step: rank 0, or no rank on the line."""
-    return df["rank"].isna() | df["rank"].eq(0) if "rank" in df else pd.Series(True, index=df.index)
-
-
 def resolve(df: pd.DataFrame, ranks: str = "first") -> pd.DataFrame:
     """Raw rows in the order their lines appear -> one row per key (see the module docstring)."""
     if df.empty:
         return df
     if ranks == "all":
-        return df.drop_duplicates([c for c in ("split", "step", "node", "rank") if c in df], keep="first")
-    order = (~preferred(df)).sort_values(kind="stable").index
-    return df.loc[order].drop_duplicates(["split", "step"], keep="first").sort_index()
+        dup = df.duplicated([c for c in ("split", "step", "node", "rank") if c in df], keep="first")
+    else:   # the first of each key once rank 0's rows (or rows without a rank) are put first
+        loses = df["rank"].notna() & df["rank"].ne(0) if "rank" in df else pd.Series(False, index=df.index)
+        dup = df.loc[loses.sort_values(kind="stable").index, ["split", "step"]].duplicated().sort_index()
+    return df[~dup.to_numpy()] if dup.any() else df
 
 
 def to_frame(rows: pd.DataFrame | list[dict], ranks: str = "first") -> pd.DataFrame:
@@ -41,9 +39,7 @@ def to_frame(rows: pd.DataFrame | list[dict], ranks: str = "first") -> pd.DataFr
     if "split" not in df:
         df["split"] = "train"
     df = resolve(df, ranks)
-    for col in ("rank", "node"):
-        if col in df and df[col].isna().all():
-            df = df.drop(columns=col)
+    df = df.drop(columns=[c for c in ("rank", "node") if c in df and df[c].isna().all()])
     for col in INT_COLUMNS:
         if col in df.columns:
             df[col] = pd.to_numeric(df[col]).round().astype("Int64")
@@ -51,6 +47,6 @@ def to_frame(rows: pd.DataFrame | list[dict], ranks: str = "first") -> pd.DataFr
         df["time"] = pd.to_datetime(df["time"], errors="coerce")
     df["split"] = df["split"].fillna("train").astype(str)
     order = [c for c in COLUMNS if c in df.columns] + sorted(c for c in df.columns if c not in COLUMNS and c != "seq")
-    df = df[order].sort_values(["split", "step"], kind="stable",
-                               key=lambda s: s.ne("train") if s.name == "split" else s)
+    rows = np.lexsort((df["step"].to_numpy(dtype=float), df["split"].ne("train").to_numpy()))   # stable
+    df = df[order] if (rows[1:] > rows[:-1]).all() else df[order].take(rows)
     return df.reset_index(drop=True)

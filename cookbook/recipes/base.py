@@ -30,7 +30,7 @@ is asked of its recipe too, as data (``{key: value}`` overrides, never command-l
 
 The ``local-cpu`` variant: when ``spec.profile == "local-cpu"`` the same recipe runs a tiny model on
 CPU on the local cluster (gloo, one process per node). Recipes switch config and program for it
-(e.g. ``-m cookbook.compat.cpu torchtune full_finetune_distributed --config tiny.yaml``); the
+(e.g. ``-m cookbook.local.compat.cpu torchtune full_finetune_distributed --config tiny.yaml``); the
 launcher flags and everything else stay the same.
 """
 

@@ -3,20 +3,22 @@
 Configs are Python functions in ``configs/cookbook_titan.py`` (copied next to the script and passed
 as ``--module cookbook_titan --config NAME``). Overrides are ``section.key=value`` and become
 ``--section.key value``; they are checked by torchtitan's own parser (``ConfigManager`` + tyro)
-against the real config dataclasses. torchtitan imports triton at module level; validation imports
-it through :mod:`cookbook.compat.triton_standin` so no GPU stack is needed on the login node.
+against the real config dataclasses, in a child process (:mod:`cookbook.recipes.titan_parse`): torchtitan
+imports triton at module level, and the validating process (login node, notebook kernel) imports neither.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import difflib
 import functools
-import io
+import json
+import os
 import re
+import subprocess
 import sys
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from cookbook.profiling.enable import schedule
@@ -43,24 +45,53 @@ CONFIG_PATHS = (
 PATH_KEYS = tuple(sp.key for sp in CONFIG_PATHS)
 
 
-@functools.cache
-def _import_torchtitan() -> None:
-    from cookbook.compat.triton_standin import import_torchtitan_without_triton
+class _ParserProcess:
+    """One child running :mod:`cookbook.recipes.titan_parse`, started on first use, kept for the process."""
 
-    import_torchtitan_without_triton()
-    sys.path.insert(0, str(_MODULE_FILE.parent))
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[str] | None = None
+        self._lock = threading.Lock()
+
+    def _start(self) -> subprocess.Popen[str]:
+        package_root = str(Path(__file__).resolve().parents[2])
+        path = os.pathsep.join(filter(None, [str(_MODULE_FILE.parent), package_root, os.environ.get("PYTHONPATH")]))
+        return subprocess.Popen([sys.executable, "-m", "cookbook.recipes.titan_parse"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                env={**os.environ, "PYTHONPATH": path})
+
+    def ask(self, args: list[str]) -> dict[str, Any]:
+        with self._lock:
+            for _ in range(2):              # a child that died (killed, out of memory) is started again once
+                if self._proc is None or self._proc.poll() is not None:
+                    self._proc = self._start()
+                assert self._proc.stdin and self._proc.stdout
+                try:
+                    self._proc.stdin.write(json.dumps({"args": args}) + "\n")
+                    self._proc.stdin.flush()
+                    line = self._proc.stdout.readline()
+                except BrokenPipeError:
+                    line = ""
+                if line:
+                    return json.loads(line)
+                self._proc = None
+        return {"config": None, "fields": [], "error": "torchtitan's config parser (a child process) exited"}
 
 
-def field_paths(obj: object, prefix: str = "") -> list[str]:
-    """Dotted names of every field of a (nested) config dataclass."""
-    out = []
-    for f in dataclasses.fields(obj):  # type: ignore[arg-type]
-        name = f"{prefix}{f.name}"
-        out.append(name)
-        value = getattr(obj, f.name, None)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            out += field_paths(value, name + ".")
-    return out
+_PARSER = _ParserProcess()
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(args: tuple[str, ...]) -> dict[str, Any]:
+    return _PARSER.ask(list(args))
+
+
+def _namespace(value: Any) -> Any:
+    """Plain data with attribute access, as the parsed config reads (``cfg.parallelism.tensor_parallel_degree``)."""
+    if isinstance(value, dict):
+        return SimpleNamespace(**{k: _namespace(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return [_namespace(v) for v in value]
+    return value
 
 
 def cli_args(overrides: dict[str, str]) -> list[str]:
@@ -76,23 +107,11 @@ def cli_args(overrides: dict[str, str]) -> list[str]:
     return args
 
 
-def parse_config(config: str, overrides: dict[str, str]) -> tuple[object, str]:
-    """Run torchtitan's own parser on ``--module cookbook_titan --config CONFIG`` + overrides.
-
-    Returns ``(config object or None, error text)``.
-    """
-    _import_torchtitan()
-    from torchtitan.config.manager import ConfigManager
-
-    args = ["--module", CONFIG_MODULE, "--config", config, *cli_args(overrides)]
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            return ConfigManager().parse_args(args), ""
-    except SystemExit:
-        return None, err.getvalue()
-    except Exception as e:  # noqa: BLE001  (torchtitan's own validation message)
-        return None, f"{type(e).__name__}: {e}"
+def parse_config(config: str, overrides: dict[str, str]) -> tuple[Any, str]:
+    """Run torchtitan's own parser on ``--module cookbook_titan --config CONFIG`` + overrides, in a child
+    process (:mod:`cookbook.recipes.titan_parse`). Returns ``(config as attributes or None, error text)``."""
+    answer = _parsed(("--module", CONFIG_MODULE, "--config", config, *cli_args(overrides)))
+    return (_namespace(answer["config"]) if answer["config"] is not None else None), answer["error"]
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -135,8 +154,7 @@ def tyro_reason(err: str, overrides: dict[str, str] | None = None) -> str:
 
 @functools.cache
 def _known_fields(config: str) -> tuple[str, ...]:
-    cfg, _ = parse_config(config, {})
-    return tuple(field_paths(cfg)) if cfg is not None else ()
+    return tuple(_parsed(("--module", CONFIG_MODULE, "--config", config))["fields"])
 
 
 # why the GPU configs in cookbook_titan.py depart from torchtitan's defaults (values: the config functions)
@@ -278,7 +296,7 @@ class TorchtitanRecipe(Recipe):
             from cookbook.paths import cache_dir
 
             tiny = spec.assets_dir or str(cache_dir() / "tiny")
-            return Launch("torchrun", ("-m", "cookbook.compat.cpu", "torchtitan", *args), {"TINY_DIR": tiny})
+            return Launch("torchrun", ("-m", "cookbook.local.compat.cpu", "torchtitan", *args), {"TINY_DIR": tiny})
         return Launch("torchrun", ("-m", "torchtitan.train", *args), self.start_variables(spec))
 
     def resume(self, spec: JobSpec) -> str:

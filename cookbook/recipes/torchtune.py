@@ -247,9 +247,7 @@ class TorchtuneRecipe(Recipe):
     def base_config(self, spec: JobSpec) -> DictConfig:
         from omegaconf import OmegaConf
         if spec.local_cpu:
-            cfg = OmegaConf.load(_CONFIGS / self.tiny_config)
-            self._set_tiny_paths(cfg)
-            return cfg
+            return OmegaConf.load(_CONFIGS / self.tiny_config)   # paths: ${oc.env:TINY_DIR}/...
         return builtin_config(self.config_name)
 
     def start_paths(self, spec: JobSpec) -> list[StartPath]:
@@ -259,17 +257,6 @@ class TorchtuneRecipe(Recipe):
                           f"the {self.model_folder} download (`cookbook download` / `tune download`)", MODEL_FILES),
                 StartPath("tokenizer.path", None, "$MODEL_DIR/original/tokenizer.model", "file",
                           "the model's tiktoken tokenizer (inside the download)")]
-
-    @staticmethod
-    def _set_tiny_paths(cfg: DictConfig) -> None:
-        from cookbook.assets.tiny import TinyAssets
-
-        t = TinyAssets(Path("${oc.env:TINY_DIR}"))
-        cfg.tokenizer.path = str(t.tokenizer_model)
-        cfg.tokenizer.special_tokens_path = str(t.special_tokens)
-        cfg.checkpointer.checkpoint_dir = str(t.llama_dir)
-        conv = cfg.dataset.get("conversation_style")
-        cfg.dataset.data_files = str(t.chat_sharegpt if conv == "sharegpt" else t.alpaca)
 
     def config(self, spec: JobSpec) -> DictConfig:
         """The merged config written next to the script (overrides applied, typed as YAML)."""
@@ -346,7 +333,7 @@ class TorchtuneRecipe(Recipe):
         args = (self.recipe_file, "--config", config, "output_dir=$RUN_DIR")
         if spec.local_cpu:
             tiny = spec.assets_dir or str(_default_tiny_dir())
-            return Launch("torchrun", ("-m", "cookbook.compat.cpu", "torchtune", *args), {"TINY_DIR": tiny})
+            return Launch("torchrun", ("-m", "cookbook.local.compat.cpu", "torchtune", *args), {"TINY_DIR": tiny})
         return Launch("tune", args, self.start_variables(spec))
 
     def resume(self, spec: JobSpec) -> str:

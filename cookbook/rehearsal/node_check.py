@@ -68,7 +68,7 @@ def program_of(words: list[str], args: list[str]) -> tuple[str, list[str]]:
     """(framework, its own arguments) from what follows the launcher flags."""
     if words == ["tune", "run"]:
         return "torchtune", args
-    if args[:2] == ["-m", "cookbook.compat.cpu"] and len(args) > 2:
+    if args[:2] == ["-m", "cookbook.local.compat.cpu"] and len(args) > 2:
         os.environ["COOKBOOK_REHEARSE_LOCAL_CPU"] = "1"   # seen by the --parse child (see parse_in_training_env)
         return args[2], args[3:]            # local-cpu: torchtune RECIPE ... / torchtitan ...
     if args[:2] == ["-m", "torchtitan.train"]:
@@ -81,10 +81,11 @@ def program_of(words: list[str], args: list[str]) -> tuple[str, list[str]]:
 # ------------------------------------------------------------------------------------------ parse
 def parse_in_training_env(framework: str, args: list[str], keys: list[str]) -> dict:
     """Runs in the training interpreter: the framework's own parser on ``args``; values of ``keys``."""
-    # the local bench: its GPU nodes have no triton (a GPU-only wheel), and local-cpu jobs run through the CPU
-    # shims (``-m cookbook.compat.cpu``), which import torchtitan without it: the parser is reached the same way
-    preload = os.environ.get("COOKBOOK_REHEARSE_PRELOAD") or (
-        "cookbook.compat.triton_standin:import_torchtitan_without_triton"
+    # a machine without the GPU stack (the local bench: no triton) names a stand-in in COOKBOOK_PRELOAD, as for the
+    # engine's own torchtitan parser (cookbook.recipes.titan_parse); local-cpu jobs run through the CPU shims
+    # (``-m cookbook.local.compat.cpu``), which import torchtitan without triton: the parser is reached the same way
+    preload = os.environ.get("COOKBOOK_PRELOAD") or (
+        "cookbook.local.compat.triton_standin:import_torchtitan_without_triton"
         if os.environ.get("COOKBOOK_REHEARSE_LOCAL_CPU") and framework == "torchtitan" else None)
     if preload:
         mod, _, fn = preload.partition(":")

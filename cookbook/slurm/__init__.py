@@ -1,4 +1,4 @@
-"""Slurm: a client for any cluster, and the embedded local cluster."""
+"""Slurm: a client for any cluster (the embedded local cluster is cookbook.local.cluster)."""
 
 from cookbook.slurm.client import JobInfo, JobTimeout, SlurmClient, SlurmError, read_output
 

@@ -37,9 +37,8 @@ def lab(tmp_path_factory, slurm, tiny_assets):
     nb = load_notebook_node(str(notebook_dir() / NOTEBOOK))
     params = {**local_parameters(NOTEBOOK), "run_root": str(root / "runs")}
     nbformat.write(parameterize_notebook(nb, params), str(root / NOTEBOOK))
-    runtime = tmp_path_factory.mktemp("runtime")
-    server = start_lab(root, env={"JUPYTER_RUNTIME_DIR": str(runtime), "IPYTHONDIR": str(runtime / "ipython")},
-                       log=root / "lab.log")
+    ipython = tmp_path_factory.mktemp("ipython")      # its own IPython history (start_lab: its own runtime)
+    server = start_lab(root, env={"IPYTHONDIR": str(ipython)}, log=root / "lab.log")
     yield server
     server.stop()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cookbook.slurm.client import SlurmClient
-from cookbook.slurm.local_cluster import (STEP_CPUS_SNIPPET, ClusterConfig, LocalCluster, parse_step_cpus)
+from cookbook.local.cluster import (STEP_CPUS_SNIPPET, ClusterConfig, LocalCluster, parse_step_cpus)
 
 pytestmark = pytest.mark.cluster
 

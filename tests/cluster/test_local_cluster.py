@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cookbook.slurm.client import SlurmClient, SlurmError
-from cookbook.slurm.local_cluster import ClusterConfig, LocalCluster
+from cookbook.local.cluster import ClusterConfig, LocalCluster
 
 # `make test` distributes by file (--dist loadfile), so these tests share one worker and run in order.
 pytestmark = pytest.mark.cluster

@@ -60,7 +60,7 @@ def job_env(root: Path, script: str) -> dict[str, str]:
             "RUN_DIR": str(root / "runs" / Path(script).stem), "HF_TOKEN": SECRET,
             "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
             # the local bench's GPU nodes have torchtitan but no triton (a GPU-only wheel): import it without
-            "COOKBOOK_REHEARSE_PRELOAD": "cookbook.compat.triton_standin:import_torchtitan_without_triton"}
+            "COOKBOOK_PRELOAD": "cookbook.local.compat.triton_standin:import_torchtitan_without_triton"}
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 def test_sweep_notebook_compares_ranks(slurm, tiny_assets, kernel_dirs, artifacts, tmp_path):
     try:
-        executed = run_notebook("07_sweep_lora_rank", artifacts, local_parameters("07"), cwd=tmp_path,
-                                name="07_sweep_lora_rank.local")
+        name = "07_sweep_lora_rank"
+        executed = run_notebook(name, artifacts, local_parameters(name), cwd=tmp_path, name=f"{name}.local")
     except NotebookStopped as e:
         pytest.fail(f"{e} (see {e.path})")
     import nbformat
@@ -29,7 +29,8 @@ def test_sweep_function_records_each_run(slurm, tiny_assets, kernel_dirs, tmp_pa
 
     here = os.getcwd()
     runs = {"r2": {"model.lora_rank": 2}, "r8": {"model.lora_rank": 8}, "r32": {"model.lora_rank": 32}}
-    result = sweep("03_llama3_3_70b_lora", runs, out_dir=tmp_path, base_parameters=local_parameters("03"), parallel=2)
+    lora = "03_llama3_3_70b_lora"
+    result = sweep(lora, runs, out_dir=tmp_path, base_parameters=local_parameters(lora), parallel=2)
     assert os.getcwd() == here
     table = result.table()
     assert list(table["run"]) == ["r2", "r8", "r32"]

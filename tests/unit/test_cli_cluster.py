@@ -35,7 +35,7 @@ def test_env_of_the_gpu_cluster_points_at_its_own_config(capsys):
 
 
 def test_the_gpu_preset_can_run_beside_the_shared_cpu_cluster():
-    from cookbook.slurm.local_cluster import ClusterConfig
+    from cookbook.local.cluster import ClusterConfig
 
     cpu, gpu = ClusterConfig.named("cookbook"), ClusterConfig.named("gpu")
     assert cpu == ClusterConfig(), "`cluster up` with no flags is the plain CPU cluster"
@@ -54,7 +54,7 @@ def test_up_refuses_impossible_counts_in_one_line(capsys, args, flag):
 
 
 def test_gpu_nodes_are_written_with_device_files_gres_and_claimed_cpus(tmp_path, monkeypatch):
-    from cookbook.slurm import local_cluster as lc
+    from cookbook.local import cluster as lc
 
     monkeypatch.setattr(lc, "_port_free", lambda port: True)  # the real `gpu` cluster may hold 7017 now
     cluster = lc.LocalCluster(lc.ClusterConfig.named("gpu", mode="netns", base_dir=tmp_path))
@@ -72,7 +72,7 @@ def test_gpu_nodes_are_written_with_device_files_gres_and_claimed_cpus(tmp_path,
 
 
 def test_step_cpus_lines_are_parsed_and_a_short_task_is_named():
-    from cookbook.slurm.local_cluster import StepCpus, parse_step_cpus
+    from cookbook.local.cluster import StepCpus, parse_step_cpus
 
     out = "hello\nstep_cpus host=n1 slurm_cpus_per_task=1 affinity=2 job_cpus_per_task=16\n" \
           "step_cpus host=n2 slurm_cpus_per_task=16 affinity=16 job_cpus_per_task=16\n"
@@ -82,7 +82,7 @@ def test_step_cpus_lines_are_parsed_and_a_short_task_is_named():
 
 
 def test_step_cpus_snippet_survives_strict_bash_outside_a_step():
-    from cookbook.slurm.local_cluster import STEP_CPUS_SNIPPET, parse_step_cpus
+    from cookbook.local.cluster import STEP_CPUS_SNIPPET, parse_step_cpus
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     r = subprocess.run(["bash", "-euo", "pipefail", "-c", STEP_CPUS_SNIPPET], capture_output=True, text=True,

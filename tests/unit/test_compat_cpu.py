@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cookbook.assets.tiny import TinyAssets
-from cookbook.assets.tiny_llama import DIMS
-from cookbook.compat import cpu
+from cookbook.local.assets.tiny import TinyAssets
+from cookbook.local.assets.tiny_llama import DIMS
+from cookbook.local.compat import cpu
 from cookbook.paths import project_root
 
 
 def test_launch_args() -> None:
     assert cpu.cpu_launch_args("torchtune", "full_finetune_distributed") == [
-        "-m", "cookbook.compat.cpu", "torchtune", "full_finetune_distributed"]
-    assert cpu.cpu_launch_args("torchtitan") == ["-m", "cookbook.compat.cpu", "torchtitan"]
+        "-m", "cookbook.local.compat.cpu", "torchtune", "full_finetune_distributed"]
+    assert cpu.cpu_launch_args("torchtitan") == ["-m", "cookbook.local.compat.cpu", "torchtitan"]
     with pytest.raises(cpu.CompatError):
         cpu.cpu_launch_args("torchtune")
     with pytest.raises(cpu.CompatError):
@@ -66,7 +66,7 @@ def test_every_shim_is_documented() -> None:
 
 
 def test_cli_errors_are_short() -> None:
-    res = subprocess.run([sys.executable, "-m", "cookbook.compat.cpu", "torchtune", "nope"],
+    res = subprocess.run([sys.executable, "-m", "cookbook.local.compat.cpu", "torchtune", "nope"],
                          capture_output=True, text=True, cwd=project_root())
     assert res.returncode == 2 and "unknown torchtune recipe 'nope'" in res.stderr
     assert "Traceback" not in res.stderr
@@ -195,7 +195,7 @@ def titan_losses(output: str) -> dict[int, float]:
 def test_torchtitan_tiny_llama3_checkpoint_profile_tensorboard_resume(tiny_assets: TinyAssets,
                                                                       tmp_path: Path) -> None:
     dump = tmp_path / "titan"
-    args = [*cpu.cpu_launch_args("torchtitan"), "--module", "cookbook.compat.titan_tiny_configs",
+    args = [*cpu.cpu_launch_args("torchtitan"), "--module", "cookbook.local.compat.titan_tiny_configs",
             "--config", "tiny_llama3", "--hf_assets_path", str(tiny_assets.hf_tokenizer_dir),
             "--dataloader.dataset_path", str(tiny_assets.c4_dir), "--dump_folder", str(dump),
             "--training.steps", "6", "--checkpoint.interval", "3", "--profiler.profile_freq", "3"]

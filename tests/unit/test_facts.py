@@ -72,7 +72,7 @@ def test_versions_come_from_pyproject():
         line = next(d for d in deps if d.split("=")[0].split("<")[0].split(">")[0] == package)
         assert versions.requirement(package).replace(" ", "") in {line.replace(" ", ""), _sorted_spec(line)}
     from cookbook import doctor
-    from cookbook.compat import cpu
+    from cookbook.local.compat import cpu
 
     assert not hasattr(doctor, "KNOWN_GOOD")
     assert cpu.VERIFIED_VERSIONS == {p: versions.exact_version(p) for p in ("torch", "torchtune", "torchtitan")}

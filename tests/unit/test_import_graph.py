@@ -1,5 +1,6 @@
 """The package's import graph: no cycles (counting imports inside functions too), data flows one way
-(front ends -> engine), and importing the engine loads no CPU shim and no triton stand-in."""
+(front ends -> engine; the local bench -> engine, never engine -> local bench), and importing the engine
+loads no CPU shim and no triton stand-in."""
 
 from __future__ import annotations
 
@@ -9,9 +10,18 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# Front ends: notebooks' steps, widgets, the CLI, papermill runs, JupyterLab, the demo. Nothing below imports them.
+# Front ends: notebooks' steps, widgets, the CLI, papermill runs, JupyterLab. Nothing below imports them.
 FRONT = ("cookbook.walkthrough", "cookbook.widgets", "cookbook.cli", "cookbook.notebook_runner", "cookbook.lab",
-         "cookbook.demo", "cookbook.__main__")
+         "cookbook.__main__")
+# The local CPU bench (cluster, shims, tiny assets, demo): it uses the engine; the engine never imports it.
+LOCAL = "cookbook.local"
+# Framework config modules: loaded by torchtitan (``--module``) in the job or the engine's child parser, never
+# imported by the engine; their local-cpu functions may use the bench.
+CONFIGS = "cookbook.recipes.configs"
+
+
+def _engine(module: str) -> bool:
+    return not (module in (LOCAL, CONFIGS) or module.startswith((*FRONT, LOCAL + ".", CONFIGS + ".")))
 
 
 def _modules() -> dict[str, Path]:
@@ -90,14 +100,25 @@ def test_no_import_cycles():
     assert cycles(import_graph()) == []
 
 
-def test_the_engine_never_imports_a_front_end():
-    bad = {m: sorted(d for d in deps if d.startswith(FRONT))
-           for m, deps in import_graph().items() if not m.startswith(FRONT)}
+def test_the_engine_imports_neither_a_front_end_nor_the_local_bench():
+    graph = import_graph()
+    bad = {m: sorted(d for d in deps if not _engine(d)) for m, deps in graph.items() if _engine(m)}
     assert {m: d for m, d in bad.items() if d} == {}
+    assert any(d.startswith(LOCAL + ".") for m, deps in graph.items() for d in deps if m.startswith(FRONT))  # the rule has teeth
+
+
+def test_the_local_bench_is_only_reached_through_rendered_scripts():
+    """A local-cpu job names the shims on its launch line; the engine's code never imports them."""
+    from cookbook.recipes import get_recipe
+    from cookbook.spec import make_spec
+
+    launch = get_recipe("llama3_3_70b_lora").command(make_spec("llama3_3_70b_lora", profile="local-cpu"))
+    assert launch.args[:2] == ("-m", "cookbook.local.compat.cpu")
+    assert [p.name for p in (ROOT / "cookbook").rglob("*.py") if "sys.path.insert" in p.read_text()] == []
 
 
 def test_importing_the_engine_loads_no_shim_and_no_triton_stand_in():
     code = ("import sys, cookbook.recipes, cookbook.render, cookbook.planner, cookbook.metrics; "
-            "print([m for m in sys.modules if m.startswith(('cookbook.compat', 'triton', 'cookbook.assets'))])")
+            "print([m for m in sys.modules if m.startswith(('cookbook.local.compat', 'triton', 'cookbook.local.assets'))])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"

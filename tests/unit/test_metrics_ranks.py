@@ -47,6 +47,27 @@ def test_torchtune_multi_node_prefix_and_a_cut_bar():
     assert df["rank"].tolist() == [0] * 4 and df["total_steps"].tolist() == [101] * 4
 
 
+def test_rank_zero_kept_on_the_real_torchtitan_line():
+    """Rank 1 prints step 14 first (its loss differs): rank 0's line wins, and ranks="all" keeps both."""
+    rank1 = TITAN.replace("[rank0]:", "[rank1]:").replace("loss:  3.24405", "loss:  3.25001")
+    df = parse_text(rank1 + "\n" + TITAN + "\n" + rank1.replace("step: 14", "step: 15") + "\n")
+    assert df["step"].tolist() == [14, 15] and df["rank"].tolist() == [0, 1]
+    assert df["loss"].tolist() == [3.24405, 3.25001] and df["tokens_per_second_per_gpu"].tolist() == [7282] * 2
+    assert len(parse_text(rank1 + "\n" + TITAN + "\n", ranks="all")) == 2
+
+
+def test_tqdm_redraws_are_read_once_and_never_hide_another_step():
+    """A redraw of the bar just read is skipped before the regex (the step's first line wins anyway); a
+    step whose number starts like the last one's (5 then 55) is still read."""
+    bars = [TRAINER[0].replace("|54|", "|5|"), TRAINER[0].replace("|54|", "|5|").replace("55/101", "56/101"),
+            TRAINER[0].replace("|54|", "|55|"), TRAINER[0].replace("|54|", "|5|").replace("Loss: 1.09", "Loss: 9.09")]
+    df = parse_text("\r".join(bars) + "\r")
+    assert df["step"].tolist() == [5, 55] and df["progress"].tolist() == [55, 55]
+    assert df["loss"].tolist() == [1.0960569381713867] * 2 and df.attrs["skipped"] == []
+    redrawn_typo = TRAINER[0] + "\r" + TRAINER[0].replace("1.0960569381713867", "1.09605693817I3867")
+    assert parse_text(redrawn_typo).attrs["skipped"] == []     # a redraw of a step read: not parsed again
+
+
 @pytest.mark.parametrize("prefix, rank, node", [
     ("", 0, None),                 # [rank0]: only
     ("0: ", 0, 0),                 # srun --label with torchrun's [rankN]: the label is the node
@@ -168,7 +189,7 @@ def test_run_folder_reads_its_best_source(tmp_path):
         best_source(tmp_path / "empty")
 
 
-def test_diagnose_windows_change_nothing(monkeypatch):
+def test_diagnose_windows_change_nothing(monkeypatch, tmp_path):
     diag = importlib.import_module("cookbook.metrics.diagnose")   # the package exports diagnose(), the function
 
     before = (LOGS / "torchtune_missing_checkpoint.log").read_bytes() * 3
@@ -177,5 +198,9 @@ def test_diagnose_windows_change_nothing(monkeypatch):
     monkeypatch.setattr(diag, "WINDOW", 333)
     assert diag.diagnose_bytes(before + slurm) == whole
     assert whole[0].kind == "missing_checkpoint" and whole[0].count == 3
+    log = tmp_path / "job.err"   # a tqdm stream (no \n, longer than a window) then the failure, from a file
+    log.write_bytes(b"".join(b"\r" + TRAINER[0].encode() for _ in range(40)) + b"\n" + before + slurm)
+    found = diag.diagnose(log)
+    assert [(f.kind, f.line_number - 1, f.count) for f in found] == [(f.kind, f.line_number, f.count) for f in whole]
     timeout = next(f for f in whole if f.kind == "slurm_timeout")
     assert timeout.line_number == before.count(b"\n") + diag.diagnose_bytes(slurm)[0].line_number

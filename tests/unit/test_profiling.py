@@ -300,13 +300,18 @@ def test_memory_timeline_from_snapshot(tmp_path):
 
 # ---------------------------------------------------------------- view
 
-def test_tensorboard_starts_on_a_free_port_and_stops(tmp_path):
+def test_tensorboard_starts_on_a_private_socket_and_stops(tmp_path):
     shutil.copy(GPU / "rank0_iter10.pt.trace.json.gz", tmp_path)
     with start_tensorboard(tmp_path) as tb:
-        with urllib.request.urlopen(tb.url, timeout=10) as r:
-            assert r.status == 200
+        assert tb.port is None and tb.get("/", timeout=10)[0] == 200
+        assert oct(tb.sock.parent.stat().st_mode & 0o777) == "0o700"
         assert tb.process.poll() is None
-    assert tb.process.poll() is not None
+    assert tb.process.poll() is not None and not tb.private.exists()
+    with pytest.raises(PermissionError, match="every user"):        # a TCP port only when said so
+        start_tensorboard(tmp_path, port=free_port())
+    with start_tensorboard(tmp_path, open_to_all_users=True) as tb:
+        with urllib.request.urlopen(f"http://127.0.0.1:{tb.port}/", timeout=10) as r:
+            assert r.status == 200
     assert ssh_tunnel_command(6007, login_node="login1", user="alice") == "ssh -N -L 6007:localhost:6007 alice@login1"
     text = viewing_instructions(tmp_path, port=6007, login_node="login1")
     assert "ssh -N -L 6007:localhost:6007 login1" in text and "https://ui.perfetto.dev" in text

@@ -45,7 +45,7 @@ def test_torchtune_missing_local_path_and_bad_batch():
 
 
 def test_local_cpu_config_uses_tiny_asset_paths(monkeypatch):
-    from cookbook.assets.tiny import TinyAssets
+    from cookbook.local.assets.tiny import TinyAssets
     from pathlib import Path
 
     cfg = get_recipe("llama3_3_70b_full").config(JobSpec("llama3_3_70b_full", profile="local-cpu", gpus_per_node=0))
@@ -68,17 +68,33 @@ def test_torchtitan_overrides_checked_by_its_parser():
 
 
 def test_torchtitan_rejection_reason_read_from_a_coloured_utf8_box(monkeypatch):
+    """On a terminal tyro draws colours and UTF-8 boxes; the reason is read all the same. The box is made in
+    this process (the bench imports torchtitan through its triton stand-in); the engine's own parser runs in
+    a child process and gives the same reason."""
+    import contextlib
+    import io
+
     import tyro._fmtlib
 
-    from cookbook.recipes.torchtitan import parse_config, tyro_reason
+    from cookbook.local.compat.triton_standin import import_torchtitan_without_triton
+    from cookbook.recipes.torchtitan import _MODULE_FILE, CONFIG_MODULE, cli_args, parse_config, tyro_reason
 
+    import_torchtitan_without_triton()
+    from torchtitan.config.manager import ConfigManager
+
+    monkeypatch.syspath_prepend(str(_MODULE_FILE.parent))
     monkeypatch.setattr(tyro._fmtlib, "_FORCE_ANSI", True)          # as on a terminal
     monkeypatch.setattr(tyro._fmtlib, "_FORCE_UTF8_BOXES", True)
     overrides = {"training.mixed_precision_param": "fp8"}
-    cfg, err = parse_config("llama3_8b_c4", overrides)
-    assert cfg is None and "\x1b[" in err and "\u2502" in err              # colours and box edges
-    assert tyro_reason(err, overrides) == ("invalid choice 'fp8' for argument '--training.mixed_precision_param'. "
-                                           "Expected one of ('bfloat16', 'float32').")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), pytest.raises(SystemExit):
+        ConfigManager().parse_args(["--module", CONFIG_MODULE, "--config", "llama3_8b_c4", *cli_args(overrides)])
+    assert "\x1b[" in err.getvalue() and "\u2502" in err.getvalue()              # colours and box edges
+    reason = ("invalid choice 'fp8' for argument '--training.mixed_precision_param'. "
+              "Expected one of ('bfloat16', 'float32').")
+    assert tyro_reason(err.getvalue(), overrides) == reason
+    cfg, child_err = parse_config("llama3_8b_c4", overrides)
+    assert cfg is None and tyro_reason(child_err, overrides) == reason
     assert tyro_reason("ValueError: bad\nlast line") == "last line"      # not a box: its last line, as before
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cookbook.assets.tiny import ASSETS_VERSION, TinyAssets, build_tiny_assets, ensure_tiny_assets
-from cookbook.assets.tiny_llama import DIMS, N_BPE_RANKS, SPECIAL_TOKENS, special_token_ids
+from cookbook.local.assets.tiny import ASSETS_VERSION, TinyAssets, build_tiny_assets, ensure_tiny_assets
+from cookbook.local.assets.tiny_llama import DIMS, N_BPE_RANKS, SPECIAL_TOKENS, special_token_ids
 
 
 def _digest(root: Path) -> dict[str, str]:
@@ -99,7 +99,7 @@ def test_flux_assets_load(tiny_assets: TinyAssets) -> None:
     from safetensors import safe_open
     from transformers import CLIPTextModel, CLIPTokenizer, T5EncoderModel, T5Tokenizer
 
-    from cookbook.assets.tiny_flux import DIMS as FLUX
+    from cookbook.local.assets.tiny_flux import DIMS as FLUX
 
     t5_tok = T5Tokenizer.from_pretrained(str(tiny_assets.flux_t5_dir))
     clip_tok = CLIPTokenizer.from_pretrained(str(tiny_assets.flux_clip_dir))
@@ -125,3 +125,19 @@ def test_flux_assets_load(tiny_assets: TinyAssets) -> None:
                                   "flux_t5_dir", "flux_clip_dir", "cc12m_dir", "flux_prompts"])
 def test_every_path_exists(tiny_assets: TinyAssets, prop: str) -> None:
     assert getattr(tiny_assets, prop).exists()
+
+
+@pytest.mark.parametrize("config", ["tiny_full.yaml", "tiny_lora.yaml"])
+def test_tiny_torchtune_configs_point_at_the_tiny_assets_layout(config: str) -> None:
+    """The local-cpu torchtune configs name the tiny files by path (the engine never imports this bench)."""
+    import yaml
+
+    from cookbook.recipes.torchtune import _CONFIGS
+
+    cfg = yaml.safe_load((_CONFIGS / config).read_text())
+    t = TinyAssets(Path("${oc.env:TINY_DIR}"))
+    assert cfg["tokenizer"]["path"] == str(t.tokenizer_model)
+    assert cfg["tokenizer"]["special_tokens_path"] == str(t.special_tokens)
+    assert cfg["checkpointer"]["checkpoint_dir"] == str(t.llama_dir)
+    sharegpt = cfg["dataset"].get("conversation_style") == "sharegpt"
+    assert cfg["dataset"]["data_files"] == str(t.chat_sharegpt if sharegpt else t.alpaca)

@@ -65,9 +65,9 @@ def flux_schnell_tiny():
     """local-cpu: a FLUX transformer shrunk to the tiny T5/CLIP/autoencoder assets, on cc12m-like tars.
 
     torchtitan's flux_debugmodel expects the real autoencoder's widths, so the tiny run uses the model
-    spec sized to the tiny assets (cookbook.compat.titan_tiny_configs, CPU-only).
+    spec sized to the tiny assets (cookbook.local.compat.titan_tiny_configs, CPU-only).
     """
-    from cookbook.compat.titan_tiny_configs import tiny_flux
+    from cookbook.local.compat.titan_tiny_configs import tiny_flux
 
     cfg = tiny_flux()
     cfg.training.steps = 4

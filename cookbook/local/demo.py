@@ -1,4 +1,4 @@
-"""``python -m cookbook.demo`` (``make demo``): the whole walkthrough on the embedded local cluster.
+"""``python -m cookbook.local.demo`` (``make demo``): the whole walkthrough on the embedded local cluster.
 
 1. starts the local Slurm cluster (2 nodes) unless it is up;
 2. builds the tiny assets (a Llama-3-architecture model, tokenizers, datasets, FLUX encoders);
@@ -40,8 +40,11 @@ def _keep_previous(out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from cookbook import notebook_runner as nr
+    from cookbook.local import use_triton_standin_if_needed
 
-    ap = argparse.ArgumentParser(prog="python -m cookbook.demo", description=__doc__.split("\n\n")[0])
+    use_triton_standin_if_needed()
+
+    ap = argparse.ArgumentParser(prog="python -m cookbook.local.demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None, help="output folder (default: out/demo)")
     ap.add_argument("--notebooks", nargs="*", default=list(nr.QUICKSTART),
                     help="notebooks to run (default: the quickstart path)")
@@ -55,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     n += 1
     t0 = _step(n, total, "local Slurm cluster (2 nodes, real slurmctld/slurmd)")
-    from cookbook.slurm.local_cluster import LocalCluster
+    from cookbook.local.cluster import LocalCluster
 
     cluster = LocalCluster()
     status = cluster.status()
@@ -66,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
     n += 1
     t0 = _step(n, total, "tiny assets")
-    from cookbook.assets.tiny import ensure_tiny_assets
+    from cookbook.local.assets.tiny import ensure_tiny_assets
 
     assets = ensure_tiny_assets()
     _done(t0, str(assets.root))
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             sweep = nr.sweep("03_llama3_3_70b_lora", {f"rank {r}": {"model.lora_rank": r, "model.lora_alpha": 2 * r}
                                                       for r in (4, 16, 64)},
-                             out_dir=out / "sweep", base_parameters=nr.local_parameters("03"), parallel=2, env=env)
+                             out_dir=out / "sweep", base_parameters=nr.local_parameters("03_llama3_3_70b_lora"), parallel=2, env=env)
             plots.mkdir(parents=True, exist_ok=True)
             sweep.plot(out=plots / "sweep_lora_rank.png")
             table = sweep.table()
@@ -108,12 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, what, secs in results:
         print(f"  {name:<{width}}  {secs:5.0f} s  {what}")
     print(f"\nExecuted notebooks: {nb_out}\nPlots:              {plots}")
-    from cookbook.lab import tunnel_command
-
     print("\nOpen the notebooks in JupyterLab on this machine:\n"
-          "  make lab            (prints the URL with its one-time token)\n"
-          "and, from your laptop, forward its port (8888 unless make lab says otherwise):\n"
-          f"  {tunnel_command(8888)}")
+          "  make lab            (prints the ssh line to run on your laptop and the URL with its one-time token)")
     failed = [r for r in results if not r[1].startswith("ok")]
     return 1 if failed else 0
 

@@ -2,13 +2,13 @@
 
 Used only by ``local-cpu`` jobs (the local Slurm cluster has no GPU). Entry points::
 
-    python -m cookbook.compat.cpu torchtune RECIPE [--config FILE key=value ...]
-    python -m cookbook.compat.cpu torchtitan [torchtitan.train args: --module M --config F --a.b v ...]
+    python -m cookbook.local.compat.cpu torchtune RECIPE [--config FILE key=value ...]
+    python -m cookbook.local.compat.cpu torchtitan [torchtitan.train args: --module M --config F --a.b v ...]
 
-both also under ``torchrun ... -m cookbook.compat.cpu ...``. Each applies its framework's shims, then runs
+both also under ``torchrun ... -m cookbook.local.compat.cpu ...``. Each applies its framework's shims, then runs
 the framework's own, unmodified training entry point as ``__main__`` (torchtune's built-in recipe file;
 ``torchtitan.train``). Every shim is a :class:`Shim` below saying what breaks on CPU, where upstream, and
-what the shim does; ``cookbook/compat/README.md`` lists them and the commands proven with them.
+what the shim does; ``cookbook/local/compat/README.md`` lists them and the commands proven with them.
 
 The shims were checked against :data:`VERIFIED_VERSIONS` only; on other versions the entry point stops with
 a clear message (set ``COOKBOOK_COMPAT_ANY_VERSION=1`` to try anyway).
@@ -36,7 +36,7 @@ PACKAGES_CHECKED: dict[str, tuple[str, ...]] = {
     "torchtitan": ("torch", "torchtitan"),
 }
 ANY_VERSION_ENV = "COOKBOOK_COMPAT_ANY_VERSION"
-ENTRY_MODULE = "cookbook.compat.cpu"
+ENTRY_MODULE = "cookbook.local.compat.cpu"
 # torchtitan arguments this module adds unless the caller gives them (see README: spmd_backend).
 TORCHTITAN_DEFAULT_ARGS: dict[str, str] = {"--parallelism.spmd_backend": "partial_dtensor"}
 
@@ -79,7 +79,7 @@ def check_versions(framework: str) -> None:
     problems = version_problems(framework)
     if not problems:
         return
-    text = (f"cookbook.compat.cpu: the {framework} CPU shims were verified only with "
+    text = (f"cookbook.local.compat.cpu: the {framework} CPU shims were verified only with "
             + ", ".join(f"{p}=={v}" for p, v in VERIFIED_VERSIONS.items() if p in PACKAGES_CHECKED[framework])
             + "; found " + "; ".join(problems) + ". Install the verified versions (requirements/constraints.txt) "
             + f"or set {ANY_VERSION_ENV}=1 to try the shims anyway.")
@@ -229,7 +229,7 @@ CPU_DEVICE_TYPE = Shim(
 
 
 def _import_without_triton() -> None:
-    from cookbook.compat.triton_standin import import_torchtitan_without_triton
+    from cookbook.local.compat.triton_standin import import_torchtitan_without_triton
 
     import_torchtitan_without_triton()
 
@@ -240,7 +240,7 @@ TRITON_STANDIN = Shim(
     upstream="torchtitan/distributed/minimal_async_ep/kernels.py:10 import triton (via torchtitan.trainer); "
              "overrides/fused_swiglu.py, overrides/fused_mla.py",
     fix="imports those modules with an inert triton stand-in in sys.modules, then removes it "
-        "(cookbook/compat/triton_standin.py); the GPU kernels are never called",
+        "(cookbook/local/compat/triton_standin.py); the GPU kernels are never called",
     apply=_import_without_triton,
 )
 
@@ -430,8 +430,8 @@ def cpu_launch_args(framework: str, recipe: str | None = None) -> list[str]:
     """Arguments after ``python`` / ``torchrun [opts]`` that start ``framework`` under the CPU shims.
 
     ``cpu_launch_args("torchtune", "lora_finetune_distributed")`` ->
-    ``["-m", "cookbook.compat.cpu", "torchtune", "lora_finetune_distributed"]``; append ``--config F k=v``.
-    ``cpu_launch_args("torchtitan")`` -> ``["-m", "cookbook.compat.cpu", "torchtitan"]``; append
+    ``["-m", "cookbook.local.compat.cpu", "torchtune", "lora_finetune_distributed"]``; append ``--config F k=v``.
+    ``cpu_launch_args("torchtitan")`` -> ``["-m", "cookbook.local.compat.cpu", "torchtitan"]``; append
     ``--module M --config F ...``.
     """
     if framework == "torchtune":
@@ -445,8 +445,8 @@ def cpu_launch_args(framework: str, recipe: str | None = None) -> list[str]:
     raise CompatError(f"unknown framework {framework!r}; expected one of {', '.join(FRAMEWORKS)}")
 
 
-USAGE = """usage: python -m cookbook.compat.cpu torchtune RECIPE [--config FILE key=value ...]
-       python -m cookbook.compat.cpu torchtitan [--module M --config F --section.key value ...]"""
+USAGE = """usage: python -m cookbook.local.compat.cpu torchtune RECIPE [--config FILE key=value ...]
+       python -m cookbook.local.compat.cpu torchtitan [--module M --config F --section.key value ...]"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,7 +24,7 @@ def _source_version() -> str:
     here = Path(__file__).parent
     digest = hashlib.sha256()
     for source in (here / "tiny.py", here / "tiny_llama.py", here / "tiny_text.py", here / "tiny_flux.py",
-                   here.parent / "data" / "titan.py"):
+                   here.parents[1] / "data" / "titan.py"):
         digest.update(source.read_bytes())
     return f"tiny-assets-{digest.hexdigest()[:12]}"
 
@@ -111,7 +111,7 @@ def default_root() -> Path:
 
 def build_tiny_assets(root: Path) -> TinyAssets:
     """Write every asset under ``root`` (which should be empty). Deterministic: same bytes every time."""
-    from cookbook.assets import tiny_flux, tiny_llama, tiny_text
+    from cookbook.local.assets import tiny_flux, tiny_llama, tiny_text
 
     assets = TinyAssets(root)
     pairs = tiny_text.chat_rows()

@@ -17,7 +17,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from cookbook.assets.tiny_text import caption_vocabulary, captions
+from cookbook.local.assets.tiny_text import caption_vocabulary, captions
 
 AE_FILE = "ae.safetensors"
 
@@ -43,7 +43,7 @@ DIMS = FluxDims()
 
 def autoencoder_config(dims: FluxDims = DIMS):
     """torchtitan's ``AutoEncoder.Config`` for the tiny autoencoder (imports torchtitan)."""
-    from cookbook.compat.triton_standin import import_torchtitan_without_triton
+    from cookbook.local.compat.triton_standin import import_torchtitan_without_triton
 
     import_torchtitan_without_triton()
     from torchtitan.models.flux.model.autoencoder import AutoEncoder

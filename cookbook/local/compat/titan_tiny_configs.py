@@ -3,7 +3,7 @@
 torchtitan 0.3.0 configs are Python functions (no TOML), and model sizes cannot be changed from the command
 line, so a tiny run needs its own config functions (the local-cpu flux_schnell recipe uses tiny_flux_spec)::
 
-    torchrun ... -m cookbook.compat.cpu torchtitan --module cookbook.compat.titan_tiny_configs \\
+    torchrun ... -m cookbook.local.compat.cpu torchtitan --module cookbook.local.compat.titan_tiny_configs \\
         --config tiny_llama3 --hf_assets_path DIR --dataloader.dataset_path DIR ...
 
 Defaults point at the default tiny-asset root (``cookbook tiny``); pass the paths on the command line for
@@ -16,10 +16,10 @@ import os
 import sys
 from pathlib import Path
 
-from cookbook.compat.cpu import apply_shims
+from cookbook.local.compat.cpu import apply_shims
 
 # torchtitan must be imported under the shims (device type, triton) when this file is the first to import
-# it. When torchtitan is already loaded (under `python -m cookbook.compat.cpu torchtitan`, or by the recipe
+# it. When torchtitan is already loaded (under `python -m cookbook.local.compat.cpu torchtitan`, or by the recipe
 # engine validating a config on the login node), the configs below only build dataclasses.
 if "torchtitan" not in sys.modules:
     apply_shims("torchtitan")
@@ -39,9 +39,9 @@ from torchtitan.protocols.model_spec import ModelSpec  # noqa: E402
 from torchtitan.tools.profiler import Profiler  # noqa: E402
 from torchtitan.trainer import Trainer  # noqa: E402
 
-from cookbook.assets import tiny_flux as flux_assets  # noqa: E402
-from cookbook.assets import tiny_llama  # noqa: E402
-from cookbook.assets.tiny import TinyAssets, default_root  # noqa: E402
+from cookbook.local.assets import tiny_flux as flux_assets  # noqa: E402
+from cookbook.local.assets import tiny_llama  # noqa: E402
+from cookbook.local.assets.tiny import TinyAssets, default_root  # noqa: E402
 
 # The sbatch scripts of local-cpu jobs export TINY_DIR; default: the `cookbook tiny` root.
 _ASSETS = TinyAssets(Path(os.environ.get("TINY_DIR") or default_root()))

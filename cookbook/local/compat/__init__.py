@@ -1,6 +1,6 @@
-"""Compatibility shims, used only where a job needs them (``local-cpu``): see :mod:`cookbook.compat.cpu`."""
+"""Compatibility shims, used only where a job needs them (``local-cpu``): see :mod:`cookbook.local.compat.cpu`."""
 
-from cookbook.compat.cpu import (
+from cookbook.local.compat.cpu import (
     VERIFIED_VERSIONS,
     CompatError,
     apply_shims,
