@@ -163,7 +163,8 @@ class JobSpec:
 
     @property
     def local_cpu(self) -> bool:
-        return self.profile == "local-cpu"
+        """The job runs the tiny CPU variant on the embedded local cluster (profile ``local-cpu``)."""
+        return self.profile == LOCAL_CPU
 
     @property
     def procs_per_node(self) -> int:

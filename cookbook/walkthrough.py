@@ -24,8 +24,7 @@ import pandas as pd
 
 from cookbook.slurm.client import JobInfo, SlurmClient, SlurmError, read_output
 from cookbook.slurm.record import JobRecord
-from cookbook.recipes.base import LOCAL_CPU
-from cookbook.spec import PROFILES, JobSpec, SpecError, make_spec, parse_overrides
+from cookbook.spec import LOCAL_CPU, PROFILES, JobSpec, SpecError, make_spec
 
 
 
@@ -138,8 +137,9 @@ def check_job(spec: JobSpec, client: SlurmClient | None = None, gpu: str | None 
         parts = None
         problems.append(f"Slurm is not reachable from here ({' '.join(e.stderr.split()) or e}): run this notebook on "
                         "the cluster's login node (`make lab` starts JupyterLab there)"
-                        + ("; locally start the cluster first: `cookbook cluster up`" if spec.profile == LOCAL_CPU else ""))
-        hint = _local_hint(spec) if spec.profile != LOCAL_CPU else ""
+                        + ("; locally start the cluster first: `cookbook cluster up`"
+                           if spec.local_cpu else ""))
+        hint = _local_hint(spec) if not spec.local_cpu else ""
     if parts is not None:
         names = [p["partition"].rstrip("*") for p in parts]
         default = next((p["partition"].rstrip("*") for p in parts if p["partition"].endswith("*")),
@@ -238,8 +238,15 @@ class Job(JobRecord):
         return f"last lines of {self.log}:\n{self.tail(15)}"
 
     def metrics_files(self) -> list[Path]:
-        """Logs with metrics: the Slurm log, plus torchtune's DiskLogger files (they carry throughput)."""
-        return [self.log, *sorted(self.run_dir.glob("logs/log_*.txt"))]
+        """Logs with metrics: the Slurm log, plus the files the recipe's framework writes (torchtune's
+        DiskLogger files carry the throughput)."""
+        from cookbook.recipes import get_recipe
+
+        try:
+            recipe = get_recipe(self.recipe)
+        except KeyError:                      # a record of a recipe this version no longer has
+            return [self.log]
+        return [self.log, *recipe.metrics_files(self.run_dir)]
 
     def metrics(self) -> pd.DataFrame:
         """One row per training step, from every metrics file (see :func:`cookbook.metrics.parse_log`)."""
@@ -310,25 +317,22 @@ def model_dir_for(recipe: str, model_dir: str | os.PathLike | None, run_root: st
 
     if model_dir:
         return Path(model_dir)
-    folder = getattr(get_recipe(recipe), "model_folder", None)
+    folder = get_recipe(recipe).model_folder
     require(folder is not None, f"{recipe} trains from scratch: it needs no model_dir")
     return default_model_dir(str(folder), run_root)
 
 
 def model_overrides(recipe: str, model_dir: str | os.PathLike | None, profile: str = "generic",
                     run_root: str | os.PathLike = "runs") -> dict[str, str]:
-    """Overrides pointing a torchtune recipe at a downloaded model: checkpoint folder AND tokenizer
-    (``model_dir=None``: :func:`default_model_dir`; nothing for ``local-cpu``, whose config uses the tiny model).
-
-    (The top-level ``checkpoint_dir=`` of some published scripts is ignored by the 70B configs; these are the
-    keys torchtune reads.)
-    """
+    """The recipe's overrides pointing it at a downloaded model (``model_dir=None``:
+    :func:`default_model_dir`; nothing for ``local-cpu``, whose config uses the tiny model, nor for a
+    recipe that trains from scratch)."""
     from cookbook.recipes import get_recipe
 
-    if profile == LOCAL_CPU or get_recipe(recipe).framework != "torchtune":
+    rec = get_recipe(recipe)
+    if profile == LOCAL_CPU or rec.model_folder is None:
         return {}
-    d = str(model_dir_for(recipe, model_dir, run_root)).rstrip("/")
-    return {"checkpointer.checkpoint_dir": d, "tokenizer.path": f"{d}/original/tokenizer.model"}
+    return rec.model_overrides(str(model_dir_for(recipe, model_dir, run_root)))
 
 
 def rehearse_job(spec: JobSpec, root: str | os.PathLike = "runs", client: SlurmClient | None = None,
@@ -357,7 +361,7 @@ def plan_for(spec: JobSpec, gpu: str = "H100") -> str:
     from cookbook.planner.recipes import ignorable_overrides
 
     try:
-        if spec.profile == LOCAL_CPU:
+        if spec.local_cpu:
             text = plan(spec.recipe, gpu=gpu).render()
             return ("local-cpu trains a tiny model; this is the estimate for the real recipe it stands for:\n"
                     + text)
@@ -368,17 +372,12 @@ def plan_for(spec: JobSpec, gpu: str = "H100") -> str:
 
 def profiling_overrides(recipe: str, profile: str, steps: int = 2, warmup: int = 1,
                         start_step: int = 3) -> dict[str, str]:
-    """Overrides that turn the profiler on for ``recipe`` (CPU activities only on local-cpu)."""
-    from cookbook.profiling.enable import profiling_overrides as flags
+    """The recipe's overrides that turn the profiler on (CPU activities only on local-cpu)."""
     from cookbook.recipes import get_recipe
 
-    fw = get_recipe(recipe).framework
-    out: dict[str, str] = {}
-    for item in flags(fw, device="cpu" if profile == LOCAL_CPU else "cuda", steps=steps, warmup=warmup,
-                      start_step=start_step):
-        key, sep, value = item.lstrip("-").partition("=")
-        out[key] = value if sep else "True"
-    return out
+    device = "cpu" if profile == LOCAL_CPU else "cuda"
+    return get_recipe(recipe).profiling_overrides(device=device, steps=steps, warmup=warmup,
+                                                  start_step=start_step)
 
 
 def setup_checks(profile: str, partition: str | None = None, probe: bool = True,
@@ -445,14 +444,18 @@ def check_dataset(source: str, style: str, model_dir: str, column_map: dict[str,
 
 
 def dataset_overrides(source: str, style: str, column_map: dict[str, str] | None = None,
-                      max_seq_len: int | None = None, packed: bool = False) -> dict[str, str]:
-    """The recipe overrides that plug the dataset in (its ``dataset:`` block and ``tokenizer.max_seq_len``):
-    the same ``key=value`` pairs ``cookbook render --set`` and the job builder take."""
+                      max_seq_len: int | None = None, packed: bool = False,
+                      recipe: str | None = None) -> dict[str, str]:
+    """The overrides that plug the dataset into ``recipe`` (default:
+    :data:`cookbook.data.recipe.DEFAULT_RECIPE`; for torchtune its ``dataset:`` block and
+    ``tokenizer.max_seq_len``): the same ``key=value`` pairs ``cookbook render --set`` and the job
+    builder take."""
     from cookbook.data import DatasetSpec
-    from cookbook.data import dataset_overrides as block
+    from cookbook.data import dataset_overrides as recipe_overrides
 
     spec = DatasetSpec(source, style, column_map=dict(column_map or {}))
-    return parse_overrides(block(spec, packed=packed, max_seq_len=max_seq_len))
+    kw = {"recipe": recipe} if recipe else {}
+    return recipe_overrides(spec, packed=packed, max_seq_len=max_seq_len, **kw)
 
 
 # ------------------------------------------------------------------------------------------ text

@@ -11,8 +11,6 @@ from cookbook.cli import UserError
 from cookbook.planner import GPUS
 from cookbook.spec import PROFILES, JobSpec, SpecError, make_spec, parse_overrides
 
-GENERATED_PROFILES = tuple(PROFILES)
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     sub.add_parser("recipes", help="list the recipes").set_defaults(func=_list)

@@ -2,7 +2,7 @@
 
 Public API: :class:`DatasetSpec`, :func:`read_rows`, :func:`validate_rows`, :class:`DataError`,
 :class:`TokenizerSpec`, :func:`check_dataset`, :class:`DataReport`, :func:`dataset_block`,
-:func:`dataset_overrides`; torchtitan layouts in :mod:`cookbook.data.titan`.
+:func:`dataset_overrides` (asked of the recipe); torchtitan layouts in :mod:`cookbook.data.titan`.
 """
 
 from cookbook.data.check import DataReport, TokenizerSpec, VocabCheck, build_dataset, check_dataset, check_vocab

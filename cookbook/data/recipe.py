@@ -1,4 +1,5 @@
-"""The recipe's ``dataset:`` block for a :class:`DatasetSpec`, as YAML or as override strings."""
+"""A :class:`DatasetSpec` as a recipe's overrides (asked of the recipe: :meth:`Recipe.dataset_overrides`),
+or as the YAML ``dataset:`` block of a torchtune config, or quoted for a shell command line."""
 
 from __future__ import annotations
 
@@ -6,14 +7,17 @@ import shlex
 from typing import Any
 
 from cookbook.data.formats import DatasetSpec
+from cookbook.recipes import get_recipe
+from cookbook.recipes.torchtune import dataset_block
+
+# the recipe a dataset is plugged into unless the caller names one (the torchtune recipes share the block)
+DEFAULT_RECIPE = "llama3_3_70b_lora"
 
 
-def dataset_block(spec: DatasetSpec, *, packed: bool = False, train_on_input: bool | None = None) -> dict[str, Any]:
-    """The ``dataset:`` mapping a torchtune recipe config takes."""
-    block: dict[str, Any] = {"_component_": spec.component, **spec.builder_kwargs(), "packed": packed}
-    if train_on_input is not None and spec.style != "text":
-        block["train_on_input"] = train_on_input
-    return block
+def dataset_overrides(spec: DatasetSpec, *, packed: bool = False, max_seq_len: int | None = None,
+                      recipe: str = DEFAULT_RECIPE) -> dict[str, str]:
+    """``{key: value}`` overrides that plug ``spec`` into ``recipe`` (ValueError: the recipe takes none)."""
+    return get_recipe(recipe).dataset_overrides(spec, packed=packed, max_seq_len=max_seq_len)
 
 
 def dataset_yaml(spec: DatasetSpec, *, packed: bool = False, max_seq_len: int | None = None) -> str:
@@ -26,23 +30,6 @@ def dataset_yaml(spec: DatasetSpec, *, packed: bool = False, max_seq_len: int | 
     return OmegaConf.to_yaml(OmegaConf.create(cfg))
 
 
-def dataset_overrides(spec: DatasetSpec, *, packed: bool = False, max_seq_len: int | None = None) -> list[str]:
-    """``key=value`` overrides for ``tune run`` (nested keys dotted; dicts as ``{a: b}``)."""
-    out: list[str] = []
-    for key, value in dataset_block(spec, packed=packed).items():
-        if isinstance(value, dict):
-            out += [f"dataset.{key}.{k}={v}" for k, v in value.items()]
-        else:
-            out.append(f"dataset.{key}={_scalar(value)}")
-    if max_seq_len is not None:
-        out.append(f"tokenizer.max_seq_len={max_seq_len}")
-    return out
-
-
-def overrides_text(overrides: list[str]) -> str:
-    """Overrides quoted for a shell command line."""
-    return " ".join(shlex.quote(o) for o in overrides)
-
-
-def _scalar(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+def overrides_text(overrides: dict[str, str]) -> str:
+    """Overrides as ``key=value`` words quoted for a shell command line."""
+    return " ".join(shlex.quote(f"{k}={v}") for k, v in overrides.items())

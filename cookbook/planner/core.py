@@ -11,7 +11,8 @@ from cookbook.planner.estimate import (
 )
 from cookbook.planner.hardware import GIB, GpuSpec, get_gpu
 from cookbook.planner.models import FluxShape, ModelShape, get_model
-from cookbook.planner.recipes import RECIPES, RecipeDefaults, get_recipe, ignorable_overrides, settings_overrides
+from cookbook.planner.recipes import (RECIPES, RecipeDefaults, ignorable_overrides, recipe_defaults,
+                                      settings_overrides)
 
 if TYPE_CHECKING:
     from cookbook.spec import JobSpec
@@ -140,7 +141,7 @@ def plan(recipe: str, nodes: int | None = None, gpus_per_node: int | None = None
     ``enable_activation_checkpointing=False``); values may be strings as typed on a command line.
     ``dataset_tokens`` (LLM) or ``dataset_samples`` give the time per epoch and GPU-hours.
     """
-    defaults = get_recipe(recipe)
+    defaults = recipe_defaults(recipe)
     nodes = defaults.nodes if nodes is None else int(nodes)
     gpus_per_node = defaults.gpus_per_node if gpus_per_node is None else int(gpus_per_node)
     if nodes < 1 or gpus_per_node < 1:
@@ -227,7 +228,7 @@ def suggest(recipe: str, gpus_per_node: int | None = None, gpu: str | None = Non
     Tries nodes 1, 2, 4 ... ``max_nodes``; tensor parallel 1, 2, 4, 8 (within a node); checkpointing
     none/selective/full; micro-batch 1, 2, 4 ... 64 (FLUX up to 128).
     """
-    defaults: RecipeDefaults = get_recipe(recipe)
+    defaults: RecipeDefaults = recipe_defaults(recipe)
     gpn = gpus_per_node or defaults.gpus_per_node
     fixed = settings_overrides(settings)
     found: list[Suggestion] = []

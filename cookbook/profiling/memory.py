@@ -16,7 +16,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 CPU_NOTE = ("No memory snapshot here: snapshots (torch.cuda.memory._record_memory_history) exist only for GPU "
-            "runs profiled with profiling_overrides(..., memory=True); a CPU run cannot record one.")
+            "runs profiled with the recipe's profiling_overrides(..., memory=True); "
+            "a CPU run cannot record one.")
 
 
 def load_snapshot(path: str | Path) -> dict[str, Any]:

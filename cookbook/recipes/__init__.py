@@ -5,9 +5,10 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, StartPath, register_recipe
+from cookbook.recipes.base import Launch, Recipe, StartPath, register_recipe
 from cookbook.recipes.base import all_registered as list_recipes
 from cookbook.recipes.base import registered as get_recipe
+from cookbook.spec import LOCAL_CPU
 
 for _name in ("torchtune", "torchtitan", "fsdp"):
     if (Path(__file__).parent / f"{_name}.py").exists():

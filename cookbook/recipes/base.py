@@ -23,6 +23,11 @@ and implements
   (requeue after preemption), append the arguments that resume from the newest one to the bash
   array ``RESUME_ARGS``. Default: nothing (the framework resumes by itself).
 
+What the notebooks, the job builder, the planner and the profiler need to know about a framework
+is asked of its recipe too, as data (``{key: value}`` overrides, never command-line strings):
+:meth:`Recipe.profiling_overrides`, :meth:`Recipe.model_overrides`, :meth:`Recipe.dataset_overrides`,
+:meth:`Recipe.metrics_files`, :meth:`Recipe.planner_defaults` with :attr:`Recipe.planner_keys`.
+
 The ``local-cpu`` variant: when ``spec.profile == "local-cpu"`` the same recipe runs a tiny model on
 CPU on the local cluster (gloo, one process per node). Recipes switch config and program for it
 (e.g. ``-m cookbook.local.compat.cpu torchtune full_finetune_distributed --config tiny.yaml``); the
@@ -34,9 +39,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from cookbook.spec import LOCAL_CPU, JobSpec
+from cookbook.spec import LOCAL_CPU, JobSpec  # noqa: F401  (notebook_runner imports LOCAL_CPU here)
+
+if TYPE_CHECKING:
+    from cookbook.data.formats import DatasetSpec
 
 
 def path_problem(label: str, value: str, fix: str) -> str | None:
@@ -95,6 +103,11 @@ class Recipe(ABC):
     framework: ClassVar[str]
     description: ClassVar[str]
     config_paths: ClassVar[tuple[StartPath, ...]] = ()   # config keys naming files read at start-up
+    # the Hugging Face download a finetune starts from (None: it trains from scratch)
+    model_folder: ClassVar[str | None] = None
+    trace_subdir: ClassVar[str] = "profiling/traces"   # where profiler traces land, under the run folder
+    # the framework's config keys the planner understands, ``{config key: planner Settings field}``
+    planner_keys: ClassVar[dict[str, str]] = {}
 
     @abstractmethod
     def validate(self, spec: "JobSpec") -> list[str]:
@@ -146,6 +159,34 @@ class Recipe(ABC):
         own = self.start_paths(spec)
         keys = {sp.key for sp in own}
         return own + [sp for sp in self.config_paths if sp.key not in keys]
+
+    # -------------------------------------------------- asked by the notebooks, widgets, planner, profiler
+    def profiling_overrides(self, *, device: str = "cuda", steps: int = 3, warmup: int = 1,
+                            start_step: int = 3, memory: bool = False) -> dict[str, str]:
+        """Overrides that turn the PyTorch profiler on (see :mod:`cookbook.profiling.enable` for the
+        schedule and why these defaults are safe); ``memory`` adds a CUDA memory snapshot where the
+        framework has one."""
+        raise ValueError(f"{self.name}: the {self.framework} recipe has no profiler settings")
+
+    def model_overrides(self, model_dir: str) -> dict[str, str]:
+        """Overrides pointing the recipe at the model downloaded into ``model_dir`` ({}: from scratch)."""
+        return {}
+
+    def dataset_overrides(self, dataset: DatasetSpec, *, packed: bool = False,
+                          max_seq_len: int | None = None) -> dict[str, str]:
+        """Overrides that plug ``dataset`` in (the framework's dataset block)."""
+        raise ValueError(f"{self.name}: plugging in a dataset is supported for torchtune recipes only "
+                         f"({self.framework} reads its dataset from its own config keys)")
+
+    def metrics_files(self, run_dir: Path) -> list[Path]:
+        """Files with metrics the framework writes under ``run_dir`` besides the Slurm log."""
+        return []
+
+    def planner_defaults(self) -> dict[str, Any] | None:
+        """What the planner assumes for this recipe: ``model`` (a planner model key), ``nodes``,
+        ``gpus_per_node``, ``gpu``, ``settings`` ({planner Settings field: value}, as the config ships) and
+        ``source`` (where the numbers come from); None when the planner has no model for it."""
+        return None
 
 
 _REGISTRY: dict[str, Recipe] = {}

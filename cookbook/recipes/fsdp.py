@@ -16,8 +16,10 @@ import difflib
 import functools
 import io
 from pathlib import Path
+from typing import Any
 
-from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, StartPath, register_recipe
+from cookbook.profiling.enable import schedule
+from cookbook.recipes.base import Launch, Recipe, StartPath, register_recipe
 from cookbook.spec import JobSpec
 from cookbook.templating import quote_with_vars, render_template
 
@@ -25,7 +27,7 @@ TRAIN_FILE = Path(__file__).resolve().parent.parent / "training" / "fsdp_train.p
 SCRIPT_NAME = "train.py"
 
 # (shape in fsdp_train.SHAPES, display name, max_steps default as in the AWS sbatch files)
-MODELS: tuple[tuple[str, str, int], ...] = (
+FSDP_MODELS: tuple[tuple[str, str, int], ...] = (
     ("llama2_7b", "Llama 2 7B", 100),
     ("llama2_13b", "Llama 2 13B", 100),
     ("llama2_70b", "Llama 2 70B", 100),
@@ -76,6 +78,10 @@ class FsdpRecipe(Recipe):
     """``fsdp_<shape>``: FSDP2 pretraining of one model shape on C4 (or a local dataset)."""
 
     framework = "fsdp"
+    trace_subdir = "profiling/traces"
+    planner_keys = {"train_batch_size": "micro_batch", "max_context_width": "seq_len",
+                    "activation_checkpointing": "checkpointing",
+                    "offload_activations": "activation_offloading"}
     config_paths = (StartPath("tokenizer", None, "", "dir", "the tokenizer (a Hub id or a folder)", hub_ok=True),
                     StartPath("dataset", None, "", "dir", "the dataset (a Hub id or a folder)", hub_ok=True))
 
@@ -87,7 +93,7 @@ class FsdpRecipe(Recipe):
     # -- arguments ---------------------------------------------------------------------------------
     def base_args(self, spec: JobSpec) -> dict[str, str]:
         """The script's flags before the user's overrides."""
-        if spec.profile == LOCAL_CPU:
+        if spec.local_cpu:
             return {"model": "tiny_moe" if self.shape.startswith("mixtral") else "tiny",
                     "tokenizer": "$TINY_DIR/hf_tokenizer", "dataset": "$TINY_DIR/c4", "dataset_config": "en",
                     "seq_len": "64", "train_batch_size": "2", "max_steps": "20", "warmup_steps": "2",
@@ -101,6 +107,28 @@ class FsdpRecipe(Recipe):
 
     def train_args(self, spec: JobSpec) -> dict[str, str]:
         return {**self.base_args(spec), **spec.overrides}
+
+    # -- asked by the notebooks, planner and profiler --------------------------------------------------
+    def profiling_overrides(self, *, device: str = "cuda", steps: int = 3, warmup: int = 1,
+                            start_step: int = 3, memory: bool = False) -> dict[str, str]:
+        sched = schedule(steps=steps, warmup=warmup, start_step=start_step)
+        if memory:
+            raise ValueError("the FSDP script takes no memory snapshots; "
+                             "profile memory with torchtune or torchtitan")
+        return {"profile_steps": str(sched.active), "profile_warmup": str(sched.warmup),
+                "profile_start_step": str(sched.first_traced_step),
+                "profile_dir": f"$RUN_DIR/{self.trace_subdir}"}
+
+    def planner_defaults(self) -> dict[str, Any]:
+        """The AWS FSDP test case: HF-style model, FSDP MixedPrecision bf16, activation checkpointing +
+        offloading, train_batch_size 1; no ``seq_len``: max_context_width is the model's context."""
+        return {"model": self.shape, "nodes": 4, "gpus_per_node": 8, "gpu": "h100",
+                "settings": {"master_weights_fp32": True, "optimizer_state_bytes": 4, "loss": "fp32",
+                             "checkpointing": "full", "activation_offloading": True, "fused_optimizer": False,
+                             "micro_batch": 1},
+                "source": "awsome-distributed-training FSDP test case (train_batch_size 1, "
+                          "max_context_width = model context, activation_checkpointing=1, "
+                          "offload_activations=1, sharding full)"}
 
     # -- Recipe contract -----------------------------------------------------------------------------
     def validate(self, spec: JobSpec) -> list[str]:
@@ -133,10 +161,10 @@ class FsdpRecipe(Recipe):
         out = []
         args = self.train_args(spec)
         tok = args.get("tokenizer") or _train_module().SHAPES[self.shape].tokenizer or ""
-        if spec.profile != LOCAL_CPU and tok.startswith(_GATED):
+        if not spec.local_cpu and tok.startswith(_GATED):
             out.append(f"{tok} is gated: accept its licence on the Hub and export HF_TOKEN (or `huggingface-cli "
                        "login`) before sbatch; or pass --set tokenizer=/shared/folder")
-        if spec.profile != LOCAL_CPU and args.get("dataset") == "allenai/c4":
+        if not spec.local_cpu and args.get("dataset") == "allenai/c4":
             out.append("C4 is streamed from the Hub by every rank: compute nodes need internet access "
                        "(or --set dataset=/shared/c4/en for a local copy)")
         if spec.container_image and not spec.container_mounts:
@@ -150,7 +178,7 @@ class FsdpRecipe(Recipe):
     def command(self, spec: JobSpec) -> Launch:
         args = tuple(f"--{k}={v}" for k, v in self.train_args(spec).items())
         variables = {}
-        if spec.profile == LOCAL_CPU:
+        if spec.local_cpu:
             from cookbook.paths import cache_dir
 
             variables["TINY_DIR"] = spec.assets_dir or str(cache_dir() / "tiny")
@@ -162,7 +190,7 @@ class FsdpRecipe(Recipe):
         return render_template("resume_fsdp.sh.j2", checkpoint_dir=ckpt)
 
 
-for _shape, _title, _steps in MODELS:
+for _shape, _title, _steps in FSDP_MODELS:
     register_recipe(FsdpRecipe(_shape, _title, _steps))
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, StartPath, path_problem, register_recipe
+from cookbook.profiling.enable import schedule
+from cookbook.recipes.base import Launch, Recipe, StartPath, path_problem, register_recipe
 from cookbook.spec import JobSpec
 from cookbook.templating import render_template
 
@@ -164,11 +165,51 @@ INTENT = {
 }
 
 
+# torchtitan: FSDP2 MixedPrecision (fp32 params/grads/AdamW, bf16 compute), fp32 cross-entropy.
+PLANNER_SETTINGS: dict[str, Any] = {"master_weights_fp32": True, "optimizer_state_bytes": 4, "loss": "fp32"}
+MEMORY_SUBDIR = "profiling/memory_snapshot"      # torchtitan's memory snapshots, relative to --dump_folder
+
+
 class TorchtitanRecipe(Recipe):
     framework = "torchtitan"
     config_paths = CONFIG_PATHS
+    trace_subdir = "profiling/traces"              # relative to --dump_folder (the run folder)
+    planner_keys = {
+        "training.local_batch_size": "micro_batch", "training.seq_len": "seq_len",
+        "training.gradient_accumulation_steps": "grad_accum", "activation_checkpoint.mode": "checkpointing",
+        "parallelism.tensor_parallel_degree": "tp", "parallelism.data_parallel_shard_degree": "shard_group",
+        "training.compile": "compile", "compile.enable": "compile",
+        "parallelism.fsdp_reshard_after_forward": "reshard_after_forward",
+        "training.img_size": "image_size", "encoder.max_t5_encoding_len": "text_tokens",
+    }
     intent: dict[str, str] = INTENT
     config_fn: str              # function in cookbook_titan.py
+    planner_model: str          # key of the planner's model shapes
+    planner_settings: dict[str, Any]   # on top of PLANNER_SETTINGS
+    planner_source: str
+
+    def profiling_overrides(self, *, device: str = "cuda", steps: int = 3, warmup: int = 1,
+                            start_step: int = 3, memory: bool = False) -> dict[str, str]:
+        """torchtitan's ``profiler`` section: one cycle (``profiler_repeat=1``); torchtitan waits
+        ``profile_freq - (warmup + active)`` steps first."""
+        sched = schedule(steps=steps, warmup=warmup, start_step=start_step)
+        if memory and not device.startswith("cuda"):
+            raise ValueError("memory snapshots need a CUDA device (torch.cuda.memory._record_memory_history)")
+        out = {"profiler.enable_profiling": "True",
+               "profiler.profile_freq": str(sched.last_traced_step),
+               "profiler.profiler_warmup": str(sched.warmup),
+               "profiler.profiler_active": str(sched.active),
+               "profiler.profiler_repeat": "1",
+               "profiler.save_traces_folder": self.trace_subdir}
+        if memory:
+            out.update({"profiler.enable_memory_snapshot": "True",
+                        "profiler.memory_snapshot_freq": str(sched.last_traced_step),
+                        "profiler.save_memory_snapshot_folder": MEMORY_SUBDIR})
+        return out
+
+    def planner_defaults(self) -> dict[str, Any]:
+        return {"model": self.planner_model, "nodes": 2, "gpus_per_node": 8, "gpu": "h100",
+                "settings": {**PLANNER_SETTINGS, **self.planner_settings}, "source": self.planner_source}
 
     def gpu_paths(self) -> list[StartPath]:
         """The start-up paths of the GPU config (the tiny ``local-cpu`` config sets its own)."""
@@ -179,10 +220,10 @@ class TorchtitanRecipe(Recipe):
         return {}
 
     def start_paths(self, spec: JobSpec) -> list[StartPath]:
-        return [] if spec.profile == LOCAL_CPU else self.gpu_paths()
+        return [] if spec.local_cpu else self.gpu_paths()
 
     def expected_config(self, spec: JobSpec) -> dict[str, tuple[object, str]]:
-        if spec.profile == LOCAL_CPU:
+        if spec.local_cpu:
             return {}
         cfg, _ = parse_config(self.config_name(spec), {})
         launch = self.launch_overrides(spec)
@@ -202,7 +243,7 @@ class TorchtitanRecipe(Recipe):
         return {**launch, **paths, **spec.overrides}
 
     def config_name(self, spec: JobSpec) -> str:
-        return self.config_fn + ("_tiny" if spec.profile == LOCAL_CPU else "")
+        return self.config_fn + ("_tiny" if spec.local_cpu else "")
 
     def validate(self, spec: JobSpec) -> list[str]:
         problems = []
@@ -252,7 +293,7 @@ class TorchtitanRecipe(Recipe):
                            "--dump_folder", "$RUN_DIR"]
         user = {k: v for k, v in spec.overrides.items() if k not in self.start_args(spec)}
         args += cli_args({**self.launch_overrides(spec), **self.start_args(spec), **user})
-        if spec.profile == LOCAL_CPU:
+        if spec.local_cpu:
             from cookbook.paths import cache_dir
 
             tiny = spec.assets_dir or str(cache_dir() / "tiny")
@@ -269,6 +310,10 @@ class Llama3_8BC4(TorchtitanRecipe):
     name = "llama3_8b_c4"
     description = "Llama-3.1-8B pretraining on C4, torchtitan (FSDP2 [+TP/PP/CP])"
     config_fn = "llama3_8b_c4"
+    planner_model = "llama3_1_8b"
+    planner_settings = {"seq_len": 8192, "micro_batch": 2, "checkpointing": "selective"}
+    planner_source = ("torchtitan llama3_8b (seq 8192, selective op AC); "
+                      "bs 2 as in torchtitan docs/performance.md")
 
     def gpu_paths(self) -> list[StartPath]:
         return [StartPath("hf_assets_path", "MODEL_DIR", "$RECIPE_DIR/models/Llama-3.1-8B", "dir",
@@ -280,6 +325,11 @@ class FluxSchnell(TorchtitanRecipe):
     name = "flux_schnell"
     description = "FLUX.1-schnell training on cc12m, torchtitan"
     config_fn = "flux_schnell"
+    planner_model = "flux_schnell"
+    planner_settings = {"micro_batch": 64, "checkpointing": "full", "shard_group": 8,
+                        "reshard_after_forward": False, "image_size": 256, "text_tokens": 256}
+    planner_source = ("Nebius flux_schnell_model.toml (img 256, T5 256 tokens, full AC, HSDP 2x8, no reshard "
+                      "after forward); 64 images/GPU/step inferred from its log (tps x step time)")
     intent = {**INTENT, "training.local_batch_size": "the Nebius guide's 32 images per GPU",
               "parallelism.data_parallel_replicate_degree": "HSDP as the Nebius guide: one replica per node"}
 
@@ -302,7 +352,9 @@ class FluxSchnell(TorchtitanRecipe):
 
     def launch_overrides(self, spec: JobSpec) -> dict[str, str]:
         # HSDP as the Nebius guide: one replica per node, sharded over the node's GPUs (shard degree -1 fills)
-        return {} if spec.profile == LOCAL_CPU else {"parallelism.data_parallel_replicate_degree": "$SLURM_JOB_NUM_NODES"}
+        if spec.local_cpu:
+            return {}
+        return {"parallelism.data_parallel_replicate_degree": "$SLURM_JOB_NUM_NODES"}
 
 
 register_recipe(Llama3_8BC4())

@@ -13,9 +13,10 @@ import functools
 import inspect
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from cookbook.recipes.base import LOCAL_CPU, Launch, Recipe, StartPath, path_problem, register_recipe
+from cookbook.profiling.enable import schedule
+from cookbook.recipes.base import Launch, Recipe, StartPath, path_problem, register_recipe
 from cookbook.spec import JobSpec, SpecError
 from cookbook.templating import render_template
 
@@ -23,6 +24,8 @@ _CONFIGS = Path(__file__).parent / "configs"
 # omegaconf is imported inside the functions that use it, for start-up speed (`cookbook --help`, `recipes`)
 if TYPE_CHECKING:
     from omegaconf import DictConfig
+
+    from cookbook.data.formats import DatasetSpec
 
 TP_PLAN = "torchtune.models.llama3.base_llama_tp_plan"
 # what a Hugging Face download of a Llama 3.x model holds that torchtune's HF checkpointer reads
@@ -137,6 +140,24 @@ def check_override_keys(cfg: DictConfig, overrides: dict[str, str], recipe_file:
     return problems
 
 
+def dataset_block(dataset: DatasetSpec, *, packed: bool = False,
+                  train_on_input: bool | None = None) -> dict[str, Any]:
+    """The ``dataset:`` mapping a torchtune recipe config takes for ``dataset``."""
+    block: dict[str, Any] = {"_component_": dataset.component, **dataset.builder_kwargs(), "packed": packed}
+    if train_on_input is not None and dataset.style != "text":
+        block["train_on_input"] = train_on_input
+    return block
+
+
+def _scalar(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# torchtune keeps params in bf16 (dtype: bf16) and AdamW's m/v follow the param dtype: 8 bytes/param.
+PLANNER_SETTINGS: dict[str, Any] = {"master_weights_fp32": False, "optimizer_state_bytes": 2,
+                                    "loss": "chunked", "checkpointing": "full"}
+
+
 def _path_problem(label: str, value: str) -> str | None:
     """An error when a checkpoint/tokenizer path given by the user is on this filesystem but missing."""
     model_dir = value.split("/original/")[0] if label == "tokenizer.path" else value
@@ -147,6 +168,14 @@ class TorchtuneRecipe(Recipe):
     """A torchtune distributed recipe from a built-in config; see the module docstring."""
 
     framework = "torchtune"
+    trace_subdir = "profiling_outputs"
+    planner_keys = {
+        "batch_size": "micro_batch", "tokenizer.max_seq_len": "seq_len",
+        "gradient_accumulation_steps": "grad_accum", "enable_activation_checkpointing": "checkpointing",
+        "enable_activation_offloading": "activation_offloading", "model.lora_rank": "lora_rank",
+        "tensor_parallel_dim": "tp", "optimizer.fused": "fused_optimizer",
+        "optimizer_in_bwd": "optimizer_in_backward",
+    }
     config_paths = (
         StartPath("checkpointer.checkpoint_dir", None, "", "dir", "the model's checkpoint folder", MODEL_FILES[:1]),
         StartPath("tokenizer.path", None, "", "file", "the tokenizer"),
@@ -158,16 +187,72 @@ class TorchtuneRecipe(Recipe):
     tiny_config: str            # local-cpu config under recipes/configs/
     model_folder: str           # the Hugging Face download's folder name, e.g. Llama-3.3-70B-Instruct
     resume_model_from_output: bool  # full finetunes reload the model from output_dir/epoch_N on resume
+    planner_model = "llama3_3_70b"
+    planner_settings: dict[str, Any]   # the built-in config's settings, on top of PLANNER_SETTINGS
+    planner_source: str
+
+    # ---------------------------------------------------------------- asked by notebooks, planner, profiler
+    def profiling_overrides(self, *, device: str = "cuda", steps: int = 3, warmup: int = 1,
+                            start_step: int = 3, memory: bool = False) -> dict[str, str]:
+        """torchtune's ``profiler`` section; ``memory`` is written for rank 0 only by torchtune."""
+        sched = schedule(steps=steps, warmup=warmup, start_step=start_step)
+        on_gpu = device.startswith("cuda")
+        if memory and not on_gpu:
+            raise ValueError("memory snapshots need a CUDA device (torch.cuda.memory._record_memory_history)")
+        return {
+            "profiler._component_": "torchtune.training.setup_torch_profiler",
+            "profiler.enabled": "True",
+            "profiler.output_dir": "${output_dir}/" + self.trace_subdir,
+            "profiler.cpu": "True",
+            "profiler.cuda": str(on_gpu),
+            "profiler.xpu": "False",
+            # torchtune forces with_stack and record_shapes on when profile_memory is set
+            "profiler.profile_memory": str(memory),
+            "profiler.with_stack": "False",
+            "profiler.record_shapes": "True",
+            "profiler.with_flops": "False",
+            "profiler.wait_steps": str(sched.wait),
+            "profiler.warmup_steps": str(sched.warmup),
+            "profiler.active_steps": str(sched.active),
+            "profiler.num_cycles": "1",
+        }
+
+    def model_overrides(self, model_dir: str) -> dict[str, str]:
+        """The checkpoint folder AND the tokenizer inside it. (The top-level ``checkpoint_dir=`` of some
+        published scripts is ignored by the 70B configs; these are the keys torchtune reads.)"""
+        d = str(model_dir).rstrip("/")
+        return {"checkpointer.checkpoint_dir": d, "tokenizer.path": f"{d}/{MODEL_FILES[1]}"}
+
+    def dataset_overrides(self, dataset: DatasetSpec, *, packed: bool = False,
+                          max_seq_len: int | None = None) -> dict[str, str]:
+        """The ``dataset:`` block as dotted keys, plus ``tokenizer.max_seq_len`` if given (packing needs it)."""
+        out: dict[str, str] = {}
+        for key, value in dataset_block(dataset, packed=packed).items():
+            if isinstance(value, dict):
+                out.update({f"dataset.{key}.{k}": str(v) for k, v in value.items()})
+            else:
+                out[f"dataset.{key}"] = _scalar(value)
+        if max_seq_len is not None:
+            out["tokenizer.max_seq_len"] = str(max_seq_len)
+        return out
+
+    def metrics_files(self, run_dir: Path) -> list[Path]:
+        """torchtune's DiskLogger files (``output_dir/logs``): they carry the throughput."""
+        return sorted(Path(run_dir).glob("logs/log_*.txt"))
+
+    def planner_defaults(self) -> dict[str, Any]:
+        return {"model": self.planner_model, "nodes": 2, "gpus_per_node": 8, "gpu": "h100",
+                "settings": {**PLANNER_SETTINGS, **self.planner_settings}, "source": self.planner_source}
 
     # ---------------------------------------------------------------- config
     def base_config(self, spec: JobSpec) -> DictConfig:
         from omegaconf import OmegaConf
-        if spec.profile == LOCAL_CPU:
+        if spec.local_cpu:
             return OmegaConf.load(_CONFIGS / self.tiny_config)   # paths: ${oc.env:TINY_DIR}/...
         return builtin_config(self.config_name)
 
     def start_paths(self, spec: JobSpec) -> list[StartPath]:
-        if spec.profile == LOCAL_CPU:
+        if spec.local_cpu:
             return []
         return [StartPath("checkpointer.checkpoint_dir", "MODEL_DIR", f"$RECIPE_DIR/models/{self.model_folder}", "dir",
                           f"the {self.model_folder} download (`cookbook download` / `tune download`)", MODEL_FILES),
@@ -217,7 +302,7 @@ class TorchtuneRecipe(Recipe):
                 problems.append(f"{key}={value!r}: use a positive integer")
         if cfg.get("optimizer_in_bwd") and cfg.get("gradient_accumulation_steps", 1) != 1:
             problems.append("optimizer_in_bwd=True needs gradient_accumulation_steps=1: set one of them back")
-        if spec.profile == LOCAL_CPU and cfg.get("device") != "cpu":
+        if spec.local_cpu and cfg.get("device") != "cpu":
             problems.append("profile local-cpu runs on CPU: leave device=cpu")
         for key in ("checkpointer.checkpoint_dir", "tokenizer.path"):
             if key in spec.overrides and (p := _path_problem(key, spec.overrides[key])):
@@ -226,7 +311,7 @@ class TorchtuneRecipe(Recipe):
 
     def warnings(self, spec: JobSpec) -> list[str]:
         from omegaconf import OmegaConf
-        if spec.profile == LOCAL_CPU:
+        if spec.local_cpu:
             return []
         cfg = self.config(spec)
         out = []
@@ -238,7 +323,7 @@ class TorchtuneRecipe(Recipe):
 
     def files(self, spec: JobSpec) -> dict[str, str]:
         from omegaconf import OmegaConf
-        header = (f"# {self.name}: torchtune {self.config_name if spec.profile != LOCAL_CPU else self.tiny_config}"
+        header = (f"# {self.name}: torchtune {self.config_name if not spec.local_cpu else self.tiny_config}"
                   f" + overrides, profile {spec.profile}. Generated by the cookbook recipe engine.\n"
                   f"# for {spec.script_name or spec.script_stem + '.sbatch'}\n"
                   "# output_dir is set on the command line (the job's run folder).\n")
@@ -247,7 +332,7 @@ class TorchtuneRecipe(Recipe):
     def command(self, spec: JobSpec) -> Launch:
         config = f"$RECIPE_DIR/{self.config_file(spec)}"
         args = (self.recipe_file, "--config", config, "output_dir=$RUN_DIR")
-        if spec.profile == LOCAL_CPU:
+        if spec.local_cpu:
             tiny = spec.assets_dir or str(_default_tiny_dir())
             return Launch("torchrun", ("-m", "cookbook.local.compat.cpu", "torchtune", *args), {"TINY_DIR": tiny})
         return Launch("tune", args, self.start_variables(spec))
@@ -290,6 +375,9 @@ class Llama33_70BFull(TorchtuneRecipe):
     tiny_config = "tiny_full.yaml"
     model_folder = "Llama-3.3-70B-Instruct"
     resume_model_from_output = True
+    planner_settings = {"seq_len": 1024, "micro_batch": 4, "compile": True}
+    planner_source = ("torchtune llama3_3/70B_full_multinode.yaml (max_seq_len 1024 packed, batch_size 4, "
+                      "AC, compile, fused AdamW)")
 
 
 class Llama33_70BLora(TorchtuneRecipe):
@@ -300,6 +388,9 @@ class Llama33_70BLora(TorchtuneRecipe):
     config_name = "llama3_3/70B_lora"
     tiny_config = "tiny_lora.yaml"
     model_folder = "Llama-3.3-70B-Instruct"
+    planner_settings = {"seq_len": 2048, "micro_batch": 2, "lora_rank": 16}
+    planner_source = ("torchtune llama3_3/70B_lora.yaml (rank 16, batch_size 2, AC; max_seq_len null -> "
+                      "planner assumes 2048)")
 
 
 register_recipe(Llama33_70BFull())

@@ -16,8 +16,8 @@ from typing import Any, Callable
 import ipywidgets as W
 
 from cookbook.planner import GPUS, job_fit_warning
-from cookbook.spec import PROFILES, JobSpec, SpecError, parse_overrides
-from cookbook.walkthrough import LOCAL_CPU, Job, NotebookStop, check_job, job_spec, submit
+from cookbook.spec import PROFILES, JobSpec, SpecError, parse_overrides, profile_defaults
+from cookbook.walkthrough import Job, NotebookStop, check_job, job_spec, submit
 from cookbook.widgets.monitor import JobMonitor
 
 
@@ -34,7 +34,7 @@ class JobBuilder:
                  gpus_per_node: int | None = None, gpu: str = "h100", partition: str = "", time: str = "",
                  container_image: str = "", overrides: dict[str, Any] | None = None,
                  run_root: str | Path = "runs", on_submit: Callable[[Job], None] | None = None):
-        local = profile == LOCAL_CPU
+        defaults = profile_defaults(profile)
         style = {"description_width": "120px"}
         lay = W.Layout(width="420px")
         self.run_root, self.on_submit = Path(run_root), on_submit
@@ -44,12 +44,13 @@ class JobBuilder:
         self.profile = W.Dropdown(options=list(PROFILES), value=profile, description="profile", style=style,
                                   layout=lay)
         self.nodes = W.BoundedIntText(value=nodes, min=0, max=4096, description="nodes", style=style, layout=lay)
-        self.gpus = W.BoundedIntText(value=gpus_per_node if gpus_per_node is not None else (0 if local else 8),
+        gpus = gpus_per_node if gpus_per_node is not None else defaults["gpus_per_node"]
+        self.gpus = W.BoundedIntText(value=gpus,
                                      min=0, max=64, description="GPUs per node", style=style, layout=lay)
         self.gpu = W.Dropdown(options=sorted(GPUS), value=gpu, description="GPU kind", style=style, layout=lay)
         self.partition = W.Text(value=partition, placeholder="cluster default", description="partition",
                                 style=style, layout=lay)
-        self.time = W.Text(value=time or ("00:10:00" if local else "04:00:00"), description="time limit",
+        self.time = W.Text(value=time or defaults["time"], description="time limit",
                            style=style, layout=lay)
         self.container = W.Text(value=container_image, placeholder="none (pyxis/enroot image)",
                                 description="container", style=style, layout=lay)
@@ -122,10 +123,10 @@ class JobBuilder:
         self.status.value = value
 
     def _profile_changed(self, change: dict) -> None:
-        local = change["new"] == LOCAL_CPU
-        if local != (change["old"] == LOCAL_CPU):
-            self.gpus.value = 0 if local else 8
-            self.time.value = "00:10:00" if local else "04:00:00"
+        new, old = profile_defaults(change["new"]), profile_defaults(change["old"])
+        if new != old:
+            self.gpus.value = new["gpus_per_node"]
+            self.time.value = new["time"]
 
     # ------------------------------------------------------------------ actions
     def render(self) -> str | None:

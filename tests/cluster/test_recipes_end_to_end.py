@@ -142,9 +142,11 @@ def _step_logged(log: Path, step: int) -> bool:
 
 def _traces(job: Job) -> list[Path]:
     """Both ranks' traces, exactly where the profiling overrides said they would be."""
-    from cookbook.profiling.enable import TRACE_SUBDIR, schedule
+    from cookbook.profiling.enable import schedule
+    from cookbook.recipes import get_recipe
 
-    folder = job.run_dir / TRACE_SUBDIR["torchtitan"] / f"iteration_{schedule(**PROFILE).trace_iteration}"
+    iteration = f"iteration_{schedule(**PROFILE).trace_iteration}"
+    folder = job.run_dir / get_recipe("llama3_8b_c4").trace_subdir / iteration
     return [folder / f"rank{rank}_trace.json.gz" for rank in (0, 1)]
 
 

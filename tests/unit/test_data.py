@@ -77,14 +77,15 @@ def test_instruct_csv_overrides_build_the_same_dataset(tiny_assets):
 
     spec = DatasetSpec(str(FIX / "instruct_qa.csv"), "instruct", {"input": "question", "output": "answer"})
     ov = dataset_overrides(spec, packed=True, max_seq_len=64)
-    assert "dataset._component_=torchtune.datasets.instruct_dataset" in ov
-    assert "dataset.column_map.output=answer" in ov and "tokenizer.max_seq_len=64" in ov
+    assert ov["dataset._component_"] == "torchtune.datasets.instruct_dataset"
+    assert ov["dataset.column_map.output"] == "answer" and ov["tokenizer.max_seq_len"] == "64"
     block = yaml.safe_load(dataset_yaml(spec))["dataset"]
     tok = TokenizerSpec(str(tiny_assets.tokenizer_model), str(tiny_assets.special_tokens)).build()
     ds = config.instantiate(OmegaConf.create(block), tokenizer=tok)  # the block as the recipe would use it
     assert len(ds) == 3 and len(ds[0]["tokens"]) > 3
     # the overrides, applied as `tune run` applies them, give the same block
-    cfg = OmegaConf.merge(OmegaConf.create({"dataset": {}}), OmegaConf.from_dotlist(ov))
+    dotlist = [f"{k}={v}" for k, v in ov.items()]
+    cfg = OmegaConf.merge(OmegaConf.create({"dataset": {}}), OmegaConf.from_dotlist(dotlist))
     assert OmegaConf.to_container(cfg.dataset) == {**block, "packed": True}
 
 

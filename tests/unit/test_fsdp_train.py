@@ -288,11 +288,11 @@ def test_a_missing_tokenizer_fails_with_what_to_do():
 
 def test_one_fsdp_recipe_per_table_model():
     from cookbook.recipes import list_recipes
-    from cookbook.recipes.fsdp import MODELS
+    from cookbook.recipes.fsdp import FSDP_MODELS
 
     names = {r.name for r in list_recipes() if r.framework == "fsdp"}
-    assert names == {f"fsdp_{m}" for m, _, _ in MODELS}
-    assert {m for m, _, _ in MODELS} == {n for n in ft.SHAPES if not n.startswith("tiny")}
+    assert names == {f"fsdp_{m}" for m, _, _ in FSDP_MODELS}
+    assert {m for m, _, _ in FSDP_MODELS} == {n for n in ft.SHAPES if not n.startswith("tiny")}
 
 
 def _spec(recipe: str = "fsdp_llama3_1_8b", **kw):
@@ -347,12 +347,13 @@ def test_slurm_recipes_fsdp_is_up_to_date():
 @pytest.mark.slow
 def test_profiling_traces_the_chosen_steps_on_every_rank(tmp_path, tokenizer_dir):
     from cookbook.profiling.collect import find_traces
-    from cookbook.profiling.enable import profiling_overrides
+    from cookbook.recipes import get_recipe
     from cookbook.profiling.summarize import summarize
 
     profile_dir = tmp_path / "run" / "profiling" / "traces"
-    flags = [f.replace("$RUN_DIR", str(tmp_path / "run"))
-             for f in profiling_overrides("fsdp", device="cpu", steps=2, warmup=1, start_step=3)]
+    overrides = get_recipe("fsdp_llama3_2_1b").profiling_overrides(device="cpu", steps=2, warmup=1,
+                                                                   start_step=3)
+    flags = [f"--{k}={v}".replace("$RUN_DIR", str(tmp_path / "run")) for k, v in overrides.items()]
     log = _torchrun(_tiny_args(tmp_path, tokenizer_dir, "tiny") + flags, tmp_path)
     assert sorted(_losses(log)) == [1, 2, 3, 4, 5, 6]
     traces = find_traces(tmp_path / "run")

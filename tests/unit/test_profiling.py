@@ -23,7 +23,9 @@ from matplotlib.figure import Figure
 from cookbook.cli import main as cli_main
 from cookbook.profiling import intervals, memory
 from cookbook.profiling.collect import collect, find_traces, trace_rank
-from cookbook.profiling.enable import profiling_overrides, schedule
+from cookbook.profiling.enable import schedule
+from cookbook.recipes import get_recipe
+from cookbook.recipes.torchtitan import cli_args
 from cookbook.profiling.summarize import (
     is_comm, plot_summary, self_times, step_times, summarize, time_breakdown, top_kernels, top_operators,
 )
@@ -65,13 +67,15 @@ def test_torchtune_overrides_build_torchtunes_profiler(tmp_path):
     from omegaconf import OmegaConf
     from torchtune import config as tt_config
 
-    ovr = profiling_overrides("torchtune", device="cpu", steps=2, start_step=4)
-    cfg = OmegaConf.merge(OmegaConf.create({"output_dir": str(tmp_path)}), OmegaConf.from_dotlist(ovr))
+    tune = get_recipe("llama3_3_70b_lora")
+    ovr = tune.profiling_overrides(device="cpu", steps=2, start_step=4)
+    cfg = OmegaConf.merge(OmegaConf.create({"output_dir": str(tmp_path)}),
+                          OmegaConf.from_dotlist([f"{k}={v}" for k, v in ovr.items()]))
     prof, prof_cfg = tt_config.instantiate(cfg.profiler)
     assert prof_cfg["enabled"] is True and prof_cfg["cuda"] is False
     assert (prof_cfg["wait_steps"], prof_cfg["warmup_steps"], prof_cfg["active_steps"], prof_cfg["num_cycles"]) == (2, 1, 2, 1)
     assert prof_cfg["output_dir"] == f"{tmp_path}/profiling_outputs"
-    assert "profiler.cuda=True" in profiling_overrides("torchtune", device="cuda")
+    assert tune.profiling_overrides(device="cuda")["profiler.cuda"] == "True"
 
 
 def test_torchtitan_flags_parse_into_its_profiler_config():
@@ -82,7 +86,9 @@ def test_torchtitan_flags_parse_into_its_profiler_config():
     Wrap = dataclasses.make_dataclass(
         "Wrap", [("profiler", Profiler.Config, dataclasses.field(default_factory=Profiler.Config))])
 
-    cfg = tyro.cli(Wrap, args=profiling_overrides("torchtitan", device="cuda", steps=2, start_step=4, memory=True)).profiler
+    titan = get_recipe("llama3_8b_c4")
+    flags = cli_args(titan.profiling_overrides(device="cuda", steps=2, start_step=4, memory=True))
+    cfg = tyro.cli(Wrap, args=flags).profiler
     assert cfg.enable_profiling and cfg.enable_memory_snapshot
     assert (cfg.profile_freq, cfg.profiler_warmup, cfg.profiler_active, cfg.profiler_repeat) == (5, 1, 2, 1)
     # torchtitan asserts profile_freq >= warmup + active
@@ -90,10 +96,12 @@ def test_torchtitan_flags_parse_into_its_profiler_config():
 
 
 def test_enable_rejects_bad_requests():
-    with pytest.raises(ValueError, match="unknown framework"):
-        profiling_overrides("deepspeed")
+    with pytest.raises(KeyError, match="unknown recipe"):
+        get_recipe("deepspeed")
     with pytest.raises(ValueError, match="CUDA"):
-        profiling_overrides("torchtitan", device="cpu", memory=True)
+        get_recipe("llama3_8b_c4").profiling_overrides(device="cpu", memory=True)
+    with pytest.raises(ValueError, match="no memory snapshots"):
+        get_recipe("fsdp_llama3_2_1b").profiling_overrides(device="cuda", memory=True)
 
 
 # ---------------------------------------------------------------- collect
