@@ -44,7 +44,7 @@ cluster-down:
 demo: setup deps-debian
 	$(BIN)/python -m cookbook.local.demo
 
-test: setup deps-debian
+test: setup deps-debian lint
 	$(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
 test-fast: setup
@@ -52,13 +52,14 @@ test-fast: setup
 
 lint: setup
 	$(BIN)/ruff check cookbook tests benchmarks
+	$(BIN)/ruff format --check cookbook tests benchmarks
 
 # On a machine without triton (the local bench), torchtitan's parsers import it through the stand-in.
 lab: setup
 	COOKBOOK_PRELOAD="$$($(BIN)/python -m cookbook.local.preload)" $(BIN)/python -m cookbook.lab $(LAB_ARGS)
 
 recipes: setup
-	$(BIN)/cookbook generate-recipes slurm-recipes
+	COOKBOOK_PRELOAD="$$($(BIN)/python -m cookbook.local.preload)" $(BIN)/cookbook generate-recipes slurm-recipes
 
 clean: cluster-down
 	rm -rf out .cluster

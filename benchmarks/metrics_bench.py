@@ -30,23 +30,30 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
-NOISE = ("{r}: gpu-node-{n}:{pid}:{pid} [{g}] NCCL INFO Channel {c:02d}/0 : {g}[{g}] -> {h}[{h}] via P2P/CUMEM/read",
-         "{r}: gpu-node-{n}:{pid}:{pid} [{g}] NCCL INFO Connected all rings, use ring PXN 0 GDR 1",
-         "{r}: gpu-node-{n}:{pid}:{pid} [{g}] NCCL INFO comm 0x5581a2c0 rank {g} nRanks 16 nNodes 2 localRanks 8")
-TITAN = ("{pre}[titan] 2025-06-10 21:58:{sec:02d},008 - root - INFO - \x1b[31mstep: {s:2}  \x1b[32mloss: {l:8.5f}  "
-         "\x1b[38;2;180;60;0mgrad_norm: {g:7.4f}  \x1b[38;2;54;234;195mmemory: 76.79GiB(96.97%)  "
-         "\x1b[34mtps: {t:,}  \x1b[36mtflops: 412.50  \x1b[35mmfu: 41.71%\x1b[39m")
-FSDP = ("{r}: 2025-06-17 16:24:{sec:02d} I [train.py:103] Batch {s} Loss: {l:.5f}, Speed: 10.90 samples/sec, "
-        "lr: 0.000100")
+NOISE = (
+    "{r}: gpu-node-{n}:{pid}:{pid} [{g}] NCCL INFO Channel {c:02d}/0 : {g}[{g}] -> {h}[{h}] via P2P/CUMEM/read",
+    "{r}: gpu-node-{n}:{pid}:{pid} [{g}] NCCL INFO Connected all rings, use ring PXN 0 GDR 1",
+    "{r}: gpu-node-{n}:{pid}:{pid} [{g}] NCCL INFO comm 0x5581a2c0 rank {g} nRanks 16 nNodes 2 localRanks 8",
+)
+TITAN = (
+    "{pre}[titan] 2025-06-10 21:58:{sec:02d},008 - root - INFO - \x1b[31mstep: {s:2}  \x1b[32mloss: {l:8.5f}  "
+    "\x1b[38;2;180;60;0mgrad_norm: {g:7.4f}  \x1b[38;2;54;234;195mmemory: 76.79GiB(96.97%)  "
+    "\x1b[34mtps: {t:,}  \x1b[36mtflops: 412.50  \x1b[35mmfu: 41.71%\x1b[39m"
+)
+FSDP = (
+    "{r}: 2025-06-17 16:24:{sec:02d} I [train.py:103] Batch {s} Loss: {l:.5f}, Speed: 10.90 samples/sec, lr: 0.000100"
+)
 TQDM = "\r1|{s}|Loss: {l:.16f}:   0%|          | {p}/1000000 [1:{m:02d}:{sec:02d}<99:00:00,  1.31s/it]"
 DISK = "Step {s} | loss:{l:.6f} lr:0.001 tokens_per_second_per_gpu:6808.66 "
 # the end of a failed job (torch's NCCL watchdog, torchrun, Slurm): something for diagnose to find
-FAILURE = ("\n[rank1]:[E1122 10:00:00.100000000 ProcessGroupNCCL.cpp:1484] [PG ID 0 PG GUID 0(default_pg) Rank 1] "
-           "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=42, OpType=ALLREDUCE) ran for 600000 "
-           "milliseconds before timing out.\n"
-           "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
-           "srun: error: gpu-node-1: task 1: Exited with exit code 1\n"
-           "slurmstepd: error: *** JOB 1234 ON gpu-node-0 CANCELLED AT 2025-06-10T22:00:00 DUE TO TIME LIMIT ***\n")
+FAILURE = (
+    "\n[rank1]:[E1122 10:00:00.100000000 ProcessGroupNCCL.cpp:1484] [PG ID 0 PG GUID 0(default_pg) Rank 1] "
+    "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=42, OpType=ALLREDUCE) ran for 600000 "
+    "milliseconds before timing out.\n"
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+    "srun: error: gpu-node-1: task 1: Exited with exit code 1\n"
+    "slurmstepd: error: *** JOB 1234 ON gpu-node-0 CANCELLED AT 2025-06-10T22:00:00 DUE TO TIME LIMIT ***\n"
+)
 
 
 def _noise(i: int) -> str:
@@ -55,21 +62,34 @@ def _noise(i: int) -> str:
 
 def _block(shape: str, s: int) -> str:
     """The lines of step ``s`` in a log of ``shape``."""
-    l, sec = 10 / (1 + s / 1000), s % 60
-    titan = lambda pre: TITAN.format(pre=pre, sec=sec, s=s, l=l, g=1.5, t=1_500_000 + s)  # noqa: E731
-    if shape == "noisy":          # 97% NCCL noise, torchtitan lines from 2 ranks
-        return "".join(_noise(s * 60 + i) + "\n" for i in range(60)) + titan("[rank1]:") + "\n" + titan("[rank0]:") + "\n"
-    if shape == "dense":          # 16 ranks each printing every step (torchrun, no LOG_RANK filter)
+    loss, sec = 10 / (1 + s / 1000), s % 60
+    titan = lambda pre: TITAN.format(pre=pre, sec=sec, s=s, l=loss, g=1.5, t=1_500_000 + s)  # noqa: E731
+    if shape == "noisy":  # 97% NCCL noise, torchtitan lines from 2 ranks
+        return (
+            "".join(_noise(s * 60 + i) + "\n" for i in range(60)) + titan("[rank1]:") + "\n" + titan("[rank0]:") + "\n"
+        )
+    if shape == "dense":  # 16 ranks each printing every step (torchrun, no LOG_RANK filter)
         return "".join(titan(f"{r // 8}: [rank{r}]:") + "\n" for r in range(16))
-    if shape == "fsdp":           # srun -l, 8 tasks each printing every batch, some NCCL noise
-        return _noise(s) + "\n" + "".join(FSDP.format(r=r, sec=sec, s=s, l=l) + "\n" for r in range(8))
-    if shape == "tqdm":           # torchtune's stderr: \r redraws only, each step drawn twice
-        bar = TQDM.format(s=s, l=l, p=s, m=(s // 60) % 60, sec=sec)
+    if shape == "fsdp":  # srun -l, 8 tasks each printing every batch, some NCCL noise
+        return _noise(s) + "\n" + "".join(FSDP.format(r=r, sec=sec, s=s, l=loss) + "\n" for r in range(8))
+    if shape == "tqdm":  # torchtune's stderr: \r redraws only, each step drawn twice
+        bar = TQDM.format(s=s, l=loss, p=s, m=(s // 60) % 60, sec=sec)
         return bar + bar.replace("1.31s/it", "1.30s/it")
     # mixed: every format in one file, with noise
-    return (_noise(s) + "\n" + titan("[rank0]:") + "\n" + FSDP.format(r=0, sec=sec, s=s, l=l) + "\n"
-            + TQDM.format(s=s, l=l, p=s, m=(s // 60) % 60, sec=sec) + "\n" + DISK.format(s=s, l=l) + "\n"
-            + json.dumps({"step": s, "loss": l}) + "\n")
+    return (
+        _noise(s)
+        + "\n"
+        + titan("[rank0]:")
+        + "\n"
+        + FSDP.format(r=0, sec=sec, s=s, l=loss)
+        + "\n"
+        + TQDM.format(s=s, l=loss, p=s, m=(s // 60) % 60, sec=sec)
+        + "\n"
+        + DISK.format(s=s, l=loss)
+        + "\n"
+        + json.dumps({"step": s, "loss": loss})
+        + "\n"
+    )
 
 
 def generate(path: Path, shape: str, size_mb: int, tqdm_updates: int) -> int:
@@ -132,8 +152,9 @@ print(json.dumps(out))
 
 def child(what: str, path: Path, *extra: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    res = subprocess.run([PY, "-c", _CHILD, what, str(path), *extra], capture_output=True, text=True, env=env,
-                         check=True)
+    res = subprocess.run(
+        [PY, "-c", _CHILD, what, str(path), *extra], capture_output=True, text=True, env=env, check=True
+    )
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
@@ -174,12 +195,17 @@ def poll_cost(workdir: Path, steps: int, polls: int = 20) -> float:
     return statistics.median(times)
 
 
-CLI = {"python -c pass": ["-c", "pass"], "cookbook --help": ["--help"], "cookbook recipes": ["recipes"],
-       "cookbook plan llama3_8b_c4": ["plan", "llama3_8b_c4"], "cookbook render --help": ["render", "--help"],
-       "cookbook render fsdp_llama3_1_8b (fsdp)": ["render", "fsdp_llama3_1_8b", "-o", "{tmp}/c/x.sbatch"],
-       "cookbook render llama3_3_70b_lora (torchtune)": ["render", "llama3_3_70b_lora", "-o", "{tmp}/b/x.sbatch"],
-       "cookbook render llama3_8b_c4 (torchtitan)": ["render", "llama3_8b_c4", "-o", "{tmp}/a/x.sbatch"]}
-CLI_LIMIT_S = 0.3        # the issue's start-up limit (verbs that only start: --help, recipes, plan)
+CLI = {
+    "python -c pass": ["-c", "pass"],
+    "cookbook --help": ["--help"],
+    "cookbook recipes": ["recipes"],
+    "cookbook plan llama3_8b_c4": ["plan", "llama3_8b_c4"],
+    "cookbook render --help": ["render", "--help"],
+    "cookbook render fsdp_llama3_1_8b (fsdp)": ["render", "fsdp_llama3_1_8b", "-o", "{tmp}/c/x.sbatch"],
+    "cookbook render llama3_3_70b_lora (torchtune)": ["render", "llama3_3_70b_lora", "-o", "{tmp}/b/x.sbatch"],
+    "cookbook render llama3_8b_c4 (torchtitan)": ["render", "llama3_8b_c4", "-o", "{tmp}/a/x.sbatch"],
+}
+CLI_LIMIT_S = 0.3  # the issue's start-up limit (verbs that only start: --help, recipes, plan)
 
 
 def cli_times(tmp: Path, repeat: int = 5) -> dict[str, float]:
@@ -213,16 +239,26 @@ def main(argv: list[str] | None = None) -> dict:
     result: dict = {"shapes": {}, "poll_s": {}, "cli_s": {}, "size_mb": args.size_mb}
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         result["baseline"] = child("baseline", Path(tmp))
-        runs = [(shape, int(n)) for shape in args.shapes.split(",")
-                for n in (args.tqdm_updates.split(",") if shape == "tqdm" else [0])]
+        runs = [
+            (shape, int(n))
+            for shape in args.shapes.split(",")
+            for n in (args.tqdm_updates.split(",") if shape == "tqdm" else [0])
+        ]
         for shape, updates in runs:
             name = f"tqdm {updates:,} updates" if shape == "tqdm" else shape
             log = Path(tmp) / f"{shape}.log"
             steps = generate(log, shape, args.size_mb, updates)
             mb = log.stat().st_size / 2**20
-            grep_seconds(log)                                   # warm the page cache
-            r = {"mb": mb, "steps": steps, "grep_s": grep_seconds(log), "plain": child("plain", log, shape),
-                 "parse": child("parse", log), "diagnose": child("diagnose", log), "metrics": child("metrics", log)}
+            grep_seconds(log)  # warm the page cache
+            r = {
+                "mb": mb,
+                "steps": steps,
+                "grep_s": grep_seconds(log),
+                "plain": child("plain", log, shape),
+                "parse": child("parse", log),
+                "diagnose": child("diagnose", log),
+                "metrics": child("metrics", log),
+            }
             assert r["parse"]["steps"] == steps, f"{shape}: parse_log lost steps"
             result["shapes"][name] = r
             log.unlink()
@@ -243,10 +279,12 @@ def _mark(ok: bool) -> str:
 
 def report(result: dict) -> str:
     """The markdown tables, each threshold of issue 17 marked pass/fail."""
-    lines = ["| shape | MB | steps | `grep -c` s | plain loop s | `parse_log` s (wall) | parse_log vs plain (>= 1.0x) "
-             "| parse MB/s | `diagnose` s, MB/s (>= 100) | `cookbook metrics` / parse_log (<= 1.5) "
-             "| peak RSS MB (limit: 2x DataFrame + 150) | peak RSS above the import-only process |",
-             "|" + " --- |" * 12]
+    lines = [
+        "| shape | MB | steps | `grep -c` s | plain loop s | `parse_log` s (wall) | parse_log vs plain (>= 1.0x) "
+        "| parse MB/s | `diagnose` s, MB/s (>= 100) | `cookbook metrics` / parse_log (<= 1.5) "
+        "| peak RSS MB (limit: 2x DataFrame + 150) | peak RSS above the import-only process |",
+        "|" + " --- |" * 12,
+    ]
     base = result.get("baseline", {}).get("rss_mb", 0.0)
     for shape, r in result["shapes"].items():
         p, plain, diag, mb = r["parse"], r["plain"]["seconds"], r["diagnose"]["seconds"], r["mb"]
@@ -257,24 +295,36 @@ def report(result: dict) -> str:
             f"{tqdm_1m} ({p['wall']:.2f}) | {speed:.2f}x {_mark(speed >= 1)} | {mb / p['seconds']:.0f} | "
             f"{diag:.2f}, {mb / diag:.0f} {_mark(mb / diag >= 100)} | {ratio:.2f} {_mark(ratio <= 1.5)} | "
             f"{p['rss_mb']:.0f} (df {p['df_mb']:.1f} MB: {limit:.0f}) {_mark(p['rss_mb'] <= limit)} | "
-            f"{p['rss_mb'] - base:.0f} {_mark(p['rss_mb'] - base <= limit)} |")
+            f"{p['rss_mb'] - base:.0f} {_mark(p['rss_mb'] - base <= limit)} |"
+        )
     if "baseline" in result:
-        lines.append(f"\nA process that only imports pandas and cookbook.metrics peaks at "
-                     f"{result['baseline']['rss_mb']:.0f} MB RSS. Times are CPU seconds (user + system).")
+        lines.append(
+            f"\nA process that only imports pandas and cookbook.metrics peaks at "
+            f"{result['baseline']['rss_mb']:.0f} MB RSS. Times are CPU seconds (user + system)."
+        )
     if result["poll_s"]:
         polls = result["poll_s"]
-        lines += ["", "| steps already followed | one poll + `eta()` (one new step), CPU ms | / the poll at the fewest |",
-                  "| --- | --- | --- |"]
+        lines += [
+            "",
+            "| steps already followed | one poll + `eta()` (one new step), CPU ms | / the poll at the fewest |",
+            "| --- | --- | --- |",
+        ]
         first = polls[min(polls)]
         lines += [f"| {n:,} | {s * 1000:.2f} | {s / first:.2f} {_mark(s <= 2 * first)} |" for n, s in polls.items()]
     if result["cli_s"]:
         base = result["cli_s"]["python -c pass"]
-        lines += ["", "| command | wall seconds (best of 5) | / `python -c pass` | start <= 0.3 s |",
-                  "| --- | --- | --- | --- |"]
-        lines += [f"| `{c}` | {s:.3f} | {s / base:.1f} | "
-                  f"{_mark(s <= CLI_LIMIT_S) if '(' not in c else 'renders and validates: not start-up only'} |"
-                  for c, s in result["cli_s"].items()]
+        lines += [
+            "",
+            "| command | wall seconds (best of 5) | / `python -c pass` | start <= 0.3 s |",
+            "| --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| `{c}` | {s:.3f} | {s / base:.1f} | "
+            f"{_mark(s <= CLI_LIMIT_S) if '(' not in c else 'renders and validates: not start-up only'} |"
+            for c, s in result["cli_s"].items()
+        ]
     return "\n".join(lines)
+
 
 if __name__ == "__main__":
     main()

@@ -12,10 +12,11 @@ import shutil
 import sys
 import textwrap
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal
 
 from cookbook import versions
 from cookbook.hub import token_status
@@ -49,8 +50,13 @@ def check_python(version: tuple[int, int] | None = None) -> Check:
     text = f"{v[0]}.{v[1]} ({sys.executable})"
     if PYTHON_RANGE[0] <= tuple(v) <= PYTHON_RANGE[1]:
         return Check("python", "pass", text)
-    return Check("python", "fail", text, "create the venv with Python 3.11 or 3.12 (torchtitan needs >=3.11, "
-                 "TensorBoard breaks on newer), e.g. `uv venv -p 3.12` or `python3.12 -m venv .venv`")
+    return Check(
+        "python",
+        "fail",
+        text,
+        "create the venv with Python 3.11 or 3.12 (torchtitan needs >=3.11, "
+        "TensorBoard breaks on newer), e.g. `uv venv -p 3.12` or `python3.12 -m venv .venv`",
+    )
 
 
 def check_packages(installed: dict[str, str | None] | None = None) -> list[Check]:
@@ -71,8 +77,14 @@ def check_packages(installed: dict[str, str | None] | None = None) -> list[Check
         elif versions.accepts(name, have):
             out.append(Check(name, "pass", have))
         else:
-            out.append(Check(name, "warn", f"{have}, not the tested {want}",
-                             f"pip install '{pin}' (install torch first so torchtune/torchao do not pull another)"))
+            out.append(
+                Check(
+                    name,
+                    "warn",
+                    f"{have}, not the tested {want}",
+                    f"pip install '{pin}' (install torch first so torchtune/torchao do not pull another)",
+                )
+            )
     return out
 
 
@@ -81,8 +93,12 @@ def check_token() -> Check:
     st = token_status()
     if st.present:
         return Check("hf token", "pass", f"found ({st.source}); value not shown")
-    return Check("hf token", "warn", "not found (needed for gated models such as meta-llama/*)",
-                 "export HF_TOKEN=... or run `hf auth login`; request access on the model's Hub page")
+    return Check(
+        "hf token",
+        "warn",
+        "not found (needed for gated models such as meta-llama/*)",
+        "export HF_TOKEN=... or run `hf auth login`; request access on the model's Hub page",
+    )
 
 
 def check_disk(path: str | Path, need_bytes: int | None = None) -> Check:
@@ -120,11 +136,19 @@ def check_slurm(client: SlurmClient, partition: str | None = None) -> list[Check
     try:
         parts = client.partitions()
     except SlurmError as e:
-        return [Check("slurm", "fail", " ".join(e.stderr.split()) if e.stderr else str(e),
-                      "run on the login node; export SLURM_CONF if the config is not in /etc/slurm "
-                      "(locally: eval $(cookbook cluster env))")]
+        return [
+            Check(
+                "slurm",
+                "fail",
+                " ".join(e.stderr.split()) if e.stderr else str(e),
+                "run on the login node; export SLURM_CONF if the config is not in /etc/slurm "
+                "(locally: eval $(cookbook cluster env))",
+            )
+        ]
     names = [p["partition"].rstrip("*") for p in parts]
-    default = next((p["partition"].rstrip("*") for p in parts if p["partition"].endswith("*")), names[0] if names else None)
+    default = next(
+        (p["partition"].rstrip("*") for p in parts if p["partition"].endswith("*")), names[0] if names else None
+    )
     out = [Check("slurm", "pass", f"partitions: {', '.join(p['partition'] for p in parts)}")]
     part = partition or default
     if part not in names:
@@ -134,18 +158,35 @@ def check_slurm(client: SlurmClient, partition: str | None = None) -> list[Check
     usable = [n for n in nodes if n["usable"]]
     bad = [f"{n['node']}({n['state']})" for n in nodes if not n["usable"]]
     status: Status = "pass" if usable and not bad else ("warn" if usable else "fail")
-    out.append(Check("partition", status, f"{part}: {len(usable)}/{len(nodes)} nodes usable"
-                     + (f"; not usable: {', '.join(bad)}" if bad else ""),
-                     "" if not bad else "ask the admins, or `scontrol show node NAME` for the reason"))
+    out.append(
+        Check(
+            "partition",
+            status,
+            f"{part}: {len(usable)}/{len(nodes)} nodes usable" + (f"; not usable: {', '.join(bad)}" if bad else ""),
+            "" if not bad else "ask the admins, or `scontrol show node NAME` for the reason",
+        )
+    )
     gres = {n["node"]: n["gpus"] for n in nodes}
     if any(gres.values()):
         counts = sorted(set(gres.values()))
         status = "pass" if len(counts) == 1 else "warn"
-        out.append(Check("gpus", status, ", ".join(f"{k}: {v}" for k, v in gres.items()),
-                         "" if status == "pass" else "nodes differ: set --gpus-per-node to the smallest"))
+        out.append(
+            Check(
+                "gpus",
+                status,
+                ", ".join(f"{k}: {v}" for k, v in gres.items()),
+                "" if status == "pass" else "nodes differ: set --gpus-per-node to the smallest",
+            )
+        )
     else:
-        out.append(Check("gpus", "warn", f"no GPU gres on {part} (CPU-only partition)",
-                         "fine for local-cpu runs; on a GPU cluster use a partition with gres/gpu"))
+        out.append(
+            Check(
+                "gpus",
+                "warn",
+                f"no GPU gres on {part} (CPU-only partition)",
+                "fine for local-cpu runs; on a GPU cluster use a partition with gres/gpu",
+            )
+        )
     return out
 
 
@@ -157,9 +198,13 @@ def partition_nodes(client: SlurmClient, partition: str) -> list[dict]:
         if not line.strip():
             continue
         node, state, gres = line.split("|")
-        seen[node] = {"node": node, "state": state, "gpus": _gpus(gres),
-                      "usable": not any(state.rstrip("*~#!%$@^-").startswith(s) for s in UNUSABLE_NODE_STATES)
-                      and not state.endswith("*")}
+        seen[node] = {
+            "node": node,
+            "state": state,
+            "gpus": _gpus(gres),
+            "usable": not any(state.rstrip("*~#!%$@^-").startswith(s) for s in UNUSABLE_NODE_STATES)
+            and not state.endswith("*"),
+        }
     return list(seen.values())
 
 
@@ -173,8 +218,8 @@ def _gpus(gres: str) -> int:
 
 
 # ------------------------------------------------------------------------------------------- probe
-PROBE_SH = "doctor_probe.sh"            # templates/: one task per node writes node-<host>.txt
-PROBE_SBATCH = "doctor_probe.sbatch.j2"   # templates/: the job that runs it on every usable node
+PROBE_SH = "doctor_probe.sh"  # templates/: one task per node writes node-<host>.txt
+PROBE_SBATCH = "doctor_probe.sbatch.j2"  # templates/: the job that runs it on every usable node
 
 
 @dataclass(frozen=True)
@@ -182,7 +227,7 @@ class NodeReport:
     """What one node saw in the probe job."""
 
     host: str
-    gpus: int               # -1: no nvidia-smi
+    gpus: int  # -1: no nvidia-smi
     gpu_names: str
     nccl: str
     efa: str
@@ -192,9 +237,15 @@ class NodeReport:
     free_bytes: dict[str, int]
 
 
-def probe_nodes(client: SlurmClient, partition: str, *, shared_dir: str | Path | None = None,
-                disk_paths: Sequence[str | Path] = (), timeout: float = 180,
-                extra_sbatch: Sequence[str] = ()) -> tuple[str, list[NodeReport], list[str]]:
+def probe_nodes(
+    client: SlurmClient,
+    partition: str,
+    *,
+    shared_dir: str | Path | None = None,
+    disk_paths: Sequence[str | Path] = (),
+    timeout: float = 180,
+    extra_sbatch: Sequence[str] = (),
+) -> tuple[str, list[NodeReport], list[str]]:
     """Run the probe on every usable node of ``partition``; return (job id, reports, expected nodes)."""
     nodes = [n["node"] for n in partition_nodes(client, partition) if n["usable"]]
     if not nodes:
@@ -206,9 +257,17 @@ def probe_nodes(client: SlurmClient, partition: str, *, shared_dir: str | Path |
     (work / "probe.sh").write_text(render_template(PROBE_SH))
     site = next((p for p in sys.path if p.endswith("site-packages")), "")
     script = work / "probe.sbatch"
-    script.write_text(render_template(PROBE_SBATCH, partition=partition, nodes=len(nodes), work=str(work),
-                                      python=sys.executable, site=site,
-                                      disks=[str(Path(p).expanduser().resolve()) for p in disk_paths]))
+    script.write_text(
+        render_template(
+            PROBE_SBATCH,
+            partition=partition,
+            nodes=len(nodes),
+            work=str(work),
+            python=sys.executable,
+            site=site,
+            disks=[str(Path(p).expanduser().resolve()) for p in disk_paths],
+        )
+    )
     job = client.submit(script, *extra_sbatch)
     try:
         info = client.wait(job, timeout=timeout)
@@ -222,68 +281,136 @@ def probe_nodes(client: SlurmClient, partition: str, *, shared_dir: str | Path |
         for line in f.read_text().splitlines():
             key, _, value = line.partition("=")
             if key.startswith("disk_kib:"):
-                free[key[len("disk_kib:"):]] = int(value) * 1024 if value.isdigit() else 0
+                free[key[len("disk_kib:") :]] = int(value) * 1024 if value.isdigit() else 0
             else:
                 d[key] = value.strip()
-        reports.append(NodeReport(d.get("host", f.stem[5:]), int(d.get("gpus") or -1), d.get("gpu_names", ""),
-                                  d.get("nccl", ""), d.get("efa", ""), d.get("efa_devices", ""),
-                                  d.get("marker") == token, d.get("python") == "yes", free))
+        reports.append(
+            NodeReport(
+                d.get("host", f.stem[5:]),
+                int(d.get("gpus") or -1),
+                d.get("gpu_names", ""),
+                d.get("nccl", ""),
+                d.get("efa", ""),
+                d.get("efa_devices", ""),
+                d.get("marker") == token,
+                d.get("python") == "yes",
+                free,
+            )
+        )
     if info.state != "COMPLETED" and not reports:
         out = client.output_path(job) or work / f"probe-{job}.out"
-        raise SlurmError(["sbatch", str(script)], 1, f"probe job {job} ended {info.state}: "
-                         f"{read_output(out, tail_lines=5) or '(no output)'}")
+        raise SlurmError(
+            ["sbatch", str(script)],
+            1,
+            f"probe job {job} ended {info.state}: {read_output(out, tail_lines=5) or '(no output)'}",
+        )
     return job, reports, nodes
 
 
-def probe_checks(job: str, reports: list[NodeReport], expected: list[str], *, need_bytes: int | None = None,
-                 want_gpus: bool | None = None) -> list[Check]:
+def probe_checks(
+    job: str,
+    reports: list[NodeReport],
+    expected: list[str],
+    *,
+    need_bytes: int | None = None,
+    want_gpus: bool | None = None,
+) -> list[Check]:
     """Turn the probe's node reports into checks."""
     got = {r.host for r in reports}
     missing = [n for n in expected if n not in got]
-    out = [Check("probe", "fail" if missing else "pass",
-                 f"job {job}: {len(got)}/{len(expected)} nodes answered" + (f"; silent: {', '.join(missing)}" if missing else ""),
-                 "check those nodes' slurmd (`scontrol show node NAME`)" if missing else "")]
+    out = [
+        Check(
+            "probe",
+            "fail" if missing else "pass",
+            f"job {job}: {len(got)}/{len(expected)} nodes answered"
+            + (f"; silent: {', '.join(missing)}" if missing else ""),
+            "check those nodes' slurmd (`scontrol show node NAME`)" if missing else "",
+        )
+    ]
     no_fs = [r.host for r in reports if not r.marker_ok]
-    out.append(Check("shared fs", "fail" if no_fs else "pass",
-                     f"not visible on {', '.join(no_fs)}" if no_fs else "marker written here was read on every node",
-                     "put the checkout, venv, model and outputs on a filesystem mounted on all nodes" if no_fs else ""))
+    out.append(
+        Check(
+            "shared fs",
+            "fail" if no_fs else "pass",
+            f"not visible on {', '.join(no_fs)}" if no_fs else "marker written here was read on every node",
+            "put the checkout, venv, model and outputs on a filesystem mounted on all nodes" if no_fs else "",
+        )
+    )
     no_py = [r.host for r in reports if not r.python_ok]
-    out.append(Check("venv on nodes", "fail" if no_py else "pass",
-                     f"{sys.executable} missing on {', '.join(no_py)}" if no_py else f"{sys.executable} on every node",
-                     "create the venv on the shared filesystem" if no_py else ""))
+    out.append(
+        Check(
+            "venv on nodes",
+            "fail" if no_py else "pass",
+            f"{sys.executable} missing on {', '.join(no_py)}" if no_py else f"{sys.executable} on every node",
+            "create the venv on the shared filesystem" if no_py else "",
+        )
+    )
     gpus = {r.host: r.gpus for r in reports}
     has_gpus = any(g > 0 for g in gpus.values())
     if has_gpus or want_gpus:
         uneven = len({g for g in gpus.values()}) > 1
-        out.append(Check("gpus visible", "warn" if uneven or not has_gpus else "pass",
-                         ", ".join(f"{h}: {g if g >= 0 else 'no nvidia-smi'}" for h, g in gpus.items()),
-                         "nodes differ: check drivers / CUDA_VISIBLE_DEVICES" if uneven else ""))
+        out.append(
+            Check(
+                "gpus visible",
+                "warn" if uneven or not has_gpus else "pass",
+                ", ".join(f"{h}: {g if g >= 0 else 'no nvidia-smi'}" for h, g in gpus.items()),
+                "nodes differ: check drivers / CUDA_VISIBLE_DEVICES" if uneven else "",
+            )
+        )
         no_nccl = [r.host for r in reports if not r.nccl]
-        out.append(Check("nccl", "warn" if no_nccl else "pass",
-                         f"no libnccl on {', '.join(no_nccl)} (torch wheels bundle their own)" if no_nccl
-                         else ", ".join(sorted({r.nccl for r in reports}))))
+        out.append(
+            Check(
+                "nccl",
+                "warn" if no_nccl else "pass",
+                f"no libnccl on {', '.join(no_nccl)} (torch wheels bundle their own)"
+                if no_nccl
+                else ", ".join(sorted({r.nccl for r in reports})),
+            )
+        )
     else:
-        out.append(Check("gpus visible", "warn", "no GPUs on any node (nvidia-smi absent or none listed)",
-                         "expected on the local CPU cluster; on a GPU cluster check the drivers"))
+        out.append(
+            Check(
+                "gpus visible",
+                "warn",
+                "no GPUs on any node (nvidia-smi absent or none listed)",
+                "expected on the local CPU cluster; on a GPU cluster check the drivers",
+            )
+        )
     efa = [r.host for r in reports if r.efa or r.efa_devices]
-    out.append(Check("efa/infiniband", "pass" if efa else "warn",
-                     f"libfabric/EFA/IB on {', '.join(efa)}" if efa else "no libfabric, /opt/amazon/efa or /dev/infiniband",
-                     "" if efa else "multi-node NCCL will use TCP sockets: slow; fine on one node / locally"))
+    out.append(
+        Check(
+            "efa/infiniband",
+            "pass" if efa else "warn",
+            f"libfabric/EFA/IB on {', '.join(efa)}" if efa else "no libfabric, /opt/amazon/efa or /dev/infiniband",
+            "" if efa else "multi-node NCCL will use TCP sockets: slow; fine on one node / locally",
+        )
+    )
     for r in reports:
         for path, free in r.free_bytes.items():
             status: Status = "pass"
             if need_bytes and free < need_bytes:
                 status = "fail"
-            out.append(Check(f"disk {r.host}", status, f"{_size(free)} free at {path}"
-                             + (f" (model {_size(need_bytes)})" if need_bytes else ""),
-                             "choose a bigger filesystem" if status == "fail" else ""))
+            out.append(
+                Check(
+                    f"disk {r.host}",
+                    status,
+                    f"{_size(free)} free at {path}" + (f" (model {_size(need_bytes)})" if need_bytes else ""),
+                    "choose a bigger filesystem" if status == "fail" else "",
+                )
+            )
     return out
 
 
 # ------------------------------------------------------------------------------------------- all
-def run_checks(partition: str | None = None, *, probe: bool = False, model_dir: str | Path | None = None,
-               client: SlurmClient | None = None, shared_dir: str | Path | None = None,
-               probe_timeout: float = 180) -> list[Check]:
+def run_checks(
+    partition: str | None = None,
+    *,
+    probe: bool = False,
+    model_dir: str | Path | None = None,
+    client: SlurmClient | None = None,
+    shared_dir: str | Path | None = None,
+    probe_timeout: float = 180,
+) -> list[Check]:
     """Every check in order; ``probe=True`` also submits the probe job to every node of the partition."""
     checks = [check_python(), *check_packages(), check_token()]
     need = model_size(model_dir) if model_dir else None
@@ -298,13 +425,23 @@ def run_checks(partition: str | None = None, *, probe: bool = False, model_dir: 
             checks.append(Check("probe", "fail", "skipped: Slurm checks failed", "fix those first"))
         else:
             try:
-                job, reports, expected = probe_nodes(client, part, shared_dir=shared_dir,
-                                                     disk_paths=[model_dir] if model_dir else [],
-                                                     timeout=probe_timeout)
+                job, reports, expected = probe_nodes(
+                    client,
+                    part,
+                    shared_dir=shared_dir,
+                    disk_paths=[model_dir] if model_dir else [],
+                    timeout=probe_timeout,
+                )
                 checks += probe_checks(job, reports, expected, need_bytes=need)
             except JobTimeout as e:
-                checks.append(Check("probe", "fail", f"{e} (cancelled)", "the partition is busy: retry later, "
-                                    "or pick an idle partition with --partition"))
+                checks.append(
+                    Check(
+                        "probe",
+                        "fail",
+                        f"{e} (cancelled)",
+                        "the partition is busy: retry later, or pick an idle partition with --partition",
+                    )
+                )
             except SlurmError as e:
                 checks.append(Check("probe", "fail", str(e), "see the message; check the partition's limits"))
     return checks

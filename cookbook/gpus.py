@@ -34,29 +34,40 @@ class GpuKind:
         return self.peak_tflops["bf16"]
 
 
-def _kind(key: str, name: str, memory_gib: float, power_w: int, bf16: float, fp8: float | None,
-          *device_names: str) -> GpuKind:
+def _kind(
+    key: str, name: str, memory_gib: float, power_w: int, bf16: float, fp8: float | None, *device_names: str
+) -> GpuKind:
     peaks = {"bf16": bf16, "fp16": bf16} | ({"fp8": fp8} if fp8 else {})
     return GpuKind(key, name, memory_gib, power_w, peaks, device_names)
 
 
-GPU_KINDS: dict[str, GpuKind] = {k.key: k for k in (
-    _kind("a100-40", "A100 40GB", 39.4, 400, 312.0, None, "a100-sxm4-40gb", "a100-pcie-40gb"),
-    _kind("a100-80", "A100 80GB", 79.2, 400, 312.0, None, "a100", "a800"),
-    _kind("h100", "H100 80GB SXM (700 W)", 79.2, 700, 989.0, 1979.0, "h100", "h800"),
-    _kind("h100-500w", "H100 80GB SXM capped at 500 W", 79.2, 500, 989.0, 1979.0),
-    _kind("h100-96", "H100 96GB HBM2e (Grand Teton, 500 W)", 94.5, 500, 989.0, 1979.0, "h100 96gb"),
-    _kind("h100-pcie", "H100 80GB PCIe (350 W)", 79.2, 350, 756.0, 1513.0, "h100 pcie"),
-    _kind("h100-nvl", "H100 NVL 94GB (400 W)", 93.1, 400, 835.0, 1671.0, "h100 nvl"),
-    _kind("h200", "H200 141GB", 139.8, 700, 989.0, 1979.0, "h200"),
-    _kind("b200", "B200 180GB", 178.4, 1000, 2250.0, 4500.0, "b200"),
-    _kind("gb200", "GB200 (186GB HBM)", 184.0, 1200, 2500.0, 5000.0, "gb200"),
-    _kind("l40s", "L40S 48GB", 44.4, 350, 362.0, 733.0, "l40s"),
-    _kind("l4", "L4 24GB", 22.0, 72, 121.0, 242.0, "l4"),
-)}
+GPU_KINDS: dict[str, GpuKind] = {
+    k.key: k
+    for k in (
+        _kind("a100-40", "A100 40GB", 39.4, 400, 312.0, None, "a100-sxm4-40gb", "a100-pcie-40gb"),
+        _kind("a100-80", "A100 80GB", 79.2, 400, 312.0, None, "a100", "a800"),
+        _kind("h100", "H100 80GB SXM (700 W)", 79.2, 700, 989.0, 1979.0, "h100", "h800"),
+        _kind("h100-500w", "H100 80GB SXM capped at 500 W", 79.2, 500, 989.0, 1979.0),
+        _kind("h100-96", "H100 96GB HBM2e (Grand Teton, 500 W)", 94.5, 500, 989.0, 1979.0, "h100 96gb"),
+        _kind("h100-pcie", "H100 80GB PCIe (350 W)", 79.2, 350, 756.0, 1513.0, "h100 pcie"),
+        _kind("h100-nvl", "H100 NVL 94GB (400 W)", 93.1, 400, 835.0, 1671.0, "h100 nvl"),
+        _kind("h200", "H200 141GB", 139.8, 700, 989.0, 1979.0, "h200"),
+        _kind("b200", "B200 180GB", 178.4, 1000, 2250.0, 4500.0, "b200"),
+        _kind("gb200", "GB200 (186GB HBM)", 184.0, 1200, 2500.0, 5000.0, "gb200"),
+        _kind("l40s", "L40S 48GB", 44.4, 350, 362.0, 733.0, "l40s"),
+        _kind("l4", "L4 24GB", 22.0, 72, 121.0, 242.0, "l4"),
+    )
+}
 # Other names people use for the same kinds.
-GPU_ALIASES: dict[str, str] = {"h100-sxm": "h100", "h100-700w": "h100", "h100-80": "h100", "a100": "a100-80",
-                               "h100-96gb": "h100-96", "h800": "h100", "a800": "a100-80"}
+GPU_ALIASES: dict[str, str] = {
+    "h100-sxm": "h100",
+    "h100-700w": "h100",
+    "h100-80": "h100",
+    "a100": "a100-80",
+    "h100-96gb": "h100-96",
+    "h800": "h100",
+    "a800": "a100-80",
+}
 
 
 class UnknownGpu(KeyError):

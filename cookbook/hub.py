@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import httpx
 from huggingface_hub import constants, get_token, snapshot_download
@@ -32,12 +32,16 @@ DEFAULT_IGNORE: tuple[str, ...] = ("original/consolidated*",)
 #: torchtune's ``tune download`` writes this; its checkpointers copy it into adapter_config.json.
 REPO_ID_FILE = "original_repo_id.json"
 
-TOKEN_HELP = ("set HF_TOKEN in the environment (export HF_TOKEN=...; on Slurm it is inherited by the job) "
-              "or run `hf auth login` (older: `huggingface-cli login`), which stores it in "
-              f"{constants.HF_TOKEN_PATH}. Create a read token at https://huggingface.co/settings/tokens")
-NETWORK_HELP = ("Compute nodes often have no internet: download on the login node into the shared filesystem. "
-                "On slow or busy links raise the timeouts, e.g. HF_HUB_ETAG_TIMEOUT=60 "
-                "HF_HUB_DOWNLOAD_TIMEOUT=60. Re-running the same command resumes where it stopped.")
+TOKEN_HELP = (
+    "set HF_TOKEN in the environment (export HF_TOKEN=...; on Slurm it is inherited by the job) "
+    "or run `hf auth login` (older: `huggingface-cli login`), which stores it in "
+    f"{constants.HF_TOKEN_PATH}. Create a read token at https://huggingface.co/settings/tokens"
+)
+NETWORK_HELP = (
+    "Compute nodes often have no internet: download on the login node into the shared filesystem. "
+    "On slow or busy links raise the timeouts, e.g. HF_HUB_ETAG_TIMEOUT=60 "
+    "HF_HUB_DOWNLOAD_TIMEOUT=60. Re-running the same command resumes where it stopped."
+)
 
 
 class HubError(Exception):
@@ -77,36 +81,48 @@ def hub_url(repo_id: str, repo_type: str | None = None) -> str:
     return f"{constants.ENDPOINT}/{prefix}{repo_id}"
 
 
-def explain(exc: BaseException, repo_id: str, *, repo_type: str | None = None,
-            token_present: bool | None = None) -> str:
+def explain(
+    exc: BaseException, repo_id: str, *, repo_type: str | None = None, token_present: bool | None = None
+) -> str:
     """A user-facing message for a Hub error: what happened and what to do."""
     has_token = token_status().present if token_present is None else token_present
     url = hub_url(repo_id, repo_type)
     cause = exc.__cause__ if isinstance(exc, (LocalEntryNotFoundError, DryRunError)) and exc.__cause__ else exc
     if isinstance(cause, GatedRepoError):
         if has_token:
-            return (f"{repo_id} is a gated repository and your token has no access yet. Request access at {url} "
-                    "(logged in as the account the token belongs to) and wait for the approval e-mail; "
-                    "a fine-grained token also needs 'read access to public gated repos'.")
+            return (
+                f"{repo_id} is a gated repository and your token has no access yet. Request access at {url} "
+                "(logged in as the account the token belongs to) and wait for the approval e-mail; "
+                "a fine-grained token also needs 'read access to public gated repos'."
+            )
         return f"{repo_id} is a gated repository and no HF token was found. Request access at {url}, then {TOKEN_HELP}."
     if isinstance(cause, RevisionNotFoundError):
         return f"{repo_id} has no such revision (branch, tag or commit): see {url}/tree/main"
     if isinstance(cause, DisabledRepoError):
         return f"{repo_id} has been disabled on the Hub ({url})."
     if isinstance(cause, RepositoryNotFoundError) or (
-            isinstance(cause, HfHubHTTPError) and cause.response is not None and cause.response.status_code == 401):
+        isinstance(cause, HfHubHTTPError) and cause.response is not None and cause.response.status_code == 401
+    ):
         hint = "" if has_token else f" If it is private, {TOKEN_HELP}."
-        return (f"{repo_id} was not found on {constants.ENDPOINT} (check the spelling: owner/name, "
-                f"and --repo-type for datasets), or it is private and your token cannot see it.{hint}")
+        return (
+            f"{repo_id} was not found on {constants.ENDPOINT} (check the spelling: owner/name, "
+            f"and --repo-type for datasets), or it is private and your token cannot see it.{hint}"
+        )
     if isinstance(cause, OfflineModeIsEnabled):
-        return ("HF_HUB_OFFLINE=1 is set and the files are not on disk yet. Unset it (or run the download "
-                "where the Hub is reachable) and retry.")
+        return (
+            "HF_HUB_OFFLINE=1 is set and the files are not on disk yet. Unset it (or run the download "
+            "where the Hub is reachable) and retry."
+        )
     if isinstance(cause, (httpx.TimeoutException,)):
-        return (f"timed out talking to {constants.ENDPOINT} while fetching {repo_id} "
-                f"({type(cause).__name__}). {NETWORK_HELP}")
+        return (
+            f"timed out talking to {constants.ENDPOINT} while fetching {repo_id} "
+            f"({type(cause).__name__}). {NETWORK_HELP}"
+        )
     if isinstance(cause, (httpx.ConnectError, httpx.NetworkError, httpx.ProxyError, ConnectionError)):
-        return (f"cannot reach {constants.ENDPOINT} to fetch {repo_id}: {cause}. Check the internet connection "
-                f"or proxy (HTTPS_PROXY) of this machine. {NETWORK_HELP}")
+        return (
+            f"cannot reach {constants.ENDPOINT} to fetch {repo_id}: {cause}. Check the internet connection "
+            f"or proxy (HTTPS_PROXY) of this machine. {NETWORK_HELP}"
+        )
     if isinstance(cause, HfHubHTTPError):
         code = cause.response.status_code if cause.response is not None else "?"
         return f"the Hub answered HTTP {code} for {repo_id}: {str(cause).splitlines()[0]}. {NETWORK_HELP}"
@@ -124,10 +140,17 @@ class RemoteFile:
     will_download: bool
 
 
-def download(repo_id: str, output_dir: str | os.PathLike, *, revision: str | None = None,
-             repo_type: str | None = None, allow_patterns: Sequence[str] | None = None,
-             ignore_patterns: Sequence[str] | None = DEFAULT_IGNORE, etag_timeout: float | None = None,
-             max_workers: int = 8) -> Path:
+def download(
+    repo_id: str,
+    output_dir: str | os.PathLike,
+    *,
+    revision: str | None = None,
+    repo_type: str | None = None,
+    allow_patterns: Sequence[str] | None = None,
+    ignore_patterns: Sequence[str] | None = DEFAULT_IGNORE,
+    etag_timeout: float | None = None,
+    max_workers: int = 8,
+) -> Path:
     """Download a repo snapshot into ``output_dir`` (resumable) and write ``original_repo_id.json``.
 
     Raises :class:`HubError` with an actionable message on gated / missing repos and network trouble.
@@ -136,7 +159,11 @@ def download(repo_id: str, output_dir: str | os.PathLike, *, revision: str | Non
     out = Path(output_dir).expanduser()
     try:
         path = snapshot_download(
-            repo_id, repo_type=repo_type, revision=revision, local_dir=out, token=token or None,
+            repo_id,
+            repo_type=repo_type,
+            revision=revision,
+            local_dir=out,
+            token=token or None,
             allow_patterns=list(allow_patterns) if allow_patterns else None,
             ignore_patterns=list(ignore_patterns) if ignore_patterns else None,
             etag_timeout=etag_timeout if etag_timeout is not None else constants.HF_HUB_ETAG_TIMEOUT,
@@ -150,16 +177,28 @@ def download(repo_id: str, output_dir: str | os.PathLike, *, revision: str | Non
     return path
 
 
-def plan(repo_id: str, output_dir: str | os.PathLike, *, revision: str | None = None,
-         repo_type: str | None = None, allow_patterns: Sequence[str] | None = None,
-         ignore_patterns: Sequence[str] | None = DEFAULT_IGNORE) -> list[RemoteFile]:
+def plan(
+    repo_id: str,
+    output_dir: str | os.PathLike,
+    *,
+    revision: str | None = None,
+    repo_type: str | None = None,
+    allow_patterns: Sequence[str] | None = None,
+    ignore_patterns: Sequence[str] | None = DEFAULT_IGNORE,
+) -> list[RemoteFile]:
     """What :func:`download` would fetch (``snapshot_download(dry_run=True)``): paths and sizes."""
     token = get_token()
     try:
         infos = snapshot_download(
-            repo_id, repo_type=repo_type, revision=revision, local_dir=Path(output_dir).expanduser(),
-            token=token or None, allow_patterns=list(allow_patterns) if allow_patterns else None,
-            ignore_patterns=list(ignore_patterns) if ignore_patterns else None, dry_run=True)
+            repo_id,
+            repo_type=repo_type,
+            revision=revision,
+            local_dir=Path(output_dir).expanduser(),
+            token=token or None,
+            allow_patterns=list(allow_patterns) if allow_patterns else None,
+            ignore_patterns=list(ignore_patterns) if ignore_patterns else None,
+            dry_run=True,
+        )
     except Exception as e:  # noqa: BLE001
         raise HubError(redact(explain(e, repo_id, repo_type=repo_type, token_present=bool(token)), token)) from None
     return [RemoteFile(i.filename, int(i.file_size), bool(i.will_download)) for i in infos]

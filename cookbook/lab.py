@@ -60,8 +60,9 @@ def tunnel_command(port: int, login_node: str | None = None, user: str | None = 
     return f"ssh -N -L {port}:localhost:{port} {user}@{host}"
 
 
-def socket_tunnel_command(sock: str | os.PathLike, local_port: int = 8888, login_node: str | None = None,
-                          user: str | None = None) -> str:
+def socket_tunnel_command(
+    sock: str | os.PathLike, local_port: int = 8888, login_node: str | None = None, user: str | None = None
+) -> str:
     """What to run on the laptop to reach the Unix socket ``sock`` on this machine at ``localhost:local_port``."""
     host = login_node or socket.getfqdn() or "LOGIN_NODE"
     user = user or getpass.getuser()
@@ -131,7 +132,7 @@ class LabServer:
         deadline = time.monotonic() + timeout
         while True:
             if self.port == 0 and (info := self.server_info()) is not None:
-                self.port = int(info["port"])          # the port the OS picked (no race with other servers)
+                self.port = int(info["port"])  # the port the OS picked (no race with other servers)
             try:
                 if self.port != 0 and self.get(f"/api/status?token={self.token}", timeout=2)[0] == 200:
                     return
@@ -153,9 +154,15 @@ class LabServer:
             shutil.rmtree(self.private, ignore_errors=True)
 
 
-def start_lab(root: str | os.PathLike | None = None, port: int | None = None, token: str | None = None,
-              log: str | os.PathLike | None = None, env: dict[str, str] | None = None,
-              ip: str = "127.0.0.1", unix_socket: bool = False) -> LabServer:
+def start_lab(
+    root: str | os.PathLike | None = None,
+    port: int | None = None,
+    token: str | None = None,
+    log: str | os.PathLike | None = None,
+    env: dict[str, str] | None = None,
+    ip: str = "127.0.0.1",
+    unix_socket: bool = False,
+) -> LabServer:
     """Start JupyterLab serving ``root`` (default: the notebooks folder) and wait until it answers.
 
     ``unix_socket``: listen on ``lab.sock`` in a new 0700 folder instead of ``ip:port``. Either way the
@@ -170,10 +177,12 @@ def start_lab(root: str | os.PathLike | None = None, port: int | None = None, to
     runtime = private / "runtime"
     if len(str(runtime)) + _KERNEL_SOCKET_NAME > SOCKET_PATH_MAX:
         shutil.rmtree(private, ignore_errors=True)
-        raise RuntimeError(f"{runtime} is too long a folder for the kernels' Unix sockets "
-                           f"({SOCKET_PATH_MAX} characters at most): set TMPDIR to a short folder such as /tmp")
+        raise RuntimeError(
+            f"{runtime} is too long a folder for the kernels' Unix sockets "
+            f"({SOCKET_PATH_MAX} characters at most): set TMPDIR to a short folder such as /tmp"
+        )
     env = lab_environment(env)
-    env["JUPYTER_RUNTIME_DIR"] = str(runtime)     # always ours: the kernels' ipc sockets go there
+    env["JUPYTER_RUNTIME_DIR"] = str(runtime)  # always ours: the kernels' ipc sockets go there
     server_app: dict[str, object] = {"root_dir": str(root), "open_browser": False}
     if unix_socket:
         sock: Path | None = private / "lab.sock"
@@ -198,15 +207,18 @@ def start_lab(root: str | os.PathLike | None = None, port: int | None = None, to
     except BaseException:
         server.stop()
         raise
-    config_file.unlink()        # the server has read it; the token now lives only in its memory
+    config_file.unlink()  # the server has read it; the token now lives only in its memory
     return server
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cookbook.lab", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tcp", action="store_true",
-                    help="listen on a TCP port of 127.0.0.1 instead of a private Unix socket (for sites whose "
-                         "sshd forbids forwarding to sockets; the token still keeps other users out)")
+    ap.add_argument(
+        "--tcp",
+        action="store_true",
+        help="listen on a TCP port of 127.0.0.1 instead of a private Unix socket (for sites whose "
+        "sshd forbids forwarding to sockets; the token still keeps other users out)",
+    )
     ap.add_argument("--port", type=int, default=None, help="TCP port on this machine (implies --tcp)")
     ap.add_argument("--local-port", type=int, default=8888, help="port on your laptop in the ssh line (socket mode)")
     ap.add_argument("--root", default=None, help="folder JupyterLab serves (default: notebooks/)")
@@ -217,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         print("jupyterlab is not installed: make setup", file=sys.stderr)
         return 1
     tcp = args.tcp or args.port is not None
-    port = args.port if args.port is not None else (free_port() if tcp else None)   # 8888 when free
+    port = args.port if args.port is not None else (free_port() if tcp else None)  # 8888 when free
     server = start_lab(args.root, port, unix_socket=not tcp)
     if server.port is not None:
         where = f"port {server.port} of 127.0.0.1 (every user here can reach the port; the token keeps them out)"
@@ -226,12 +238,15 @@ def main(argv: list[str] | None = None) -> int:
         assert server.sock is not None
         where = f"the Unix socket {server.sock} (only you can open it)"
         tunnel = socket_tunnel_command(server.sock, args.local_port, args.login_node, args.user)
-    print(f"JupyterLab is running on this machine, on {where} (log: {server.log}).\n"
-          f"1. On your laptop, open the tunnel (leave it running):\n"
-          f"     {tunnel}\n"
-          f"2. Open in your browser (the token is this server's one-time password; do not share it):\n"
-          f"     {server.lab_url('00_setup.ipynb', args.local_port)}\n"
-          f"Stop with Ctrl-C.", flush=True)
+    print(
+        f"JupyterLab is running on this machine, on {where} (log: {server.log}).\n"
+        f"1. On your laptop, open the tunnel (leave it running):\n"
+        f"     {tunnel}\n"
+        f"2. Open in your browser (the token is this server's one-time password; do not share it):\n"
+        f"     {server.lab_url('00_setup.ipynb', args.local_port)}\n"
+        f"Stop with Ctrl-C.",
+        flush=True,
+    )
     try:
         server.process.wait()
     except KeyboardInterrupt:

@@ -63,9 +63,17 @@ def notebook_name(notebook: str | os.PathLike) -> str:
 def cluster_parameters(profile: str = "generic") -> dict[str, Any]:
     """The parameters every job notebook takes; GPUs per node and time limit are ``profile``'s defaults."""
     d = profile_defaults(profile)
-    return {"profile": profile, "nodes": 2, "gpus_per_node": d["gpus_per_node"], "partition": None,
-            "time_limit": d["time"], "container_image": None, "overrides": {}, "gpu": "H100",
-            "run_root": "runs"}
+    return {
+        "profile": profile,
+        "nodes": 2,
+        "gpus_per_node": d["gpus_per_node"],
+        "partition": None,
+        "time_limit": d["time"],
+        "container_image": None,
+        "overrides": {},
+        "gpu": "H100",
+        "run_root": "runs",
+    }
 
 
 def default_parameters(notebook: str | os.PathLike) -> dict[str, Any]:
@@ -76,27 +84,49 @@ def default_parameters(notebook: str | os.PathLike) -> dict[str, Any]:
     c = cluster_parameters()
     job = {k: c[k] for k in ("nodes", "gpus_per_node", "partition", "time_limit")}
     table: dict[str, dict[str, Any]] = {
-        "00_setup": {"profile": c["profile"], "partition": None, "probe": True,
-                     "model_repo": "meta-llama/Llama-3.3-70B-Instruct", "model_dir": None, "download": False},
+        "00_setup": {
+            "profile": c["profile"],
+            "partition": None,
+            "probe": True,
+            "model_repo": "meta-llama/Llama-3.3-70B-Instruct",
+            "model_dir": None,
+            "download": False,
+        },
         "01_plug_in_your_dataset": {
-            "profile": c["profile"], "model_dir": None,
+            "profile": c["profile"],
+            "model_dir": None,
             "dataset": "NewEden/xlam-function-calling-60k-shareGPT",
-            "style": "sharegpt", "column_map": {}, "max_seq_len": 2048, "recipe": "llama3_3_70b_lora", **job,
-            "container_image": None, "overrides": {"max_steps_per_epoch": 20}, "run_root": c["run_root"]},
+            "style": "sharegpt",
+            "column_map": {},
+            "max_seq_len": 2048,
+            "recipe": "llama3_3_70b_lora",
+            **job,
+            "container_image": None,
+            "overrides": {"max_steps_per_epoch": 20},
+            "run_root": c["run_root"],
+        },
         "02_llama3_3_70b_full_finetune": {**c, "model_dir": None},
         "03_llama3_3_70b_lora": {**c, "model_dir": None},
         "04_flux_schnell_pretraining": c,
         "05_profiling": {**c, "model_dir": None},
         "06_llama3_8b_c4_torchtitan": c,
-        "07_sweep_lora_rank": {"ranks": [8, 16, 64], "base_parameters": {}, "out_dir": "sweeps/lora_rank",
-                               "parallel": 2},
-        "08_job_builder": {"recipe": "llama3_3_70b_lora", "profile": c["profile"], **job,
-                           "overrides": {}, "run_root": c["run_root"]},
+        "07_sweep_lora_rank": {
+            "ranks": [8, 16, 64],
+            "base_parameters": {},
+            "out_dir": "sweeps/lora_rank",
+            "parallel": 2,
+        },
+        "08_job_builder": {
+            "recipe": "llama3_3_70b_lora",
+            "profile": c["profile"],
+            **job,
+            "overrides": {},
+            "run_root": c["run_root"],
+        },
     }
     name = notebook_name(notebook)
     if name not in table:
-        raise ValueError(f"{name}: no defaults in cookbook.notebook_runner.default_parameters; "
-                         "add them there")
+        raise ValueError(f"{name}: no defaults in cookbook.notebook_runner.default_parameters; add them there")
     return dict(table[name])
 
 
@@ -129,10 +159,15 @@ def local_parameters(notebook: str | os.PathLike, assets: Any = None) -> dict[st
             from cookbook.local.assets.tiny import ensure_tiny_assets
 
             assets = ensure_tiny_assets()
-        params.update(model_dir=str(assets.llama_dir), dataset=str(assets.chat_sharegpt), style="sharegpt",
-                      max_seq_len=256, overrides={})   # the tiny config's own short run
+        params.update(
+            model_dir=str(assets.llama_dir),
+            dataset=str(assets.chat_sharegpt),
+            style="sharegpt",
+            max_seq_len=256,
+            overrides={},
+        )  # the tiny config's own short run
     elif "model_dir" in default_parameters(name):
-        params["model_dir"] = None         # the tiny config points at the tiny model itself
+        params["model_dir"] = None  # the tiny config points at the tiny model itself
     return params
 
 
@@ -170,10 +205,17 @@ def kernel_environment(extra: Mapping[str, str] | None = None) -> Iterator[None]
                 os.environ.update(_ENV_SAVED)
 
 
-def run_notebook(notebook: str | os.PathLike, out_dir: str | os.PathLike | None = None,
-                 parameters: Mapping[str, Any] | None = None, *, cwd: str | os.PathLike | None = None,
-                 name: str | None = None, timeout: int = 1200, env: Mapping[str, str] | None = None,
-                 log_output: bool = False) -> Path:
+def run_notebook(
+    notebook: str | os.PathLike,
+    out_dir: str | os.PathLike | None = None,
+    parameters: Mapping[str, Any] | None = None,
+    *,
+    cwd: str | os.PathLike | None = None,
+    name: str | None = None,
+    timeout: int = 1200,
+    env: Mapping[str, str] | None = None,
+    log_output: bool = False,
+) -> Path:
     """Execute ``notebook`` with papermill into ``out_dir/NAME.ipynb``; returns the executed path.
 
     ``cwd`` (default: a folder ``NAME.work`` next to the output) is where its jobs are written.
@@ -190,10 +232,18 @@ def run_notebook(notebook: str | os.PathLike, out_dir: str | os.PathLike | None 
     work.mkdir(parents=True, exist_ok=True)
     with kernel_environment(env):
         try:
-            pm.execute_notebook(str(src), str(target), parameters=dict(parameters or {}), cwd=str(work),
-                                kernel_name="python3", progress_bar=False, log_output=log_output,
-                                execution_timeout=timeout, request_save_on_cell_execute=False,
-                                config=_KERNEL_CONFIG)
+            pm.execute_notebook(
+                str(src),
+                str(target),
+                parameters=dict(parameters or {}),
+                cwd=str(work),
+                kernel_name="python3",
+                progress_bar=False,
+                log_output=log_output,
+                execution_timeout=timeout,
+                request_save_on_cell_execute=False,
+                config=_KERNEL_CONFIG,
+            )
         except PapermillExecutionError as e:
             raise NotebookStopped(target, e.ename, _strip_ansi(e.evalue), e.cell_index) from None
     return target
@@ -216,8 +266,11 @@ def error_output(executed: str | os.PathLike) -> dict[str, Any] | None:
     for cell in nb.cells:
         for o in cell.get("outputs", []):
             if o.get("output_type") == "error":
-                return {"ename": o["ename"], "evalue": o["evalue"],
-                        "traceback": [_strip_ansi(t) for t in o.get("traceback", [])]}
+                return {
+                    "ename": o["ename"],
+                    "evalue": o["evalue"],
+                    "traceback": [_strip_ansi(t) for t in o.get("traceback", [])],
+                }
     return None
 
 
@@ -259,14 +312,24 @@ class SweepResult:
             df = job.metrics() if job is not None and job.log.exists() else pd.DataFrame()
             train = df[df["split"].eq("train")] if "split" in df else df
             loss = train["loss"].dropna() if "loss" in train else pd.Series(dtype=float)
-            tps = (train["tokens_per_second_per_gpu"].median()
-                   if "tokens_per_second_per_gpu" in train and train["tokens_per_second_per_gpu"].notna().any()
-                   else None)
-            rows.append({"run": r.label, **{k: v for k, v in r.overrides.items()},
-                         "job": job.job_id if job else None, "steps": len(train),
-                         "first loss": loss.iloc[0] if len(loss) else None,
-                         "last loss": loss.iloc[-1] if len(loss) else None,
-                         "median tokens/s/GPU": tps, "error": r.error, "notebook": str(r.executed)})
+            tps = (
+                train["tokens_per_second_per_gpu"].median()
+                if "tokens_per_second_per_gpu" in train and train["tokens_per_second_per_gpu"].notna().any()
+                else None
+            )
+            rows.append(
+                {
+                    "run": r.label,
+                    **{k: v for k, v in r.overrides.items()},
+                    "job": job.job_id if job else None,
+                    "steps": len(train),
+                    "first loss": loss.iloc[0] if len(loss) else None,
+                    "last loss": loss.iloc[-1] if len(loss) else None,
+                    "median tokens/s/GPU": tps,
+                    "error": r.error,
+                    "notebook": str(r.executed),
+                }
+            )
         return pd.DataFrame(rows)
 
     def plot(self, out: str | os.PathLike | None = None) -> Any:
@@ -276,9 +339,16 @@ class SweepResult:
         return plot_runs(self.metrics(), out=out)
 
 
-def sweep(notebook: str | os.PathLike, runs: Mapping[str, Mapping[str, Any]], *,
-          out_dir: str | os.PathLike = "sweeps", base_parameters: Mapping[str, Any] | None = None,
-          parallel: int = 2, timeout: int = 1200, env: Mapping[str, str] | None = None) -> SweepResult:
+def sweep(
+    notebook: str | os.PathLike,
+    runs: Mapping[str, Mapping[str, Any]],
+    *,
+    out_dir: str | os.PathLike = "sweeps",
+    base_parameters: Mapping[str, Any] | None = None,
+    parallel: int = 2,
+    timeout: int = 1200,
+    env: Mapping[str, str] | None = None,
+) -> SweepResult:
     """Run ``notebook`` once per entry of ``runs`` (label -> recipe overrides), ``parallel`` at a time.
 
     Each run gets ``overrides = {**base_parameters["overrides"], **run overrides}`` and its own folder
@@ -293,8 +363,11 @@ def sweep(notebook: str | os.PathLike, runs: Mapping[str, Mapping[str, Any]], *,
 
     def one(run: SweepRun) -> SweepRun:
         # absolute run_root: papermill's cwd is a process-wide chdir, racy between parallel runs
-        params = {**base, "overrides": {**dict(base.get("overrides") or {}), **run.overrides},
-                  "run_root": str(run.work / "runs")}
+        params = {
+            **base,
+            "overrides": {**dict(base.get("overrides") or {}), **run.overrides},
+            "run_root": str(run.work / "runs"),
+        }
         try:
             run_notebook(notebook, run.executed.parent, params, cwd=run.work, timeout=timeout, env=env)
         except NotebookStopped as e:
@@ -303,13 +376,15 @@ def sweep(notebook: str | os.PathLike, runs: Mapping[str, Mapping[str, Any]], *,
 
     if not plan:
         return SweepResult([])
-    first = one(plan[0])            # alone first: a job that cannot run here stops the sweep at once
+    first = one(plan[0])  # alone first: a job that cannot run here stops the sweep at once
     if first.error and first.error.startswith("NotebookStop"):
         from cookbook.walkthrough import NotebookStop
 
-        raise NotebookStop(f"the first run ({first.label}) stopped, so the sweep did too: "
-                           f"{first.error.split(': ', 1)[-1]}\n(executed notebook: {first.executed})")
-    here = os.getcwd()      # papermill chdirs process-wide; parallel runs can leave another folder current
+        raise NotebookStop(
+            f"the first run ({first.label}) stopped, so the sweep did too: "
+            f"{first.error.split(': ', 1)[-1]}\n(executed notebook: {first.executed})"
+        )
+    here = os.getcwd()  # papermill chdirs process-wide; parallel runs can leave another folder current
     try:
         with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
             rest = list(pool.map(one, plan[1:]))
@@ -319,8 +394,15 @@ def sweep(notebook: str | os.PathLike, runs: Mapping[str, Mapping[str, Any]], *,
 
 
 # ------------------------------------------------------------------------------------ quickstart
-QUICKSTART = ("00_setup", "01_plug_in_your_dataset", "03_llama3_3_70b_lora", "06_llama3_8b_c4_torchtitan",
-              "02_llama3_3_70b_full_finetune", "04_flux_schnell_pretraining", "05_profiling")
+QUICKSTART = (
+    "00_setup",
+    "01_plug_in_your_dataset",
+    "03_llama3_3_70b_lora",
+    "06_llama3_8b_c4_torchtitan",
+    "02_llama3_3_70b_full_finetune",
+    "04_flux_schnell_pretraining",
+    "05_profiling",
+)
 
 
 def executed_plots(executed: str | os.PathLike, dest: str | os.PathLike) -> list[Path]:

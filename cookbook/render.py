@@ -42,7 +42,7 @@ def validate(spec: JobSpec) -> Recipe:
         recipe = get_recipe(spec.recipe)
     except KeyError as e:
         raise SpecError(problems + [str(e.args[0])]) from None
-    if spec.profile in PROFILES:        # recipe checks assume a known profile
+    if spec.profile in PROFILES:  # recipe checks assume a known profile
         problems += recipe.validate(spec)
     if problems:
         raise SpecError(problems)
@@ -55,7 +55,7 @@ def render_job(spec: JobSpec) -> RenderedJob:
     launch = recipe.command(spec)
     names = (*_BUILTIN_VARS, *launch.variables)
     env = template_env(names)
-    launcher = "tune run" if launch.launcher == "tune" else "torchrun"   # bash words of the LAUNCHER array
+    launcher = "tune run" if launch.launcher == "tune" else "torchrun"  # bash words of the LAUNCHER array
     srun_args: list[str] = []
     if spec.container_image:
         srun_args.append(f"--container-image={spec.container_image}")
@@ -63,12 +63,20 @@ def render_job(spec: JobSpec) -> RenderedJob:
             srun_args.append(f"--container-mounts={','.join(spec.container_mounts)}")
     variables = {k: quote_with_vars(v, names) for k, v in launch.variables.items()}
     script = env.get_template("job.sbatch.j2").render(
-        spec=spec, recipe=recipe, profile=spec.profile_info, env=spec.profile_info.env,
+        spec=spec,
+        recipe=recipe,
+        profile=spec.profile_info,
+        env=spec.profile_info.env,
         log_file=log_file(spec),
         recipe_dir=quote(spec.recipe_dir) if spec.recipe_dir else '"$SLURM_SUBMIT_DIR"',
         run_dir=quote(spec.run_dir) if spec.run_dir else '"$RECIPE_DIR"/runs/' + quote(spec.name),
-        variables=variables, resume=recipe.resume(spec).rstrip(), srun_args=srun_args,
-        launcher=launcher, args=launch.args, port_span=SHARED_PORT_SPAN)
+        variables=variables,
+        resume=recipe.resume(spec).rstrip(),
+        srun_args=srun_args,
+        launcher=launcher,
+        args=launch.args,
+        port_span=SHARED_PORT_SPAN,
+    )
     warnings = recipe.warnings(spec) + start_path_warnings(spec, recipe) + mount_problems(spec, recipe)
     return RenderedJob(script, recipe.files(spec), warnings)
 
@@ -98,8 +106,11 @@ def start_path_warnings(spec: JobSpec, recipe: Recipe) -> list[str]:
         if path is None or (sp.hub_ok and not path.startswith(("/", "."))):
             continue
         if not Path(path).exists():
-            how = (f"export {sp.variable}=PATH before sbatch, or render with --set {sp.key}=PATH"
-                   if sp.variable else f"render with --set {sp.key}=PATH")
+            how = (
+                f"export {sp.variable}=PATH before sbatch, or render with --set {sp.key}=PATH"
+                if sp.variable
+                else f"render with --set {sp.key}=PATH"
+            )
             out.append(f"{sp.key} = {path} ({sp.what}) does not exist on this machine: put it there, or {how}")
     return out
 
@@ -112,15 +123,21 @@ def mount_problems(spec: JobSpec, recipe: Recipe) -> list[str]:
     dests = [m.split(":")[1].rstrip("/") or "/" for m in spec.container_mounts if len(m.split(":")) >= 2]
     variables = recipe.start_variables(spec)
     paths = {"recipe folder ($RECIPE_DIR)": spec.recipe_dir, "run folder ($RUN_DIR)": spec.run_dir}
-    paths.update({f"{sp.key} ({sp.what})": resolve_here(spec.overrides.get(sp.key, sp.default), spec, variables)
-                  for sp in recipe.start_paths(spec)})
+    paths.update(
+        {
+            f"{sp.key} ({sp.what})": resolve_here(spec.overrides.get(sp.key, sp.default), spec, variables)
+            for sp in recipe.start_paths(spec)
+        }
+    )
     out = []
     for label, path in paths.items():
         if not path or not path.startswith("/"):
             continue
         if not any(path == d or path.startswith(d.rstrip("/") + "/") for d in dests):
-            out.append(f"container: {label} {path} is inside no --container-mounts destination "
-                       f"({', '.join(dests) or 'none given'}): add --container-mount {path}:{path}")
+            out.append(
+                f"container: {label} {path} is inside no --container-mounts destination "
+                f"({', '.join(dests) or 'none given'}): add --container-mount {path}:{path}"
+            )
     return out
 
 
@@ -130,14 +147,13 @@ def write_job(spec: JobSpec, script_path: str | Path) -> Path:
     Without ``spec.recipe_dir`` the script refers to its configs through the folder it is written to.
     """
     script_path = Path(script_path)
-    spec = replace(spec, script_name=script_path.name,
-                   recipe_dir=spec.recipe_dir or str(script_path.parent.resolve()))
+    spec = replace(spec, script_name=script_path.name, recipe_dir=spec.recipe_dir or str(script_path.parent.resolve()))
     job = render_job(spec)
     script_path.parent.mkdir(parents=True, exist_ok=True)
     for name, text in job.files.items():
         (script_path.parent / name).write_text(text)
     script_path.write_text(job.script)
-    make_executable(script_path)             # +x where the user's umask lets reads through
+    make_executable(script_path)  # +x where the user's umask lets reads through
     return script_path
 
 
@@ -158,11 +174,18 @@ def generated_specs() -> list[JobSpec]:
     for recipe in list_recipes():
         for name in PROFILES:
             local = name == LOCAL_CPU
-            specs.append(JobSpec(
-                recipe=recipe.name, profile=name, nodes=2, **profile_defaults(name),
-                job_name=f"{recipe.name}-{name}".replace("_", "-"), script_name=f"{recipe.name}.{name}.sbatch",
-                venv="$RECIPE_DIR/../../.venv" if local else None,
-                assets_dir="$RECIPE_DIR/../../.cache/tiny" if local else None))
+            specs.append(
+                JobSpec(
+                    recipe=recipe.name,
+                    profile=name,
+                    nodes=2,
+                    **profile_defaults(name),
+                    job_name=f"{recipe.name}-{name}".replace("_", "-"),
+                    script_name=f"{recipe.name}.{name}.sbatch",
+                    venv="$RECIPE_DIR/../../.venv" if local else None,
+                    assets_dir="$RECIPE_DIR/../../.cache/tiny" if local else None,
+                )
+            )
     return specs
 
 
@@ -195,8 +218,10 @@ def start_paths_table() -> str:
             continue
         seen.add(key)
         for sp in paths:
-            rows.append(f"| {name} | {f'`{sp.variable}`' if sp.variable else '(derived)'} | `{sp.key}` | "
-                        f"`{sp.default}` | {sp.what} |")
+            rows.append(
+                f"| {name} | {f'`{sp.variable}`' if sp.variable else '(derived)'} | `{sp.key}` | "
+                f"`{sp.default}` | {sp.what} |"
+            )
     return "\n".join(rows)
 
 
@@ -226,6 +251,22 @@ def generate_recipes(root: Path) -> list[Path]:
     return written
 
 
-__all__ = ["LOCAL_CPU", "RenderedJob", "generate_recipes", "generated_files", "generated_specs", "log_dir_of",
-           "log_file", "mount_problems", "quote", "quote_with_vars", "render_job", "render_template", "resolve_here", "start_path_warnings",
-           "template_env", "validate", "write_job"]
+__all__ = [
+    "LOCAL_CPU",
+    "RenderedJob",
+    "generate_recipes",
+    "generated_files",
+    "generated_specs",
+    "log_dir_of",
+    "log_file",
+    "mount_problems",
+    "quote",
+    "quote_with_vars",
+    "render_job",
+    "render_template",
+    "resolve_here",
+    "start_path_warnings",
+    "template_env",
+    "validate",
+    "write_job",
+]

@@ -25,14 +25,25 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
-def request(method: str, path: str, *, sock: str | os.PathLike | None = None, port: int | None = None,
-            host: str = "127.0.0.1", headers: dict[str, str] | None = None, body: bytes | None = None,
-            timeout: float = 5) -> tuple[int, bytes]:
+def request(
+    method: str,
+    path: str,
+    *,
+    sock: str | os.PathLike | None = None,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    headers: dict[str, str] | None = None,
+    body: bytes | None = None,
+    timeout: float = 5,
+) -> tuple[int, bytes]:
     """``METHOD path`` on the Unix socket ``sock`` or on ``host:port``; returns (status, body).
     Raises OSError when nothing answers (or the socket may not be opened)."""
     conn: http.client.HTTPConnection
-    conn = UnixHTTPConnection(sock, timeout) if sock is not None else http.client.HTTPConnection(host, port,
-                                                                                              timeout=timeout)
+    conn = (
+        UnixHTTPConnection(sock, timeout)
+        if sock is not None
+        else http.client.HTTPConnection(host, port, timeout=timeout)
+    )
     try:
         conn.request(method, path, body=body, headers=headers or {})
         resp = conn.getresponse()
@@ -41,7 +52,13 @@ def request(method: str, path: str, *, sock: str | os.PathLike | None = None, po
         conn.close()
 
 
-def get(path: str, *, sock: str | os.PathLike | None = None, port: int | None = None,
-        host: str = "127.0.0.1", timeout: float = 5) -> tuple[int, bytes]:
+def get(
+    path: str,
+    *,
+    sock: str | os.PathLike | None = None,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    timeout: float = 5,
+) -> tuple[int, bytes]:
     """``GET path``: see :func:`request`."""
     return request("GET", path, sock=sock, port=port, host=host, timeout=timeout)

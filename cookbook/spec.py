@@ -21,7 +21,7 @@ SECRET_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")
 _TIME = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-SHARED_PORT_SPAN = 10000   # non-exclusive jobs: rendezvous port = port + job id % SHARED_PORT_SPAN
+SHARED_PORT_SPAN = 10000  # non-exclusive jobs: rendezvous port = port + job id % SHARED_PORT_SPAN
 
 
 class SpecError(ValueError):
@@ -63,52 +63,100 @@ class Profile:
     interface_source: str = ""
 
 
-_DETECTED = ("names differ between images (eth0, ens*, enp*): a wrong NCCL_SOCKET_IFNAME fails silently or hangs, "
-             "so the script takes the interface holding the head node's address; export NCCL_SOCKET_IFNAME to pin one")
-
-_COMMON_GPU = (
-    EnvVar("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1",
-           "https://pytorch.org/docs/stable/torch_nccl_environment_variables.html: a failed collective aborts "
-           "the job instead of hanging it"),
-    EnvVar("NCCL_DEBUG", "WARN", "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html; set INFO "
-           "to see the transport NCCL picked"),
-    EnvVar("HF_HUB_ETAG_TIMEOUT", "60",
-           "https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables: the 10 s "
-           "default times out when hundreds of ranks hit the Hub at once"),
-    EnvVar("HF_HUB_DOWNLOAD_TIMEOUT", "60", "same page, same reason"),
-    EnvVar("OMP_NUM_THREADS", "1", "torchrun's own default per process; avoids CPU oversubscription"),
-    EnvVar("TRITON_CACHE_DIR", "${TMPDIR:-/tmp}/triton-cache-$SLURM_JOB_ID",
-           "Triton compiles kernels into ~/.triton by default: on a shared home every rank of every node "
-           "writes the same files; a node-local folder avoids the contention", expand=True),
+_DETECTED = (
+    "names differ between images (eth0, ens*, enp*): a wrong NCCL_SOCKET_IFNAME fails silently or hangs, "
+    "so the script takes the interface holding the head node's address; export NCCL_SOCKET_IFNAME to pin one"
 )
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (
-    Profile("generic", "any Slurm cluster with NVIDIA GPUs; NCCL picks its transport and interface", "nccl",
-            _COMMON_GPU),
-    Profile("nebius", "Nebius Soperator: H100/H200 nodes with InfiniBand", "nccl", _COMMON_GPU + (
-        EnvVar("NCCL_IB_HCA", "mlx5", "Nebius GPU hosts: InfiniBand HCAs are mlx5_* (check: `ibv_devices`)"),
-    ), interface="detect", interface_source="Nebius Soperator sets NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME "
-            "(https://github.com/nebius/ml-cookbook slurm/torchtitan/multinode_flux.sh uses eth0); " + _DETECTED),
-    Profile("crusoe", "Crusoe Cloud Slurm: H100/H200/GB200 nodes with InfiniBand", "nccl", _COMMON_GPU + (
-        EnvVar("NCCL_IB_HCA", "mlx5", "Crusoe IB nodes: HCAs are mlx5_* (check: `ibv_devices`)"),
-    ), interface="detect", interface_source="Crusoe VM images: the VPC interface; " + _DETECTED),
-    Profile("aws-efa", "AWS ParallelCluster / HyperPod p4d/p5 nodes with EFA", "nccl", _COMMON_GPU + (
-        EnvVar("FI_PROVIDER", "efa", "https://github.com/aws/aws-ofi-nccl: use the EFA libfabric provider"),
-        EnvVar("FI_EFA_USE_DEVICE_RDMA", "1", "AWS EFA docs: GPUDirect RDMA on p4d/p5"),
-        EnvVar("FI_EFA_SET_CUDA_SYNC_MEMOPS", "0", "aws-ofi-nccl README (p5 recommended setting)"),
-        EnvVar("FI_EFA_USE_HUGE_PAGE", "0", "awsome-distributed-training and the AWS EFA troubleshooting notes: EFA "
-               "huge pages make os.fork() of data-loader workers fail with 'Cannot allocate memory'"),
-    ), interface="^docker,lo,veth", interface_source="https://github.com/aws-samples/awsome-distributed-training: "
+_COMMON_GPU = (
+    EnvVar(
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        "1",
+        "https://pytorch.org/docs/stable/torch_nccl_environment_variables.html: a failed collective aborts "
+        "the job instead of hanging it",
+    ),
+    EnvVar(
+        "NCCL_DEBUG",
+        "WARN",
+        "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html; set INFO to see the transport NCCL picked",
+    ),
+    EnvVar(
+        "HF_HUB_ETAG_TIMEOUT",
+        "60",
+        "https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables: the 10 s "
+        "default times out when hundreds of ranks hit the Hub at once",
+    ),
+    EnvVar("HF_HUB_DOWNLOAD_TIMEOUT", "60", "same page, same reason"),
+    EnvVar("OMP_NUM_THREADS", "1", "torchrun's own default per process; avoids CPU oversubscription"),
+    EnvVar(
+        "TRITON_CACHE_DIR",
+        "${TMPDIR:-/tmp}/triton-cache-$SLURM_JOB_ID",
+        "Triton compiles kernels into ~/.triton by default: on a shared home every rank of every node "
+        "writes the same files; a node-local folder avoids the contention",
+        expand=True,
+    ),
+)
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile(
+            "generic", "any Slurm cluster with NVIDIA GPUs; NCCL picks its transport and interface", "nccl", _COMMON_GPU
+        ),
+        Profile(
+            "nebius",
+            "Nebius Soperator: H100/H200 nodes with InfiniBand",
+            "nccl",
+            _COMMON_GPU
+            + (EnvVar("NCCL_IB_HCA", "mlx5", "Nebius GPU hosts: InfiniBand HCAs are mlx5_* (check: `ibv_devices`)"),),
+            interface="detect",
+            interface_source="Nebius Soperator sets NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME "
+            "(https://github.com/nebius/ml-cookbook slurm/torchtitan/multinode_flux.sh uses eth0); " + _DETECTED,
+        ),
+        Profile(
+            "crusoe",
+            "Crusoe Cloud Slurm: H100/H200/GB200 nodes with InfiniBand",
+            "nccl",
+            _COMMON_GPU + (EnvVar("NCCL_IB_HCA", "mlx5", "Crusoe IB nodes: HCAs are mlx5_* (check: `ibv_devices`)"),),
+            interface="detect",
+            interface_source="Crusoe VM images: the VPC interface; " + _DETECTED,
+        ),
+        Profile(
+            "aws-efa",
+            "AWS ParallelCluster / HyperPod p4d/p5 nodes with EFA",
+            "nccl",
+            _COMMON_GPU
+            + (
+                EnvVar("FI_PROVIDER", "efa", "https://github.com/aws/aws-ofi-nccl: use the EFA libfabric provider"),
+                EnvVar("FI_EFA_USE_DEVICE_RDMA", "1", "AWS EFA docs: GPUDirect RDMA on p4d/p5"),
+                EnvVar("FI_EFA_SET_CUDA_SYNC_MEMOPS", "0", "aws-ofi-nccl README (p5 recommended setting)"),
+                EnvVar(
+                    "FI_EFA_USE_HUGE_PAGE",
+                    "0",
+                    "awsome-distributed-training and the AWS EFA troubleshooting notes: EFA "
+                    "huge pages make os.fork() of data-loader workers fail with 'Cannot allocate memory'",
+                ),
+            ),
+            interface="^docker,lo,veth",
+            interface_source="https://github.com/aws-samples/awsome-distributed-training: "
             "every interface but loopback/containers (instance interface names differ: ens*, enp*); NCCL_BUFFSIZE "
-            "and NCCL_P2P_NET_CHUNKSIZE stay at NCCL's defaults, as its NCCL cheat sheet advises"),
-    Profile("local-cpu", "the embedded local cluster: tiny models on CPU, gloo", "gloo", (
-        EnvVar("OMP_NUM_THREADS", "1", "2-core machine: one thread per rank keeps both ranks responsive"),
-        EnvVar("CUDA_VISIBLE_DEVICES", "", "no GPU: make sure nothing tries one"),
-        EnvVar("HF_HUB_OFFLINE", "1", "tiny assets are local; never wait for the hub"),
-        EnvVar("HF_DATASETS_OFFLINE", "1", "same, for datasets"),
-        EnvVar("TOKENIZERS_PARALLELISM", "false", "no tokenizer thread pool next to the training threads"),
-    ), uses_gpus=False),
-)}
+            "and NCCL_P2P_NET_CHUNKSIZE stay at NCCL's defaults, as its NCCL cheat sheet advises",
+        ),
+        Profile(
+            "local-cpu",
+            "the embedded local cluster: tiny models on CPU, gloo",
+            "gloo",
+            (
+                EnvVar("OMP_NUM_THREADS", "1", "2-core machine: one thread per rank keeps both ranks responsive"),
+                EnvVar("CUDA_VISIBLE_DEVICES", "", "no GPU: make sure nothing tries one"),
+                EnvVar("HF_HUB_OFFLINE", "1", "tiny assets are local; never wait for the hub"),
+                EnvVar("HF_DATASETS_OFFLINE", "1", "same, for datasets"),
+                EnvVar("TOKENIZERS_PARALLELISM", "false", "no tokenizer thread pool next to the training threads"),
+            ),
+            uses_gpus=False,
+        ),
+    )
+}
 
 
 @dataclass
@@ -129,21 +177,21 @@ class JobSpec:
     time: str = "04:00:00"
     exclusive: bool = True
     job_name: str | None = None
-    log_dir: str = "."                         # one log per job: LOG_DIR/<job name>-<job id>.out ("." = where
-                                               # sbatch runs: always exists, Slurm creates no folder)
-    script_name: str | None = None             # the script's file name; its configs are named after it
-    run_dir: str | None = None                 # checkpoints/metrics; default $RECIPE_DIR/runs/<job name>
-    recipe_dir: str | None = None              # where the script's configs live; default $SLURM_SUBMIT_DIR
-    container_image: str | None = None         # pyxis/enroot: --container-image
-    container_mounts: list[str] = field(default_factory=list)   # SRC:DST[:ro]
+    log_dir: str = "."  # one log per job: LOG_DIR/<job name>-<job id>.out ("." = where
+    # sbatch runs: always exists, Slurm creates no folder)
+    script_name: str | None = None  # the script's file name; its configs are named after it
+    run_dir: str | None = None  # checkpoints/metrics; default $RECIPE_DIR/runs/<job name>
+    recipe_dir: str | None = None  # where the script's configs live; default $SLURM_SUBMIT_DIR
+    container_image: str | None = None  # pyxis/enroot: --container-image
+    container_mounts: list[str] = field(default_factory=list)  # SRC:DST[:ro]
     profile: str = "generic"
     requeue: bool = True
-    signal_seconds: int = 120                  # --signal=B:USR1@N before the time limit
+    signal_seconds: int = 120  # --signal=B:USR1@N before the time limit
     env: dict[str, str] = field(default_factory=dict)
     overrides: dict[str, str] = field(default_factory=dict)
-    venv: str | None = None                    # a virtualenv to activate on every node (may use $RECIPE_DIR)
-    assets_dir: str | None = None              # local-cpu: tiny assets root (default .cache/tiny; may use $RECIPE_DIR)
-    port: int = 29500                          # rendezvous port on the head node
+    venv: str | None = None  # a virtualenv to activate on every node (may use $RECIPE_DIR)
+    assets_dir: str | None = None  # local-cpu: tiny assets root (default .cache/tiny; may use $RECIPE_DIR)
+    port: int = 29500  # rendezvous port on the head node
 
     @property
     def name(self) -> str:
@@ -244,21 +292,34 @@ def check_spec(spec: JobSpec) -> list[str]:
     if not _TIME.match(spec.time):
         p.append(f"time={spec.time!r}: use Slurm's format, e.g. 04:00:00, 90 (minutes) or 1-12:00:00")
     elif spec.requeue and spec.signal_seconds >= time_seconds(spec.time):
-        p.append(f"signal_seconds={spec.signal_seconds} is not shorter than time={spec.time}: the warning "
-                 "signal would come before the job starts; lower it or raise the time limit")
+        p.append(
+            f"signal_seconds={spec.signal_seconds} is not shorter than time={spec.time}: the warning "
+            "signal would come before the job starts; lower it or raise the time limit"
+        )
     if spec.signal_seconds < 0 or spec.signal_seconds > 65535:
         p.append(f"signal_seconds={spec.signal_seconds}: Slurm accepts 0..65535")
     if not 1024 <= spec.port <= 65535:
         p.append(f"port={spec.port}: pick an unprivileged port (1024..65535)")
     elif not spec.exclusive and spec.port + SHARED_PORT_SPAN - 1 > 65535:
-        p.append(f"port={spec.port}: jobs on shared nodes rendezvous on port + job id % {SHARED_PORT_SPAN}; "
-                 f"pick a port <= {65536 - SHARED_PORT_SPAN}")
-    for label, value in (("job_name", spec.job_name), ("partition", spec.partition), ("account", spec.account),
-                         ("qos", spec.qos), ("log_dir", spec.log_dir), ("run_dir", spec.run_dir),
-                         ("recipe_dir", spec.recipe_dir), ("container_image", spec.container_image),
-                         ("venv", spec.venv), ("assets_dir", spec.assets_dir), *(("container_mounts", m) for m in spec.container_mounts),
-                         *((f"env {k}", v) for k, v in spec.env.items()),
-                         *((f"override {k}", v) for k, v in spec.overrides.items())):
+        p.append(
+            f"port={spec.port}: jobs on shared nodes rendezvous on port + job id % {SHARED_PORT_SPAN}; "
+            f"pick a port <= {65536 - SHARED_PORT_SPAN}"
+        )
+    for label, value in (
+        ("job_name", spec.job_name),
+        ("partition", spec.partition),
+        ("account", spec.account),
+        ("qos", spec.qos),
+        ("log_dir", spec.log_dir),
+        ("run_dir", spec.run_dir),
+        ("recipe_dir", spec.recipe_dir),
+        ("container_image", spec.container_image),
+        ("venv", spec.venv),
+        ("assets_dir", spec.assets_dir),
+        *(("container_mounts", m) for m in spec.container_mounts),
+        *((f"env {k}", v) for k, v in spec.env.items()),
+        *((f"override {k}", v) for k, v in spec.overrides.items()),
+    ):
         if value is not None and _CONTROL.search(value):
             p.append(f"{label}={value!r} contains a newline or control character: remove it")
     if spec.log_dir and "%" in spec.log_dir:
@@ -267,8 +328,10 @@ def check_spec(spec: JobSpec) -> list[str]:
         if not _ENV_NAME.match(name):
             p.append(f"env name {name!r} is not a valid variable name (letters, digits, _)")
         if name.upper() in SECRET_NAMES:
-            p.append(f"env {name}: secrets are never written into scripts; export {name} before sbatch "
-                     "(Slurm passes your environment) or use its token file")
+            p.append(
+                f"env {name}: secrets are never written into scripts; export {name} before sbatch "
+                "(Slurm passes your environment) or use its token file"
+            )
     for m in spec.container_mounts:
         if len(m.split(":")) not in (2, 3):
             p.append(f"container mount {m!r}: use SRC:DST or SRC:DST:ro")

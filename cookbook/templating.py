@@ -26,12 +26,17 @@ def quote_with_vars(value: object, names: tuple[str, ...] | list[str]) -> str:
     text = str(value)
     if not names:
         return quote(text)
-    pattern = re.compile(r"\$(?:\{(" + "|".join(map(re.escape, names)) + r")\}|(" + "|".join(map(re.escape, names))
-                         + r")(?![A-Za-z0-9_]))")
+    pattern = re.compile(
+        r"\$(?:\{("
+        + "|".join(map(re.escape, names))
+        + r")\}|("
+        + "|".join(map(re.escape, names))
+        + r")(?![A-Za-z0-9_]))"
+    )
     parts, pos = [], 0
     for m in pattern.finditer(text):
         if m.start() > pos:
-            parts.append(quote(text[pos:m.start()]))
+            parts.append(quote(text[pos : m.start()]))
         parts.append('"${%s}"' % (m.group(1) or m.group(2)))
         pos = m.end()
     if pos < len(text) or not parts:
@@ -39,12 +44,17 @@ def quote_with_vars(value: object, names: tuple[str, ...] | list[str]) -> str:
     return "".join(parts)
 
 
-
 def template_env(names: tuple[str, ...] | list[str] = ()) -> jinja2.Environment:
     """The Jinja environment of every shell file the cookbook writes (``templates/``): filter ``q`` quotes a
     value, ``arg`` quotes it except references to the variables ``names``."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(_TEMPLATES),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
     env.filters["q"] = quote
     env.filters["arg"] = lambda v: quote_with_vars(v, names)
     return env

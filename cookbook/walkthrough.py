@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
@@ -27,13 +28,14 @@ from cookbook.slurm.record import JobRecord
 from cookbook.spec import LOCAL_CPU, PROFILES, JobSpec, SpecError, make_spec
 
 
-
 class NotebookStop(Exception):
     """A check failed. In a notebook it shows as its message only (IPython's ``_render_traceback_``)."""
 
     def _render_traceback_(self) -> list[str]:
-        return [f"\033[1;31mSTOP\033[0m: {line}" if i == 0 else f"      {line}"
-                for i, line in enumerate(str(self).splitlines() or [""])]
+        return [
+            f"\033[1;31mSTOP\033[0m: {line}" if i == 0 else f"      {line}"
+            for i, line in enumerate(str(self).splitlines() or [""])
+        ]
 
 
 def show_figures_inline() -> bool:
@@ -77,14 +79,32 @@ def slurm_client(profile: str | None = None) -> SlurmClient:
 
 
 # ------------------------------------------------------------------------------------------ spec
-def job_spec(recipe: str, *, profile: str = "generic", nodes: int = 2, gpus_per_node: int | None = None,
-             partition: str | None = None, time: str | None = None, container_image: str | None = None,
-             job_name: str | None = None, overrides: dict[str, Any] | None = None,
-             **extra: Any) -> JobSpec:
+def job_spec(
+    recipe: str,
+    *,
+    profile: str = "generic",
+    nodes: int = 2,
+    gpus_per_node: int | None = None,
+    partition: str | None = None,
+    time: str | None = None,
+    container_image: str | None = None,
+    job_name: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    **extra: Any,
+) -> JobSpec:
     """A :class:`JobSpec` with the profile's defaults filled in (see :func:`cookbook.spec.profile_defaults`)."""
-    return make_spec(recipe, profile, nodes=nodes, gpus_per_node=gpus_per_node, partition=partition or None,
-                     time=time or None, container_image=container_image or None, job_name=job_name or None,
-                     overrides={str(k): str(v) for k, v in (overrides or {}).items()}, **extra)
+    return make_spec(
+        recipe,
+        profile,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        partition=partition or None,
+        time=time or None,
+        container_image=container_image or None,
+        job_name=job_name or None,
+        overrides={str(k): str(v) for k, v in (overrides or {}).items()},
+        **extra,
+    )
 
 
 @dataclass
@@ -102,8 +122,10 @@ class CheckReport:
 
 
 def _local_hint(spec: JobSpec) -> str:
-    return ("On the embedded local cluster run this notebook with the tiny recipe instead: "
-            "parameters profile='local-cpu', gpus_per_node=0 (`make demo` does that).")
+    return (
+        "On the embedded local cluster run this notebook with the tiny recipe instead: "
+        "parameters profile='local-cpu', gpus_per_node=0 (`make demo` does that)."
+    )
 
 
 def check_job(spec: JobSpec, client: SlurmClient | None = None, gpu: str | None = None) -> CheckReport:
@@ -121,9 +143,11 @@ def check_job(spec: JobSpec, client: SlurmClient | None = None, gpu: str | None 
     report, problems, hint = CheckReport(), [], ""
     try:
         job = render_job(spec)
-        report.lines.append(f"job valid: {spec.recipe}, {spec.nodes} node(s) x "
-                            + (f"{spec.gpus_per_node} GPU(s)" if spec.gpus_per_node else "CPU")
-                            + f", profile {spec.profile}")
+        report.lines.append(
+            f"job valid: {spec.recipe}, {spec.nodes} node(s) x "
+            + (f"{spec.gpus_per_node} GPU(s)" if spec.gpus_per_node else "CPU")
+            + f", profile {spec.profile}"
+        )
         report.warnings += job.warnings
         report.warnings += filter(None, [job_fit_warning(spec, gpu)])
     except SpecError as e:
@@ -135,15 +159,17 @@ def check_job(spec: JobSpec, client: SlurmClient | None = None, gpu: str | None 
         parts = client.partitions()
     except SlurmError as e:
         parts = None
-        problems.append(f"Slurm is not reachable from here ({' '.join(e.stderr.split()) or e}): run this notebook on "
-                        "the cluster's login node (`make lab` starts JupyterLab there)"
-                        + ("; locally start the cluster first: `cookbook cluster up`"
-                           if spec.local_cpu else ""))
+        problems.append(
+            f"Slurm is not reachable from here ({' '.join(e.stderr.split()) or e}): run this notebook on "
+            "the cluster's login node (`make lab` starts JupyterLab there)"
+            + ("; locally start the cluster first: `cookbook cluster up`" if spec.local_cpu else "")
+        )
         hint = _local_hint(spec) if not spec.local_cpu else ""
     if parts is not None:
         names = [p["partition"].rstrip("*") for p in parts]
-        default = next((p["partition"].rstrip("*") for p in parts if p["partition"].endswith("*")),
-                       names[0] if names else None)
+        default = next(
+            (p["partition"].rstrip("*") for p in parts if p["partition"].endswith("*")), names[0] if names else None
+        )
         part = spec.partition or default
         if part not in names:
             problems.append(f"partition {part!r} does not exist here; use one of: {', '.join(names)}")
@@ -151,17 +177,25 @@ def check_job(spec: JobSpec, client: SlurmClient | None = None, gpu: str | None 
             nodes = [n for n in doctor.partition_nodes(client, part) if n["usable"]]
             gpus = min((n["gpus"] for n in nodes), default=0)
             if len(nodes) < spec.nodes:
-                problems.append(f"the job asks for {spec.nodes} node(s) but partition {part!r} has {len(nodes)} "
-                                "usable: lower nodes, or pick another partition")
+                problems.append(
+                    f"the job asks for {spec.nodes} node(s) but partition {part!r} has {len(nodes)} "
+                    "usable: lower nodes, or pick another partition"
+                )
             if spec.profile_info.uses_gpus and gpus < spec.gpus_per_node:
-                problems.append(f"the job needs {spec.gpus_per_node} GPUs per node, but the nodes of partition "
-                                f"{part!r} have {gpus}")
-                hint = _local_hint(spec) if gpus == 0 else f"Set gpus_per_node={gpus} (and check the parallel settings)."
+                problems.append(
+                    f"the job needs {spec.gpus_per_node} GPUs per node, but the nodes of partition {part!r} have {gpus}"
+                )
+                hint = (
+                    _local_hint(spec) if gpus == 0 else f"Set gpus_per_node={gpus} (and check the parallel settings)."
+                )
             if not problems:
                 report.lines.append(f"partition {part}: {len(nodes)} usable node(s), {gpus} GPU(s) per node")
     if problems:
-        raise NotebookStop(f"the job cannot run here ({len(problems)} problem(s)):\n"
-                           + "\n".join(f"- {p}" for p in problems) + (f"\n{hint}" if hint else ""))
+        raise NotebookStop(
+            f"the job cannot run here ({len(problems)} problem(s)):\n"
+            + "\n".join(f"- {p}" for p in problems)
+            + (f"\n{hint}" if hint else "")
+        )
     return report
 
 
@@ -185,8 +219,9 @@ class Job(JobRecord):
     def cancel(self) -> None:
         self.slurm.cancel(self.job_id)
 
-    def wait(self, timeout: float = 3600, poll: float = 2.0, every: float = 10.0,
-             echo: Callable[[str], None] = print) -> JobInfo:
+    def wait(
+        self, timeout: float = 3600, poll: float = 2.0, every: float = 10.0, echo: Callable[[str], None] = print
+    ) -> JobInfo:
         """Wait for the job to end, printing its state and training progress at most every ``every`` s.
 
         A job that does not end COMPLETED raises :class:`NotebookStop` with the log's diagnosis.
@@ -208,14 +243,18 @@ class Job(JobRecord):
             if info.done:
                 break
             if now - start > timeout:
-                raise NotebookStop(f"job {self.job_id} still {info.state} after {timeout:.0f} s; it keeps running "
-                                   f"(cancel with job.cancel()); log: {self.log}")
+                raise NotebookStop(
+                    f"job {self.job_id} still {info.state} after {timeout:.0f} s; it keeps running "
+                    f"(cancel with job.cancel()); log: {self.log}"
+                )
             time.sleep(poll)
         follower.poll()
         if not follower.df.empty:
             echo(progress_line(follower.df, None))
-        echo(f"job {self.job_id}: {info.state} (exit {info.exit_code or '?'}) after {time.monotonic() - start:.0f} s; "
-             f"log {self.log}")
+        echo(
+            f"job {self.job_id}: {info.state} (exit {info.exit_code or '?'}) after {time.monotonic() - start:.0f} s; "
+            f"log {self.log}"
+        )
         if info.state != "COMPLETED":
             raise NotebookStop(f"job {self.job_id} ended {info.state}.\n{self.explain()}")
         return info
@@ -244,7 +283,7 @@ class Job(JobRecord):
 
         try:
             recipe = get_recipe(self.recipe)
-        except KeyError:                      # a record of a recipe this version no longer has
+        except KeyError:  # a record of a recipe this version no longer has
             return [self.log]
         return [self.log, *recipe.metrics_files(self.run_dir)]
 
@@ -269,8 +308,11 @@ class Job(JobRecord):
 
     def outputs(self) -> pd.DataFrame:
         """Files the run wrote (checkpoints, adapters, logs), with sizes."""
-        rows = [{"file": str(p.relative_to(self.run_dir)), "MB": round(p.stat().st_size / 1e6, 3)}
-                for p in sorted(self.run_dir.rglob("*")) if p.is_file()]
+        rows = [
+            {"file": str(p.relative_to(self.run_dir)), "MB": round(p.stat().st_size / 1e6, 3)}
+            for p in sorted(self.run_dir.rglob("*"))
+            if p.is_file()
+        ]
         return pd.DataFrame(rows, columns=["file", "MB"])
 
 
@@ -293,9 +335,17 @@ def submit(spec: JobSpec, root: str | os.PathLike = "runs", client: SlurmClient 
         raise NotebookStop(f"sbatch refused the job: {e.stderr or e}") from None
     log_dir = Path(spec.log_dir)
     run_dir = Path(spec.run_dir) if spec.run_dir else folder / "runs" / spec.name
-    job = Job(job_id=job_id, script=script, log=(log_dir if log_dir.is_absolute() else folder / log_dir)
-              / f"{spec.name}-{job_id}.out", run_dir=run_dir, recipe=spec.recipe, profile=spec.profile,
-              name=spec.name, submitted=datetime.now().isoformat(timespec="seconds"), client=client)
+    job = Job(
+        job_id=job_id,
+        script=script,
+        log=(log_dir if log_dir.is_absolute() else folder / log_dir) / f"{spec.name}-{job_id}.out",
+        run_dir=run_dir,
+        recipe=spec.recipe,
+        profile=spec.profile,
+        name=spec.name,
+        submitted=datetime.now().isoformat(timespec="seconds"),
+        client=client,
+    )
     job.save()
     return job
 
@@ -322,8 +372,9 @@ def model_dir_for(recipe: str, model_dir: str | os.PathLike | None, run_root: st
     return default_model_dir(str(folder), run_root)
 
 
-def model_overrides(recipe: str, model_dir: str | os.PathLike | None, profile: str = "generic",
-                    run_root: str | os.PathLike = "runs") -> dict[str, str]:
+def model_overrides(
+    recipe: str, model_dir: str | os.PathLike | None, profile: str = "generic", run_root: str | os.PathLike = "runs"
+) -> dict[str, str]:
     """The recipe's overrides pointing it at a downloaded model (``model_dir=None``:
     :func:`default_model_dir`; nothing for ``local-cpu``, whose config uses the tiny model, nor for a
     recipe that trains from scratch)."""
@@ -335,8 +386,9 @@ def model_overrides(recipe: str, model_dir: str | os.PathLike | None, profile: s
     return rec.model_overrides(str(model_dir_for(recipe, model_dir, run_root)))
 
 
-def rehearse_job(spec: JobSpec, root: str | os.PathLike = "runs", client: SlurmClient | None = None,
-                 timeout: float = 900) -> Any:
+def rehearse_job(
+    spec: JobSpec, root: str | os.PathLike = "runs", client: SlurmClient | None = None, timeout: float = 900
+) -> Any:
     """Rehearse ``spec`` on the cluster (:func:`cookbook.rehearsal.rehearse`): its script runs on the same
     allocation with a check in the launcher's place on every node. A node that cannot run the job stops
     the notebook with the per-node table and what to change."""
@@ -363,25 +415,23 @@ def plan_for(spec: JobSpec, gpu: str = "H100") -> str:
     try:
         if spec.local_cpu:
             text = plan(spec.recipe, gpu=gpu).render()
-            return ("local-cpu trains a tiny model; this is the estimate for the real recipe it stands for:\n"
-                    + text)
+            return "local-cpu trains a tiny model; this is the estimate for the real recipe it stands for:\n" + text
         return plan(spec.recipe, spec.nodes, spec.gpus_per_node, gpu, **ignorable_overrides(spec.overrides)).render()
     except (ValueError, KeyError) as e:
         return f"no estimate: {e}"
 
 
-def profiling_overrides(recipe: str, profile: str, steps: int = 2, warmup: int = 1,
-                        start_step: int = 3) -> dict[str, str]:
+def profiling_overrides(
+    recipe: str, profile: str, steps: int = 2, warmup: int = 1, start_step: int = 3
+) -> dict[str, str]:
     """The recipe's overrides that turn the profiler on (CPU activities only on local-cpu)."""
     from cookbook.recipes import get_recipe
 
     device = "cpu" if profile == LOCAL_CPU else "cuda"
-    return get_recipe(recipe).profiling_overrides(device=device, steps=steps, warmup=warmup,
-                                                  start_step=start_step)
+    return get_recipe(recipe).profiling_overrides(device=device, steps=steps, warmup=warmup, start_step=start_step)
 
 
-def setup_checks(profile: str, partition: str | None = None, probe: bool = True,
-                 model_dir: str | None = None) -> list:
+def setup_checks(profile: str, partition: str | None = None, probe: bool = True, model_dir: str | None = None) -> list:
     """``cookbook doctor``'s checks (printed as a table); stops the notebook when one fails or when a GPU
     profile finds no GPU on the partition."""
     from cookbook import doctor
@@ -391,12 +441,16 @@ def setup_checks(profile: str, partition: str | None = None, probe: bool = True,
     print(doctor.render(checks))
     failed = [c for c in checks if c.status == "fail"]
     if failed:
-        raise NotebookStop("some checks failed:\n" + "\n".join(f"- {c.name}: {c.detail}" + (f" -> {c.fix}" if c.fix else "")
-                                                             for c in failed))
+        raise NotebookStop(
+            "some checks failed:\n"
+            + "\n".join(f"- {c.name}: {c.detail}" + (f" -> {c.fix}" if c.fix else "") for c in failed)
+        )
     gpus = next((c for c in checks if c.name == "gpus"), None)
     if PROFILES[profile].uses_gpus and (gpus is None or gpus.status != "pass"):
-        raise NotebookStop(f"profile {profile!r} trains on GPUs, but {gpus.detail if gpus else 'no GPU was found'}.\n"
-                           "On the embedded local cluster use profile='local-cpu' (`make demo` does that).")
+        raise NotebookStop(
+            f"profile {profile!r} trains on GPUs, but {gpus.detail if gpus else 'no GPU was found'}.\n"
+            "On the embedded local cluster use profile='local-cpu' (`make demo` does that)."
+        )
     return checks
 
 
@@ -422,20 +476,31 @@ def prepare_model(profile: str, repo_id: str, model_dir: str, download: bool = F
     except hub.HubError as e:
         raise NotebookStop(str(e)) from None
     table = pd.DataFrame([{"file": f.path, "GB": round(f.size / 1e9, 2), "to fetch": f.will_download} for f in files])
-    print(f"{repo_id}: {len(files)} files, {table['GB'].sum():.1f} GB; set download=True to fetch them into {model_dir}")
+    print(
+        f"{repo_id}: {len(files)} files, {table['GB'].sum():.1f} GB; set download=True to fetch them into {model_dir}"
+    )
     return table
 
 
-def check_dataset(source: str, style: str, model_dir: str, column_map: dict[str, str] | None = None,
-                  max_seq_len: int = 2048, split: str = "train") -> Any:
+def check_dataset(
+    source: str,
+    style: str,
+    model_dir: str,
+    column_map: dict[str, str] | None = None,
+    max_seq_len: int = 2048,
+    split: str = "train",
+) -> Any:
     """Check a dataset with the model's real tokenizer (:func:`cookbook.data.check_dataset`); problems
     (missing model, bad rows, wrong columns) stop the notebook naming the row and what to change."""
     from cookbook.data import DataError, DatasetSpec, TokenizerSpec
     from cookbook.data import check_dataset as check
 
-    require(Path(model_dir).is_dir(), f"no model at {model_dir}: download it first (00_setup, or "
-            f"`cookbook download REPO --output-dir {model_dir}`), or set model_dir. On the embedded local cluster "
-            "use the tiny model: profile='local-cpu' and model_dir of the tiny assets (`make demo` does that)")
+    require(
+        Path(model_dir).is_dir(),
+        f"no model at {model_dir}: download it first (00_setup, or "
+        f"`cookbook download REPO --output-dir {model_dir}`), or set model_dir. On the embedded local cluster "
+        "use the tiny model: profile='local-cpu' and model_dir of the tiny assets (`make demo` does that)",
+    )
     try:
         spec = DatasetSpec(source, style, column_map=dict(column_map or {}), split=split)
         return check(spec, TokenizerSpec.from_model_dir(model_dir), max_seq_len=max_seq_len, model_dir=model_dir)
@@ -443,9 +508,14 @@ def check_dataset(source: str, style: str, model_dir: str, column_map: dict[str,
         raise NotebookStop(str(e)) from None
 
 
-def dataset_overrides(source: str, style: str, column_map: dict[str, str] | None = None,
-                      max_seq_len: int | None = None, packed: bool = False,
-                      recipe: str | None = None) -> dict[str, str]:
+def dataset_overrides(
+    source: str,
+    style: str,
+    column_map: dict[str, str] | None = None,
+    max_seq_len: int | None = None,
+    packed: bool = False,
+    recipe: str | None = None,
+) -> dict[str, str]:
     """The overrides that plug the dataset into ``recipe`` (default:
     :data:`cookbook.data.recipe.DEFAULT_RECIPE`; for torchtune its ``dataset:`` block and
     ``tokenizer.max_seq_len``): the same ``key=value`` pairs ``cookbook render --set`` and the job
@@ -505,11 +575,17 @@ def run_summary(df: pd.DataFrame) -> str:
     if train.empty or "loss" not in train:
         return "no training steps in the log"
     loss = train["loss"].dropna()
-    lines = [f"steps logged: {len(train)} (last step {int(train['step'].iloc[-1])})",
-             f"loss: {loss.iloc[0]:.4f} -> {loss.iloc[-1]:.4f} "
-             f"({'down' if loss.iloc[-1] < loss.iloc[0] else 'NOT down'} {abs(loss.iloc[0] - loss.iloc[-1]):.4f})"]
-    for col, label in (("tokens_per_second_per_gpu", "tokens/s/GPU"), ("samples_per_second", "samples/s"),
-                       ("mfu_pct", "MFU %"), ("memory_gib", "memory GiB")):
+    lines = [
+        f"steps logged: {len(train)} (last step {int(train['step'].iloc[-1])})",
+        f"loss: {loss.iloc[0]:.4f} -> {loss.iloc[-1]:.4f} "
+        f"({'down' if loss.iloc[-1] < loss.iloc[0] else 'NOT down'} {abs(loss.iloc[0] - loss.iloc[-1]):.4f})",
+    ]
+    for col, label in (
+        ("tokens_per_second_per_gpu", "tokens/s/GPU"),
+        ("samples_per_second", "samples/s"),
+        ("mfu_pct", "MFU %"),
+        ("memory_gib", "memory GiB"),
+    ):
         if col in train and train[col].notna().any():
             lines.append(f"{label}: median {train[col].median():,.2f}")
     return "\n".join(lines)
@@ -521,6 +597,23 @@ def require(condition: bool, message: str) -> None:
         raise NotebookStop(message)
 
 
-__all__ = ["CheckReport", "Job", "NotebookStop", "check_dataset", "check_job", "job_spec", "merge_metrics",
-           "model_overrides", "plan_for", "prepare_model", "profiling_overrides", "progress_line", "require",
-           "run_summary", "setup_checks", "slurm_client", "submit", "tail_text"]
+__all__ = [
+    "CheckReport",
+    "Job",
+    "NotebookStop",
+    "check_dataset",
+    "check_job",
+    "job_spec",
+    "merge_metrics",
+    "model_overrides",
+    "plan_for",
+    "prepare_model",
+    "profiling_overrides",
+    "progress_line",
+    "require",
+    "run_summary",
+    "setup_checks",
+    "slurm_client",
+    "submit",
+    "tail_text",
+]

@@ -14,7 +14,7 @@ import pytest
 from filelock import FileLock
 
 from cookbook.local import use_triton_standin_if_needed
-from cookbook.paths import cache_dir, project_root
+from cookbook.paths import project_root
 
 # This bench has no triton: torchtitan's parsers (child processes, jobs) import it through the stand-in.
 use_triton_standin_if_needed()

@@ -15,17 +15,20 @@ traces) and returns :class:`Evidence` with an estimated cost (share of throughpu
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 NCCL_SOCKET = re.compile(r"NCCL INFO (?:Using network Socket|.*via NET/Socket|NET/Socket : Using)")
-NCCL_FABRIC = re.compile(r"NCCL INFO (?:Using network (?:IB|AWS Libfabric|OFI)|.*via NET/(?:IB|OFI|AWS Libfabric)|"
-                         r"NET/OFI Selected [Pp]rovider is efa|NET/IB : Using \[)")
+NCCL_FABRIC = re.compile(
+    r"NCCL INFO (?:Using network (?:IB|AWS Libfabric|OFI)|.*via NET/(?:IB|OFI|AWS Libfabric)|"
+    r"NET/OFI Selected [Pp]rovider is efa|NET/IB : Using \[)"
+)
 NCCL_NO_PLUGIN = re.compile(r"NCCL INFO NET/Plugin ?: (?:No plugin found|Plugin load returned|Could not find)")
 NCCL_IB_NONE = re.compile(r"NCCL INFO NET/IB : No device found")
 AC_APPLIED = re.compile(r"Applied (full|selective|SelectiveAC|FullAC)\w* activation checkpointing", re.I)
@@ -70,11 +73,16 @@ class Explanation:
         body = [str(e) for e in self.evidence] or ["no evidence of a known cause in the log"]
         return "\n".join([head, *body, *(f"note: {n}" for n in self.notes)])
 
-    def table(self) -> "pd.DataFrame":
+    def table(self) -> pd.DataFrame:
         import pandas as pd
 
-        return pd.DataFrame([{"cause": e.kind, "cost_pct": round(100 * e.cost, 1), "finding": e.finding,
-                              "fix": e.fix} for e in self.evidence], columns=["cause", "cost_pct", "finding", "fix"])
+        return pd.DataFrame(
+            [
+                {"cause": e.kind, "cost_pct": round(100 * e.cost, 1), "finding": e.finding, "fix": e.fix}
+                for e in self.evidence
+            ],
+            columns=["cause", "cost_pct", "finding", "fix"],
+        )
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -87,21 +95,31 @@ def check_nccl(text: str, nodes: int | None, expects_fabric: bool) -> list[Evide
     if socket and not fabric and multi and expects_fabric:
         a = text.rfind("\n", 0, socket.start()) + 1
         b = text.find("\n", socket.end())
-        line = text[a:b if b >= 0 else len(text)]
-        out.append(Evidence("nccl_socket", SOCKET_COST,
-                            f"NCCL runs over TCP sockets, not InfiniBand/EFA: `{line.strip()}`",
-                            "load the fabric: on AWS (EFA) install aws-ofi-nccl and set FI_PROVIDER=efa (the aws-efa "
-                            "profile); on InfiniBand check `ibstat`, NCCL_IB_HCA and that /dev/infiniband is in the "
-                            "container; set NCCL_SOCKET_IFNAME only for the bootstrap interface"))
+        line = text[a : b if b >= 0 else len(text)]
+        out.append(
+            Evidence(
+                "nccl_socket",
+                SOCKET_COST,
+                f"NCCL runs over TCP sockets, not InfiniBand/EFA: `{line.strip()}`",
+                "load the fabric: on AWS (EFA) install aws-ofi-nccl and set FI_PROVIDER=efa (the aws-efa "
+                "profile); on InfiniBand check `ibstat`, NCCL_IB_HCA and that /dev/infiniband is in the "
+                "container; set NCCL_SOCKET_IFNAME only for the bootstrap interface",
+            )
+        )
     if NCCL_NO_PLUGIN.search(text) and not fabric and multi and expects_fabric:
-        out.append(Evidence("nccl_plugin_missing", SOCKET_COST * 0.9,
-                            "NCCL found no network plugin (libnccl-net.so): the EFA/OFI plugin is not loaded"
-                            + (" and no InfiniBand device was found" if NCCL_IB_NONE.search(text) else ""),
-                            "put aws-ofi-nccl's lib folder on LD_LIBRARY_PATH (or NCCL_NET_PLUGIN) on every node"))
+        out.append(
+            Evidence(
+                "nccl_plugin_missing",
+                SOCKET_COST * 0.9,
+                "NCCL found no network plugin (libnccl-net.so): the EFA/OFI plugin is not loaded"
+                + (" and no InfiniBand device was found" if NCCL_IB_NONE.search(text) else ""),
+                "put aws-ofi-nccl's lib folder on LD_LIBRARY_PATH (or NCCL_NET_PLUGIN) on every node",
+            )
+        )
     return out
 
 
-def check_stalls(steps: "pd.DataFrame") -> list[Evidence]:
+def check_stalls(steps: pd.DataFrame) -> list[Evidence]:
     """Data-loader stalls: steps far above the median and a gap before the first step."""
     if "time" not in steps or steps["time"].isna().all() or len(steps) < 5:
         return []
@@ -117,19 +135,29 @@ def check_stalls(steps: "pd.DataFrame") -> list[Evidence]:
         return []
     lost = float((spikes - med).sum() / dt.sum())
     cv = float(dt.std() / dt.mean()) if dt.mean() else 0.0
-    return [Evidence("dataloader_stall", lost,
-                     f"{len(spikes)} of {len(dt)} steps took over {STALL_FACTOR:g}x the median step ({med:.2f} s; "
-                     f"longest {spikes.max():.2f} s; step-time variation {100 * cv:.0f}%): the GPUs waited for data",
-                     "raise the data loader's workers (num_workers) and prefetch, give each task more CPUs "
-                     "(--cpus-per-task), pre-tokenize/pack the dataset onto local or shared fast storage")]
+    return [
+        Evidence(
+            "dataloader_stall",
+            lost,
+            f"{len(spikes)} of {len(dt)} steps took over {STALL_FACTOR:g}x the median step ({med:.2f} s; "
+            f"longest {spikes.max():.2f} s; step-time variation {100 * cv:.0f}%): the GPUs waited for data",
+            "raise the data loader's workers (num_workers) and prefetch, give each task more CPUs "
+            "(--cpus-per-task), pre-tokenize/pack the dataset onto local or shared fast storage",
+        )
+    ]
 
 
 def check_gpus_per_node(gpus_per_node: int | None, node_gpus: int | None) -> list[Evidence]:
     if not gpus_per_node or not node_gpus or gpus_per_node >= node_gpus:
         return []
-    return [Evidence("gpus_per_node", 1 - gpus_per_node / node_gpus,
-                     f"the job uses {gpus_per_node} of the node's {node_gpus} GPUs",
-                     f"--gpus-per-node={node_gpus} (same nodes, more GPUs), or fewer nodes with all GPUs each")]
+    return [
+        Evidence(
+            "gpus_per_node",
+            1 - gpus_per_node / node_gpus,
+            f"the job uses {gpus_per_node} of the node's {node_gpus} GPUs",
+            f"--gpus-per-node={node_gpus} (same nodes, more GPUs), or fewer nodes with all GPUs each",
+        )
+    ]
 
 
 def check_cpu_binding(script_text: str | None, procs_per_node: int | None) -> list[Evidence]:
@@ -138,14 +166,20 @@ def check_cpu_binding(script_text: str | None, procs_per_node: int | None) -> li
         return []
     if re.search(r"^#SBATCH --cpus-per-task=\d+", script_text, flags=re.M):
         return []
-    return [Evidence("cpu_binding", 0.2,
-                     f"{procs_per_node} processes per node share the CPUs of a task without --cpus-per-task "
-                     "(Slurm may bind them all to one core): data loading and kernel launches starve",
-                     "#SBATCH --cpus-per-task=<cores per node> (the generated scripts set it from the profile)")]
+    return [
+        Evidence(
+            "cpu_binding",
+            0.2,
+            f"{procs_per_node} processes per node share the CPUs of a task without --cpus-per-task "
+            "(Slurm may bind them all to one core): data loading and kernel launches starve",
+            "#SBATCH --cpus-per-task=<cores per node> (the generated scripts set it from the profile)",
+        )
+    ]
 
 
-def check_checkpointing(text: str, recipe: str | None, gpu: str | None, nodes: int | None,
-                        gpus_per_node: int | None, mode: str | None) -> list[Evidence]:
+def check_checkpointing(
+    text: str, recipe: str | None, gpu: str | None, nodes: int | None, gpus_per_node: int | None, mode: str | None
+) -> list[Evidence]:
     """Full activation checkpointing where the planner says selective (or none) fits with 10% to spare."""
     if mode is None:
         m = AC_APPLIED.search(text)
@@ -164,11 +198,16 @@ def check_checkpointing(text: str, recipe: str | None, gpu: str | None, nodes: i
         return []
     best = fits[0].settings.checkpointing
     gain = 1 - recompute_factor(Settings(checkpointing="full")) / recompute_factor(Settings(checkpointing=best))
-    return [Evidence("activation_checkpointing", gain,
-                     f"full activation checkpointing recomputes the whole forward; the planner says "
-                     f"AC={best} fits ({fits[0].peak_gib:.0f} of {fits[0].capacity_gib:.0f} GiB)",
-                     f"set activation checkpointing to {best} (torchtitan activation_checkpoint.mode={best}; "
-                     "torchtune has only on/off)")]
+    return [
+        Evidence(
+            "activation_checkpointing",
+            gain,
+            f"full activation checkpointing recomputes the whole forward; the planner says "
+            f"AC={best} fits ({fits[0].peak_gib:.0f} of {fits[0].capacity_gib:.0f} GiB)",
+            f"set activation checkpointing to {best} (torchtitan activation_checkpoint.mode={best}; "
+            "torchtune has only on/off)",
+        )
+    ]
 
 
 def check_stragglers(log: Path, hosts: Sequence[str] | None, procs_per_node: int) -> list[Evidence]:
@@ -179,9 +218,15 @@ def check_stragglers(log: Path, hosts: Sequence[str] | None, procs_per_node: int
     out = []
     for s in found[:2]:
         cost = max(0.0, min(0.9, s.median_ratio - 1)) if s.median_lag_s <= 0 else 0.1
-        out.append(Evidence("straggler", cost, str(s),
-                            "check that node (nvidia-smi -q for clocks/throttling/ECC, `dmesg`), exclude it "
-                            "(--exclude=HOST) and compare; a rank with a slower data shard points at the data"))
+        out.append(
+            Evidence(
+                "straggler",
+                cost,
+                str(s),
+                "check that node (nvidia-smi -q for clocks/throttling/ECC, `dmesg`), exclude it "
+                "(--exclude=HOST) and compare; a rank with a slower data shard points at the data",
+            )
+        )
     return out
 
 
@@ -197,10 +242,15 @@ def check_trace_stragglers(traces: Sequence[str | Path]) -> list[Evidence]:
     if spread < 0.10:
         return []
     rank = s.straggler_rank
-    return [Evidence("straggler", spread,
-                     f"rank {rank} waits {100 * comm[rank]:.0f}% of its step in collectives, the others up to "
-                     f"{100 * comm.max():.0f}%: they wait for rank {rank}",
-                     "profile that rank's host (clocks, thermal throttling, a noisy neighbour) and exclude it")]
+    return [
+        Evidence(
+            "straggler",
+            spread,
+            f"rank {rank} waits {100 * comm[rank]:.0f}% of its step in collectives, the others up to "
+            f"{100 * comm.max():.0f}%: they wait for rank {rank}",
+            "profile that rank's host (clocks, thermal throttling, a noisy neighbour) and exclude it",
+        )
+    ]
 
 
 def check_scaling(measured_tps: float | None, baseline_tps: float | None, nodes: int | None) -> list[Evidence]:
@@ -209,15 +259,20 @@ def check_scaling(measured_tps: float | None, baseline_tps: float | None, nodes:
     eff = measured_tps / baseline_tps
     if eff >= 0.9:
         return []
-    return [Evidence("scaling", 1 - eff,
-                     f"{nodes} nodes give {eff:.2f} of the 1-node run's tokens/s per GPU "
-                     f"({measured_tps:,.0f} vs {baseline_tps:,.0f}): communication between nodes dominates",
-                     "check the NCCL transport (above), raise the per-GPU batch, use HSDP "
-                     "(shard within a node, replicate across nodes)")]
+    return [
+        Evidence(
+            "scaling",
+            1 - eff,
+            f"{nodes} nodes give {eff:.2f} of the 1-node run's tokens/s per GPU "
+            f"({measured_tps:,.0f} vs {baseline_tps:,.0f}): communication between nodes dominates",
+            "check the NCCL transport (above), raise the per-GPU batch, use HSDP "
+            "(shard within a node, replicate across nodes)",
+        )
+    ]
 
 
 # ------------------------------------------------------------------------------------------ the report
-def _median_after_warmup(df: "pd.DataFrame", column: str) -> float | None:
+def _median_after_warmup(df: pd.DataFrame, column: str) -> float | None:
     if column not in df or df[column].dropna().empty:
         return None
     values = df.sort_values("step")[column].dropna()
@@ -226,11 +281,22 @@ def _median_after_warmup(df: "pd.DataFrame", column: str) -> float | None:
     return v if v > 0 else None
 
 
-def explain_log(log: str | Path, *, recipe: str | None = None, gpu: str | None = None, nodes: int | None = None,
-                gpus_per_node: int | None = None, node_gpus: int | None = None, expects_fabric: bool = True,
-                script: str | Path | None = None, procs_per_node: int | None = None,
-                checkpointing: str | None = None, baseline_log: str | Path | None = None,
-                hosts: Sequence[str] | None = None, traces: Sequence[str | Path] | None = None) -> Explanation:
+def explain_log(
+    log: str | Path,
+    *,
+    recipe: str | None = None,
+    gpu: str | None = None,
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    node_gpus: int | None = None,
+    expects_fabric: bool = True,
+    script: str | Path | None = None,
+    procs_per_node: int | None = None,
+    checkpointing: str | None = None,
+    baseline_log: str | Path | None = None,
+    hosts: Sequence[str] | None = None,
+    traces: Sequence[str | Path] | None = None,
+) -> Explanation:
     """Explain a run's efficiency from its log (plus whatever else is known about it)."""
     from cookbook.metrics import parse_log
 

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -35,12 +36,27 @@ if TYPE_CHECKING:
 # USD per GPU-hour, rough 2025 on-demand list prices, for orders of magnitude only: pass your contract's
 # price (--price-per-gpu-hour). TODO: move to the cluster profiles in cookbook/spec.py (PROFILES).
 DEFAULT_PRICE_PER_GPU_HOUR: dict[str, float] = {
-    "h100": 3.00, "h100-500w": 3.00, "h100-96": 3.00, "h200": 3.80, "a100-80": 1.80, "a100-40": 1.30,
-    "b200": 5.00, "gb200": 6.00,
+    "h100": 3.00,
+    "h100-500w": 3.00,
+    "h100-96": 3.00,
+    "h200": 3.80,
+    "a100-80": 1.80,
+    "a100-40": 1.30,
+    "b200": 5.00,
+    "gb200": 6.00,
 }
 
-ALLOCATED_PARTS: tuple[str, ...] = ("preflight", "startup", "restore", "productive", "redone", "checkpoint",
-                                    "lost", "shutdown", "untimed")
+ALLOCATED_PARTS: tuple[str, ...] = (
+    "preflight",
+    "startup",
+    "restore",
+    "productive",
+    "redone",
+    "checkpoint",
+    "lost",
+    "shutdown",
+    "untimed",
+)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _SCRIPT_START = re.compile(r"^(?:\d+: )?job (\d+): (\d+) node\(s\)", re.M)
 _TITAN_TIME = re.compile(r"\[titan\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) - \S+ - \w+ - (.*)$")
@@ -102,12 +118,11 @@ def parse_accounting(text: str, job_id: str, now: datetime | None = None) -> lis
         end = _slurm_time(cols[4]) or now or datetime.now()
         nodes = int(cols[5]) if cols[5].isdigit() else 1
         tres = cols[6] if len(cols) > 6 else ""
-        out.append(Attempt(start, end, cols[1].split()[0], nodes, _gpus_from_tres(tres, nodes),
-                           _slurm_time(cols[2])))
+        out.append(Attempt(start, end, cols[1].split()[0], nodes, _gpus_from_tres(tres, nodes), _slurm_time(cols[2])))
     return sorted(out, key=lambda a: a.start)
 
 
-def slurm_attempts(client: "SlurmClient", job_id: str) -> list[Attempt]:
+def slurm_attempts(client: SlurmClient, job_id: str) -> list[Attempt]:
     """Every start of ``job_id`` from sacct (slurmdbd), else from the job-completion log (``sacct -c``)."""
     fields = "JobID,State,Submit,Start,End,NNodes,AllocTRES"
     for flags in (["-X"], ["-c"]):
@@ -146,9 +161,9 @@ def _titan_events(seg: Segment) -> None:
             seg.first_time = t
         if seg.train_start is None and _TRAIN_START.search(msg):
             seg.train_start = t
-        if (s := _LOADED.search(msg)):
+        if s := _LOADED.search(msg):
             seg.restore_s = max(seg.restore_s, float(s.group(1)))
-        if (s := _SAVED.search(msg)):
+        if s := _SAVED.search(msg):
             secs = float(s.group(1) or s.group(2))
             # every rank reports the same save: reports within one save's duration (or 1 s) are one save,
             # counted at its slowest rank's figure
@@ -216,34 +231,51 @@ class Ledger:
     def cost(self) -> float:
         return self.allocated_unit_hours * self.price
 
-    def table(self) -> "pd.DataFrame":
+    def table(self) -> pd.DataFrame:
         """One row per part: wall seconds, share of the allocation, GPU-hours, cost."""
         import pandas as pd
 
         total = sum(self.parts_unit_s.values()) or 1.0
-        rows = [{"part": "queue", "wall_s": round(self.queue_s, 1), "share_pct": None,
-                 f"{self.unit}_hours": 0.0, "cost": 0.0}]
+        rows = [
+            {
+                "part": "queue",
+                "wall_s": round(self.queue_s, 1),
+                "share_pct": None,
+                f"{self.unit}_hours": 0.0,
+                "cost": 0.0,
+            }
+        ]
         for name in ALLOCATED_PARTS:
             if name not in self.parts_s:
                 continue
             hours = self.parts_unit_s[name] / 3600
-            rows.append({"part": name, "wall_s": round(self.parts_s[name], 1),
-                         "share_pct": round(100 * self.parts_unit_s[name] / total, 1),
-                         f"{self.unit}_hours": hours, "cost": round(hours * self.price, 2)})
+            rows.append(
+                {
+                    "part": name,
+                    "wall_s": round(self.parts_s[name], 1),
+                    "share_pct": round(100 * self.parts_unit_s[name] / total, 1),
+                    f"{self.unit}_hours": hours,
+                    "cost": round(hours * self.price, 2),
+                }
+            )
         return pd.DataFrame(rows)
 
     def render(self) -> str:
         t = self.table()
-        lines = [f"{len(self.attempts)} start(s), {self.allocated_s:.0f} s allocated, "
-                 f"{self.allocated_unit_hours:.3f} {self.unit}-hours, cost {self.cost:,.2f} "
-                 f"(at {self.price:g} per {self.unit}-hour); goodput {100 * self.goodput:.1f}%",
-                 f"steps: {self.steps_done} done, {self.steps_redone} redone after a resume"
-                 + (f" ({', '.join(map(str, self.redone_steps))})" if self.redone_steps else ""),
-                 t.to_string(index=False)]
+        lines = [
+            f"{len(self.attempts)} start(s), {self.allocated_s:.0f} s allocated, "
+            f"{self.allocated_unit_hours:.3f} {self.unit}-hours, cost {self.cost:,.2f} "
+            f"(at {self.price:g} per {self.unit}-hour); goodput {100 * self.goodput:.1f}%",
+            f"steps: {self.steps_done} done, {self.steps_redone} redone after a resume"
+            + (f" ({', '.join(map(str, self.redone_steps))})" if self.redone_steps else ""),
+            t.to_string(index=False),
+        ]
         if self.forecast_productive_s is not None:
             prod = self.parts_s.get("productive", 0.0)
-            lines.append(f"planner forecast for these steps: {self.forecast_productive_s:.0f} s productive "
-                         f"(measured {prod:.0f} s, x{prod / self.forecast_productive_s:.2f})")
+            lines.append(
+                f"planner forecast for these steps: {self.forecast_productive_s:.0f} s productive "
+                f"(measured {prod:.0f} s, x{prod / self.forecast_productive_s:.2f})"
+            )
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -261,14 +293,22 @@ class Ledger:
         ax.barh(t["part"], t[f"{self.unit}_hours"], color=[colours.get(p, "tab:gray") for p in t["part"]])
         ax.invert_yaxis()
         ax.set_xlabel(f"{self.unit}-hours")
-        ax.set_title(f"goodput {100 * self.goodput:.1f}% of {self.allocated_unit_hours:.3f} {self.unit}-hours "
-                     f"({len(self.attempts)} start(s); queue {self.queue_s:.0f} s)")
+        ax.set_title(
+            f"goodput {100 * self.goodput:.1f}% of {self.allocated_unit_hours:.3f} {self.unit}-hours "
+            f"({len(self.attempts)} start(s); queue {self.queue_s:.0f} s)"
+        )
         fig.tight_layout()
         return fig
 
 
-def goodput_ledger(log: str | Path, attempts: Sequence[Attempt], *, gpu: str | None = None,
-                   price: float | None = None, forecast_step_s: float | None = None) -> Ledger:
+def goodput_ledger(
+    log: str | Path,
+    attempts: Sequence[Attempt],
+    *,
+    gpu: str | None = None,
+    price: float | None = None,
+    forecast_step_s: float | None = None,
+) -> Ledger:
     """Split each start's allocation window into the parts above, using the log's timestamps.
 
     ``attempts`` come from :func:`slurm_attempts`; ``forecast_step_s`` (the planner's step time) adds a
@@ -305,8 +345,19 @@ def goodput_ledger(log: str | Path, attempts: Sequence[Attempt], *, gpu: str | N
             done_before = max([done_before] + [s for s, _ in seg.steps])
     used = {k: v for k, v in parts.items() if v > 0 or k in ("productive", "redone")}
     unit = "GPU" if any(a.gpus for a in attempts) else "node"
-    ledger = Ledger({k: parts[k] for k in used}, {k: unit_parts[k] for k in used}, queue, list(attempts),
-                    len(done), len(redone), redone, unit, price_per_gpu_hour(gpu, price), None, notes)
+    ledger = Ledger(
+        {k: parts[k] for k in used},
+        {k: unit_parts[k] for k in used},
+        queue,
+        list(attempts),
+        len(done),
+        len(redone),
+        redone,
+        unit,
+        price_per_gpu_hour(gpu, price),
+        None,
+        notes,
+    )
     if forecast_step_s is not None:
         ledger.forecast_productive_s = forecast_step_s * len(done)
     if unit == "node":
@@ -373,7 +424,7 @@ def _sbatch_int(script: Path, option: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def resolve_run(target: str, log: str | None = None, client: "SlurmClient | None" = None) -> RunRef:
+def resolve_run(target: str, log: str | None = None, client: SlurmClient | None = None) -> RunRef:
     """``target`` is a run folder (with ``job.json`` from ``submit``), a log file, or a Slurm job id.
 
     Raises ``FileNotFoundError``/``ValueError`` with a message fit for the user.
@@ -385,8 +436,13 @@ def resolve_run(target: str, log: str | None = None, client: "SlurmClient | None
         if not (p if p.is_file() else p / JOB_FILE).exists():
             raise FileNotFoundError(f"{target}: no {JOB_FILE} here (a folder made by `submit`), nor a log")
         job = JobRecord.load(p)
-        return RunRef(job.job_id, Path(log) if log else job.log, job.recipe,
-                      _sbatch_int(job.script, "nodes"), _sbatch_int(job.script, "gpus-per-node"))
+        return RunRef(
+            job.job_id,
+            Path(log) if log else job.log,
+            job.recipe,
+            _sbatch_int(job.script, "nodes"),
+            _sbatch_int(job.script, "gpus-per-node"),
+        )
     if p.is_file():
         m = re.search(r"-(\d+)\.out$", p.name)
         return RunRef(m.group(1) if m else None, p)
@@ -402,8 +458,9 @@ def resolve_run(target: str, log: str | None = None, client: "SlurmClient | None
     raise FileNotFoundError(f"{target}: not a run folder, a log file or a job id")
 
 
-def planned_step_seconds(recipe: str | None, nodes: int | None, gpus_per_node: int | None,
-                         gpu: str | None) -> float | None:
+def planned_step_seconds(
+    recipe: str | None, nodes: int | None, gpus_per_node: int | None, gpu: str | None
+) -> float | None:
     """The planner's step time for the recipe's default settings on this shape (None if it cannot say)."""
     if not (recipe and nodes and gpus_per_node and gpu):
         return None
@@ -415,8 +472,9 @@ def planned_step_seconds(recipe: str | None, nodes: int | None, gpus_per_node: i
         return None
 
 
-def run_ledger(ref: RunRef, client: "SlurmClient | None" = None, gpu: str | None = None,
-               price: float | None = None) -> Ledger:
+def run_ledger(
+    ref: RunRef, client: SlurmClient | None = None, gpu: str | None = None, price: float | None = None
+) -> Ledger:
     """The ledger of a resolved run: its Slurm starts + its log (+ the planner's forecast when on GPUs)."""
     from cookbook.slurm.client import SlurmClient
 
@@ -427,5 +485,10 @@ def run_ledger(ref: RunRef, client: "SlurmClient | None" = None, gpu: str | None
         raise ValueError(f"job {ref.job_id}: no start recorded by sacct or the job-completion log (still queued?)")
     if not ref.log.exists():
         raise FileNotFoundError(f"{ref.log} does not exist")
-    return goodput_ledger(ref.log, attempts, gpu=gpu, price=price,
-                          forecast_step_s=planned_step_seconds(ref.recipe, ref.nodes, ref.gpus_per_node, gpu))
+    return goodput_ledger(
+        ref.log,
+        attempts,
+        gpu=gpu,
+        price=price,
+        forecast_step_s=planned_step_seconds(ref.recipe, ref.nodes, ref.gpus_per_node, gpu),
+    )

@@ -1,7 +1,7 @@
 """One-line notebook cells: a table and a figure for a run's goodput ledger and its efficiency explanation.
 
-    table, fig = goodput_summary(job)        # job: a walkthrough.Job, a run folder, a log or a job id
-    table, fig = explain_summary(job, gpu="h100")
+table, fig = goodput_summary(job)        # job: a walkthrough.Job, a run folder, a log or a job id
+table, fig = explain_summary(job, gpu="h100")
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ def _target(run: Any) -> str:
     return str(Path(script).parent) if script is not None else str(run)
 
 
-def goodput_summary(run: Any, gpu: str | None = None, price: float | None = None,
-                    echo: Any = print) -> tuple[Any, Any]:
+def goodput_summary(run: Any, gpu: str | None = None, price: float | None = None, echo: Any = print) -> tuple[Any, Any]:
     """The run's goodput ledger as (DataFrame, matplotlib Figure); prints the text summary with ``echo``."""
     from cookbook.analysis.goodput import resolve_run, run_ledger
 
@@ -35,8 +34,16 @@ def explain_summary(run: Any, gpu: str | None = None, echo: Any = print, **kwarg
     ref = resolve_run(_target(run), client=getattr(run, "client", None))
     script = Path(_target(run)) / "job.sbatch"
     kwargs.setdefault("expects_fabric", gpu is not None)
-    report = explain_log(ref.log, recipe=ref.recipe, gpu=gpu, nodes=ref.nodes, gpus_per_node=ref.gpus_per_node,
-                         script=script if script.exists() else None, procs_per_node=ref.gpus_per_node, **kwargs)
+    report = explain_log(
+        ref.log,
+        recipe=ref.recipe,
+        gpu=gpu,
+        nodes=ref.nodes,
+        gpus_per_node=ref.gpus_per_node,
+        script=script if script.exists() else None,
+        procs_per_node=ref.gpus_per_node,
+        **kwargs,
+    )
     if echo:
         echo(report.render())
     return report.table(), explain_plot(report)

@@ -9,8 +9,9 @@ where the log prints a per-rank step time (compute only), as the one whose step 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,13 +34,15 @@ class Straggler:
 
     def __str__(self) -> str:
         where = f" on {self.host}" if self.host else ""
-        how = (f"reaches each step {self.median_lag_s:.2f} s after the first rank" if self.median_lag_s > 0
-               else f"steps take x{self.median_ratio:.2f} the median rank's")
-        return (f"rank {self.rank}{where} is slow in {100 * self.slow_share:.0f}% of {self.steps_compared} steps: "
-                f"{how}")
+        how = (
+            f"reaches each step {self.median_lag_s:.2f} s after the first rank"
+            if self.median_lag_s > 0
+            else f"steps take x{self.median_ratio:.2f} the median rank's"
+        )
+        return f"rank {self.rank}{where} is slow in {100 * self.slow_share:.0f}% of {self.steps_compared} steps: {how}"
 
 
-def rank_step_times(df: "pd.DataFrame") -> "pd.DataFrame":
+def rank_step_times(df: pd.DataFrame) -> pd.DataFrame:
     """Per (step, rank): ``lag_s`` (arrival after the first rank) and ``step_s`` (its own step time).
 
     ``step_s`` is the log's ``seconds_per_step`` where printed, else the time since the rank's previous
@@ -67,8 +70,9 @@ def rank_step_times(df: "pd.DataFrame") -> "pd.DataFrame":
     return d.loc[counts > 1, ["step", "rank", "lag_s", "step_s"]].reset_index(drop=True)
 
 
-def stragglers(df: "pd.DataFrame", hosts: Sequence[str] | None = None, procs_per_node: int = 1,
-               skip_first: int = 1) -> list[Straggler]:
+def stragglers(
+    df: pd.DataFrame, hosts: Sequence[str] | None = None, procs_per_node: int = 1, skip_first: int = 1
+) -> list[Straggler]:
     """Ranks slow or late in at least ``PERSISTENT`` of the steps, slowest first.
 
     ``hosts`` (the job's node list in order) with ``procs_per_node`` names each rank's host
@@ -98,18 +102,20 @@ def stragglers(df: "pd.DataFrame", hosts: Sequence[str] | None = None, procs_per
             i = int(rank) // max(1, procs_per_node)
             host = hosts[i] if i < len(hosts) else None
         r = ratio[rows.index].median()
-        found.append(Straggler(int(rank), host, n, share, float(rows["lag_s"].median()),
-                               float(r) if r == r else 1.0))
+        found.append(Straggler(int(rank), host, n, share, float(rows["lag_s"].median()), float(r) if r == r else 1.0))
     return sorted(found, key=lambda s: (-s.median_lag_s, -s.median_ratio))
 
 
-def stragglers_plot(df: "pd.DataFrame") -> "tuple[pd.DataFrame, object]":
+def stragglers_plot(df: pd.DataFrame) -> tuple[pd.DataFrame, object]:
     """Per-rank median lag and step time as a table, and a bar chart of the lag (for a notebook cell)."""
     import matplotlib.pyplot as plt
 
     t = rank_step_times(df)
-    table = t.groupby("rank").agg(median_lag_s=("lag_s", "median"), median_step_s=("step_s", "median"),
-                                  steps=("step", "nunique")).reset_index()
+    table = (
+        t.groupby("rank")
+        .agg(median_lag_s=("lag_s", "median"), median_step_s=("step_s", "median"), steps=("step", "nunique"))
+        .reset_index()
+    )
     fig, ax = plt.subplots(figsize=(6, 3))
     ax.bar(table["rank"].astype(str), table["median_lag_s"])
     ax.set_xlabel("rank")

@@ -19,17 +19,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     up = verbs.add_parser("up", help="start it (idempotent)")
     up.add_argument("--nodes", type=int, default=None, help="compute nodes (default 2)")
     up.add_argument("--cpus-per-node", type=int, default=None, help="CPUs each node claims")
-    up.add_argument("--gpus-per-node", type=int, default=None,
-                    help="fake GPUs per node (gres/gpu); alone it starts the preset `gpu` beside `cookbook`")
-    up.add_argument("--name", default=None,
-                    help="instance name (state under .cluster/NAME); default cookbook, or gpu with --gpus-per-node")
+    up.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=None,
+        help="fake GPUs per node (gres/gpu); alone it starts the preset `gpu` beside `cookbook`",
+    )
+    up.add_argument(
+        "--name",
+        default=None,
+        help="instance name (state under .cluster/NAME); default cookbook, or gpu with --gpus-per-node",
+    )
     up.set_defaults(func=_up)
     down = verbs.add_parser("down", help="stop every daemon and job it started")
     down.add_argument("--name", default="cookbook")
     down.add_argument("--purge", action="store_true", help="also delete its state folder")
     down.set_defaults(func=_down)
-    for verb, fn, text in (("status", _status, "daemons and node states"),
-                           ("env", _env, "print the `export SLURM_CONF=...` line")):
+    for verb, fn, text in (
+        ("status", _status, "daemons and node states"),
+        ("env", _env, "print the `export SLURM_CONF=...` line"),
+    ):
         q = verbs.add_parser(verb, help=text)
         q.add_argument("--name", default="cookbook")
         q.set_defaults(func=fn)
@@ -38,8 +47,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _cluster(args: argparse.Namespace) -> LocalCluster:
     gpus = getattr(args, "gpus_per_node", None)
     name = args.name or ("gpu" if gpus else "cookbook")
-    counts = {"nodes": getattr(args, "nodes", None), "cpus_per_node": getattr(args, "cpus_per_node", None),
-              "gpus_per_node": gpus}
+    counts = {
+        "nodes": getattr(args, "nodes", None),
+        "cpus_per_node": getattr(args, "cpus_per_node", None),
+        "gpus_per_node": gpus,
+    }
     for flag, value in counts.items():
         if value is not None and (value < 0 or (value == 0 and flag != "gpus_per_node")):
             raise UserError(f"--{flag.replace('_', '-')} must be a positive number, not {value}")

@@ -12,12 +12,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("data", help="check a dataset with the model's real tokenizer; torchtitan data layouts")
     verbs = p.add_subparsers(dest="verb", required=True)
 
-    c = verbs.add_parser("check", help="validate rows, tokenize a sample via torchtune's builder, print the "
-                         "dataset block for the recipe")
+    c = verbs.add_parser(
+        "check", help="validate rows, tokenize a sample via torchtune's builder, print the dataset block for the recipe"
+    )
     c.add_argument("source", help="local .json/.jsonl/.parquet/.csv file or a Hub dataset name")
     c.add_argument("--style", required=True, choices=("sharegpt", "openai", "alpaca", "instruct", "text"))
-    c.add_argument("--column-map", nargs="*", default=[], metavar="KEY=COLUMN",
-                   help="torchtune name=your column, e.g. conversations=dialog or output=answer")
+    c.add_argument(
+        "--column-map",
+        nargs="*",
+        default=[],
+        metavar="KEY=COLUMN",
+        help="torchtune name=your column, e.g. conversations=dialog or output=answer",
+    )
     c.add_argument("--model-dir", help="model folder (original/tokenizer.model, tokenizer.json, config.json)")
     c.add_argument("--tokenizer", help="tokenizer file (default MODEL_DIR/original/tokenizer.model)")
     c.add_argument("--special-tokens", help="special_tokens_path (default MODEL_DIR/tokenizer.json)")
@@ -77,8 +83,7 @@ def _check(args: argparse.Namespace) -> int:
     else:
         raise UserError("give --model-dir (or --tokenizer): the check tokenizes with the model's own tokenizer")
     try:
-        report = check_dataset(spec, tok, max_seq_len=args.max_seq_len, model_dir=args.model_dir,
-                               sample=args.sample)
+        report = check_dataset(spec, tok, max_seq_len=args.max_seq_len, model_dir=args.model_dir, sample=args.sample)
     except DataError as e:
         raise UserError(str(e)) from None
     print(report.render())
@@ -103,7 +108,10 @@ def _c4(args: argparse.Namespace) -> int:
     except DataError as e:
         raise UserError(str(e)) from None
     report = check_c4(out)
-    print(f"wrote {out} ({report.details})\ntorchtitan: --set dataloader.dataset=c4 --set dataloader.dataset_path={out.resolve()}")
+    print(
+        f"wrote {out} ({report.details})\n"
+        f"torchtitan: --set dataloader.dataset=c4 --set dataloader.dataset_path={out.resolve()}"
+    )
     return 0 if report.ok else 1
 
 

@@ -8,8 +8,11 @@ from cookbook.cli import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("explain", help="measured MFU vs the planner's, and the likely causes (NCCL on sockets, "
-                       "data-loader stalls, stragglers, AC, scaling) with their fixes")
+    p = sub.add_parser(
+        "explain",
+        help="measured MFU vs the planner's, and the likely causes (NCCL on sockets, "
+        "data-loader stalls, stragglers, AC, scaling) with their fixes",
+    )
     p.add_argument("run", help="run folder (with job.json), the job's log, or a Slurm job id")
     p.add_argument("--log", help="the job's log when Slurm no longer knows it")
     p.add_argument("--recipe", help="recipe, for the planner's expectation (default: the run's)")
@@ -17,8 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nodes", type=int, help="nodes in the job (default: the run's script)")
     p.add_argument("--gpus-per-node", type=int, help="GPUs per node in the job (default: the run's script)")
     p.add_argument("--node-gpus", type=int, help="GPUs each node has (flags a job using fewer)")
-    p.add_argument("--checkpointing", choices=("none", "selective", "full"), help="the run's AC mode if the log "
-                   "does not say")
+    p.add_argument(
+        "--checkpointing", choices=("none", "selective", "full"), help="the run's AC mode if the log does not say"
+    )
     p.add_argument("--baseline", help="log of the 1-node run of the same recipe, for scaling efficiency")
     p.add_argument("--traces", nargs="+", help="profiler traces of the run's ranks (per-rank compute vs wait)")
     p.add_argument("--hosts", help="the job's nodes in order, comma-separated, to name a straggler's host")
@@ -50,12 +54,21 @@ def _explain(args: argparse.Namespace) -> int:
     script = Path(args.run) / "job.sbatch" if Path(args.run).is_dir() else None
     local = ref.gpus_per_node is None and args.gpus_per_node is None and args.gpu is None
     try:
-        report = explain_log(ref.log, recipe=args.recipe or ref.recipe, gpu=args.gpu,
-                             nodes=args.nodes or ref.nodes, gpus_per_node=args.gpus_per_node or ref.gpus_per_node,
-                             node_gpus=args.node_gpus, expects_fabric=not (args.no_fabric or local),
-                             script=script, procs_per_node=args.gpus_per_node or ref.gpus_per_node,
-                             checkpointing=args.checkpointing, baseline_log=args.baseline,
-                             hosts=args.hosts.split(",") if args.hosts else None, traces=args.traces)
+        report = explain_log(
+            ref.log,
+            recipe=args.recipe or ref.recipe,
+            gpu=args.gpu,
+            nodes=args.nodes or ref.nodes,
+            gpus_per_node=args.gpus_per_node or ref.gpus_per_node,
+            node_gpus=args.node_gpus,
+            expects_fabric=not (args.no_fabric or local),
+            script=script,
+            procs_per_node=args.gpus_per_node or ref.gpus_per_node,
+            checkpointing=args.checkpointing,
+            baseline_log=args.baseline,
+            hosts=args.hosts.split(",") if args.hosts else None,
+            traces=args.traces,
+        )
     except ValueError as e:
         raise UserError(str(e)) from e
     print(report.render())

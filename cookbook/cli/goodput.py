@@ -8,13 +8,19 @@ from cookbook.cli import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("goodput", help="goodput ledger of a run: queue, start-up, productive, redone, "
-                       "checkpoints, lost time; GPU-hours and cost")
+    p = sub.add_parser(
+        "goodput",
+        help="goodput ledger of a run: queue, start-up, productive, redone, checkpoints, lost time; GPU-hours and cost",
+    )
     p.add_argument("run", help="run folder (with job.json), the job's log, or a Slurm job id")
     p.add_argument("--log", help="the job's log when Slurm no longer knows it")
     p.add_argument("--gpu", help="GPU kind, for the default price and the planner's forecast (h100, a100-80 ...)")
-    p.add_argument("--price-per-gpu-hour", type=float, default=None,
-                   help="price used for the cost (default: a rough list price for --gpu)")
+    p.add_argument(
+        "--price-per-gpu-hour",
+        type=float,
+        default=None,
+        help="price used for the cost (default: a rough list price for --gpu)",
+    )
     p.add_argument("--csv", help="write the ledger table to this CSV file")
     p.add_argument("--plot", help="write the ledger bar chart to this PNG")
     p.set_defaults(func=_goodput)

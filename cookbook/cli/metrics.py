@@ -6,7 +6,6 @@ import argparse
 import sys
 import time
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from cookbook.cli import UserError
@@ -14,8 +13,20 @@ from cookbook.cli import UserError
 if TYPE_CHECKING:  # pandas is imported by the handlers only: fast `cookbook --help`
     import pandas as pd
 
-_SHOW = ("step", "split", "loss", "lr", "grad_norm", "tokens_per_second_per_gpu", "samples_per_second",
-         "memory_gib", "tflops", "mfu_pct", "tokens_seen", "rank")
+_SHOW = (
+    "step",
+    "split",
+    "loss",
+    "lr",
+    "grad_norm",
+    "tokens_per_second_per_gpu",
+    "samples_per_second",
+    "memory_gib",
+    "tflops",
+    "mfu_pct",
+    "tokens_seen",
+    "rank",
+)
 _SHORT = {"tokens_per_second_per_gpu": "tok/s/gpu", "samples_per_second": "samples/s", "memory_gib": "mem_gib"}
 
 
@@ -26,18 +37,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", help="write loss/throughput/memory/MFU plots to this PNG")
     p.add_argument("--tail", type=int, default=10, help="rows to print (default 10, 0 = all)")
     p.add_argument("--all-ranks", action="store_true", help="keep every rank's row, not only the lowest rank's")
-    d = p.add_argument_group("derived numbers", "fill tflops / mfu_pct where the log prints none or 0, "
-                             "and add tokens_seen")
+    d = p.add_argument_group(
+        "derived numbers", "fill tflops / mfu_pct where the log prints none or 0, and add tokens_seen"
+    )
     d.add_argument("--gpu", help="GPU kind for MFU (h100, a100, b200, gb200 ...: dense bf16 peak)")
     flops = d.add_mutually_exclusive_group()
-    flops.add_argument("--model", help="planner model key (llama3_1_8b, mixtral_8x7b, flux_schnell ...): "
-                       "model FLOPs from the planner's formulas")
+    flops.add_argument(
+        "--model",
+        help="planner model key (llama3_1_8b, mixtral_8x7b, flux_schnell ...): model FLOPs from the planner's formulas",
+    )
     flops.add_argument("--flops-per-token", type=float, help="model training FLOPs per logged token")
-    d.add_argument("--seq-len", type=int, help="training sequence length for --model's FLOPs "
-                   "(default: the planner's, 2048)")
+    d.add_argument(
+        "--seq-len", type=int, help="training sequence length for --model's FLOPs (default: the planner's, 2048)"
+    )
     d.add_argument("--image-size", type=int, help="FLUX image side in pixels (default: the planner's, 256)")
-    d.add_argument("--gpus", type=int, default=1, help="GPUs in the job: FSDP samples/sec and tokens_seen "
-                   "are totals over them (default 1)")
+    d.add_argument(
+        "--gpus",
+        type=int,
+        default=1,
+        help="GPUs in the job: FSDP samples/sec and tokens_seen are totals over them (default 1)",
+    )
     p.set_defaults(func=_metrics)
     w = sub.add_parser("watch", help="follow a Slurm job's log live: new steps, progress, diagnosis at the end")
     w.add_argument("job_id")
@@ -110,10 +129,14 @@ def _derive(df: pd.DataFrame, args: argparse.Namespace) -> pd.DataFrame:
         raise UserError(str(e.args[0] if e.args else e)) from e
     if args.gpus < 1:
         raise UserError("--gpus must be >= 1")
-    source = (f"{args.model}: {per_sample:.4g} FLOPs/sample, {per_token:.4g} per logged token" if args.model
-              else f"{per_token:.4g} FLOPs/token" if per_token else "the log's tflops")
-    print(f"derived: {source}" + (f", peak {peak:g} TFLOPs/GPU ({args.gpu})" if peak else "")
-          + f", {args.gpus} GPU(s)")
+    source = (
+        f"{args.model}: {per_sample:.4g} FLOPs/sample, {per_token:.4g} per logged token"
+        if args.model
+        else f"{per_token:.4g} FLOPs/token"
+        if per_token
+        else "the log's tflops"
+    )
+    print(f"derived: {source}" + (f", peak {peak:g} TFLOPs/GPU ({args.gpu})" if peak else "") + f", {args.gpus} GPU(s)")
     out = add_derived(df, flops_per_token=per_token, flops_per_sample=per_sample, gpu=args.gpu, n_gpus=args.gpus)
     if "mfu_pct" not in out or "tflops" not in out:
         print("tflops/mfu_pct need model FLOPs (--model or --flops-per-token) and --gpu", file=sys.stderr)

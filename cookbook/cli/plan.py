@@ -9,15 +9,24 @@ from cookbook.planner import GPUS, RECIPES, plan, suggest
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plan", help="estimate per-GPU memory, throughput and time for a recipe",
-                       description="Exit 0 when the plan fits in GPU memory, 1 when it does not, 2 on bad input.")
+    p = sub.add_parser(
+        "plan",
+        help="estimate per-GPU memory, throughput and time for a recipe",
+        description="Exit 0 when the plan fits in GPU memory, 1 when it does not, 2 on bad input.",
+    )
     p.add_argument("recipe", help=f"one of: {', '.join(sorted(RECIPES))}")
     p.add_argument("--nodes", type=int, default=None, help="nodes (default: the recipe's)")
     p.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node (default: the recipe's)")
     p.add_argument("--gpu", choices=sorted(GPUS), default=None, help="GPU kind (default: the recipe's)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="a setting (micro_batch=4, seq_len=4096, checkpointing=selective, tp=8, lora_rank=16,"
-                        " fsdp_cpu_offload=true ...) or a recipe config key (batch_size=4, ...); repeatable")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting (micro_batch=4, seq_len=4096, checkpointing=selective, tp=8, lora_rank=16,"
+        " fsdp_cpu_offload=true ...) or a recipe config key (batch_size=4, ...); repeatable",
+    )
     p.add_argument("--dataset-tokens", type=float, default=None, help="tokens per epoch, for epoch time")
     p.add_argument("--dataset-samples", type=float, default=None, help="samples (images) per epoch")
     p.add_argument("--suggest", action="store_true", help="also list job shapes that fit with 10%% free")
@@ -40,14 +49,25 @@ def _plan(args: argparse.Namespace) -> int:
         raise UserError(f"unknown recipe {args.recipe!r}; known: {', '.join(sorted(RECIPES))}")
     overrides = _parse_overrides(args.overrides)
     try:
-        result = plan(args.recipe, args.nodes, args.gpus_per_node, args.gpu, dataset_tokens=args.dataset_tokens,
-                      dataset_samples=args.dataset_samples, **overrides)
+        result = plan(
+            args.recipe,
+            args.nodes,
+            args.gpus_per_node,
+            args.gpu,
+            dataset_tokens=args.dataset_tokens,
+            dataset_samples=args.dataset_samples,
+            **overrides,
+        )
         print(result.render())
         if args.suggest:
             print("\nsuggestions (fewest nodes, then fastest):")
-            found = suggest(args.recipe, args.gpus_per_node, args.gpu, max_nodes=args.max_nodes,
-                            **{k: v for k, v in overrides.items()
-                               if k not in ("micro_batch", "tp", "checkpointing")})
+            found = suggest(
+                args.recipe,
+                args.gpus_per_node,
+                args.gpu,
+                max_nodes=args.max_nodes,
+                **{k: v for k, v in overrides.items() if k not in ("micro_batch", "tp", "checkpointing")},
+            )
             print("\n".join(f"  {s.describe()}" for s in found) or "  nothing fits within --max-nodes")
     except (KeyError, ValueError) as e:
         raise UserError(str(e.args[0]) if e.args else str(e)) from e

@@ -29,9 +29,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("dir", type=Path, help="view folder from `profile collect` (or any trace folder)")
     v.add_argument("--logdir", type=Path, default=None, help="TensorBoard logdir (default: DIR)")
     v.add_argument("--local-port", type=int, default=6006, help="port on your laptop in the ssh line")
-    v.add_argument("--open-to-all-users", action="store_true",
-                   help="serve TensorBoard on a TCP port of 127.0.0.1 instead of a private Unix socket: it has "
-                        "no authentication, so EVERY user of this machine can read your runs through it")
+    v.add_argument(
+        "--open-to-all-users",
+        action="store_true",
+        help="serve TensorBoard on a TCP port of 127.0.0.1 instead of a private Unix socket: it has "
+        "no authentication, so EVERY user of this machine can read your runs through it",
+    )
     v.add_argument("--port", type=int, default=None, help="TCP port (only with --open-to-all-users)")
     v.add_argument("--login-node", default="LOGIN_NODE")
     v.add_argument("--user", default=None)
@@ -119,8 +122,10 @@ def _view(args: argparse.Namespace) -> int:
         print(viewing_instructions(args.dir, login_node=args.login_node, user=args.user))
         return 0
     if args.port is not None and not args.open_to_all_users:
-        raise UserError("--port serves TensorBoard on a TCP port every user of this machine can open; "
-                        "add --open-to-all-users to mean it, or drop --port (private Unix socket)")
+        raise UserError(
+            "--port serves TensorBoard on a TCP port every user of this machine can open; "
+            "add --open-to-all-users to mean it, or drop --port (private Unix socket)"
+        )
     try:
         tb = start_tensorboard(args.logdir or args.dir, port=args.port, open_to_all_users=args.open_to_all_users)
     except (FileNotFoundError, RuntimeError, TimeoutError) as e:
@@ -130,8 +135,17 @@ def _view(args: argparse.Namespace) -> int:
             print(f"TensorBoard (scalars of --logdir) serving on the Unix socket {tb.sock} (only you can open it)")
         else:
             print(f"TensorBoard (scalars of --logdir) serving on port {tb.port}: OPEN TO EVERY USER of this machine")
-        print(viewing_instructions(args.dir, port=tb.port, sock=tb.sock, local_port=args.local_port,
-                                   login_node=args.login_node, user=args.user), flush=True)
+        print(
+            viewing_instructions(
+                args.dir,
+                port=tb.port,
+                sock=tb.sock,
+                local_port=args.local_port,
+                login_node=args.login_node,
+                user=args.user,
+            ),
+            flush=True,
+        )
         print("Ctrl-C to stop.")
         try:
             tb.process.wait()

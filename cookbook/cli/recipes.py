@@ -20,18 +20,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--gpus-per-node", type=int, default=None)
     r.add_argument("--cpus-per-task", type=int, default=None)
     r.add_argument("--profile", default="generic", choices=sorted(PROFILES))
-    for opt in ("partition", "account", "qos", "time", "job-name", "log-dir", "run-dir", "container-image",
-                "venv"):
+    for opt in ("partition", "account", "qos", "time", "job-name", "log-dir", "run-dir", "container-image", "venv"):
         r.add_argument(f"--{opt}", default=None)
     r.add_argument("--container-mount", action="append", default=[], metavar="SRC:DST[:ro]")
     r.add_argument("--no-exclusive", action="store_true")
     r.add_argument("--no-requeue", action="store_true")
-    r.add_argument("--signal-seconds", type=int, default=None, help="USR1 this long before the time limit "
-                   "(default 120; 30 on local-cpu)")
+    r.add_argument(
+        "--signal-seconds",
+        type=int,
+        default=None,
+        help="USR1 this long before the time limit (default 120; 30 on local-cpu)",
+    )
     r.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
     r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    r.add_argument("--gpu", default="h100", choices=sorted(GPUS), help="GPU kind for the planner's will-it-fit "
-                   "check (ignored for local-cpu)")
+    r.add_argument(
+        "--gpu",
+        default="h100",
+        choices=sorted(GPUS),
+        help="GPU kind for the planner's will-it-fit check (ignored for local-cpu)",
+    )
     r.add_argument("-o", "--output", required=True, help="script path; configs are written next to it")
     r.set_defaults(func=_render)
     s = sub.add_parser("submit", help="sbatch a rendered script; prints the job id")
@@ -54,13 +61,27 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
     """The JobSpec the ``render`` flags describe (the profile's defaults where a flag is not given)."""
     try:
         return make_spec(
-            args.recipe, args.profile, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-            cpus_per_task=args.cpus_per_task, partition=args.partition, account=args.account, qos=args.qos,
-            time=args.time, job_name=args.job_name, log_dir=args.log_dir, run_dir=args.run_dir,
-            container_image=args.container_image, container_mounts=args.container_mount,
-            exclusive=False if args.no_exclusive else None, requeue=not args.no_requeue,
-            signal_seconds=args.signal_seconds, venv=args.venv,
-            env=parse_overrides(args.env), overrides=parse_overrides(args.overrides))
+            args.recipe,
+            args.profile,
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+            cpus_per_task=args.cpus_per_task,
+            partition=args.partition,
+            account=args.account,
+            qos=args.qos,
+            time=args.time,
+            job_name=args.job_name,
+            log_dir=args.log_dir,
+            run_dir=args.run_dir,
+            container_image=args.container_image,
+            container_mounts=args.container_mount,
+            exclusive=False if args.no_exclusive else None,
+            requeue=not args.no_requeue,
+            signal_seconds=args.signal_seconds,
+            venv=args.venv,
+            env=parse_overrides(args.env),
+            overrides=parse_overrides(args.overrides),
+        )
     except SpecError as e:
         raise UserError(str(e)) from e
 

@@ -10,8 +10,11 @@ from cookbook.cli import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    r = sub.add_parser("rehearse", help="run a script's allocation with a check in the launcher's place; "
-                                        "per-node table, exit 0 only when every node passes")
+    r = sub.add_parser(
+        "rehearse",
+        help="run a script's allocation with a check in the launcher's place; "
+        "per-node table, exit 0 only when every node passes",
+    )
     r.add_argument("script", help="an sbatch script written by `cookbook render` (or from slurm-recipes/)")
     r.add_argument("--timeout", type=float, default=900, help="seconds to wait for the job (queue included)")
     r.add_argument("--time-limit", default="00:05:00", help="the rehearsal job's time limit")
@@ -29,12 +32,22 @@ def _rehearse(args: argparse.Namespace) -> int:
     except RehearsalError as e:
         raise UserError(str(e)) from None
     except JobTimeout as e:
-        raise UserError(f"the rehearsal job did not end within {args.timeout:.0f} s ({e}); is the queue busy?") from None
+        raise UserError(
+            f"the rehearsal job did not end within {args.timeout:.0f} s ({e}); is the queue busy?"
+        ) from None
     except SlurmError as e:
         raise UserError(" ".join((e.stderr or str(e)).split())) from None
     print(report.table())
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"ok": report.ok, "job_id": report.job_id, "problems": report.problems,
-                       "nodes": [n.data for n in report.nodes]}, f, indent=1)
+            json.dump(
+                {
+                    "ok": report.ok,
+                    "job_id": report.job_id,
+                    "problems": report.problems,
+                    "nodes": [n.data for n in report.nodes],
+                },
+                f,
+                indent=1,
+            )
     return 0 if report.ok else 1

@@ -30,8 +30,20 @@ def _tiny(args: argparse.Namespace) -> int:
     except PermissionError as e:
         raise UserError(f"cannot write tiny assets under {root}: {e}") from e
     print(f"tiny assets in {assets.root} ({time.monotonic() - start:.1f} s)")
-    for name in ("llama_dir", "tokenizer_model", "special_tokens", "chat_sharegpt", "chat_openai", "alpaca",
-                 "hf_tokenizer_dir", "c4_dir", "flux_dir", "flux_autoencoder", "flux_t5_dir", "flux_clip_dir",
-                 "cc12m_dir"):
+    for name in (
+        "llama_dir",
+        "tokenizer_model",
+        "special_tokens",
+        "chat_sharegpt",
+        "chat_openai",
+        "alpaca",
+        "hf_tokenizer_dir",
+        "c4_dir",
+        "flux_dir",
+        "flux_autoencoder",
+        "flux_t5_dir",
+        "flux_clip_dir",
+        "cc12m_dir",
+    ):
         print(f"  {name:17} {getattr(assets, name)}")
     return 0

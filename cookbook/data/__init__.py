@@ -9,6 +9,20 @@ from cookbook.data.check import DataReport, TokenizerSpec, VocabCheck, build_dat
 from cookbook.data.formats import STYLES, DataError, DatasetSpec, RowProblem, read_rows, validate_rows
 from cookbook.data.recipe import dataset_block, dataset_overrides, dataset_yaml
 
-__all__ = ["STYLES", "DataError", "DataReport", "DatasetSpec", "RowProblem", "TokenizerSpec", "VocabCheck",
-           "build_dataset", "check_dataset", "check_vocab", "dataset_block", "dataset_overrides", "dataset_yaml",
-           "read_rows", "validate_rows"]
+__all__ = [
+    "STYLES",
+    "DataError",
+    "DataReport",
+    "DatasetSpec",
+    "RowProblem",
+    "TokenizerSpec",
+    "VocabCheck",
+    "build_dataset",
+    "check_dataset",
+    "check_vocab",
+    "dataset_block",
+    "dataset_overrides",
+    "dataset_yaml",
+    "read_rows",
+    "validate_rows",
+]

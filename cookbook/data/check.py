@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from cookbook.data.formats import DataError, DatasetSpec, RowProblem, read_rows, validate_rows
 
@@ -27,7 +28,7 @@ class TokenizerSpec:
     component: str = DEFAULT_TOKENIZER
 
     @classmethod
-    def from_model_dir(cls, model_dir: str | Path, component: str = DEFAULT_TOKENIZER) -> "TokenizerSpec":
+    def from_model_dir(cls, model_dir: str | Path, component: str = DEFAULT_TOKENIZER) -> TokenizerSpec:
         """Meta's layout: ``original/tokenizer.model`` + ``tokenizer.json`` (special tokens)."""
         d = Path(model_dir)
         special = d / "tokenizer.json"
@@ -79,8 +80,10 @@ def check_vocab(tokenizer: Any, model_dir: str | Path) -> VocabCheck:
         problems.append(f"{d / 'config.json'} has no vocab_size")
     else:
         if tok_vocab > model_vocab:
-            problems.append(f"tokenizer has {tok_vocab} tokens but the model embeds only {model_vocab}: "
-                            "ids beyond that crash the embedding (wrong tokenizer for this model?)")
+            problems.append(
+                f"tokenizer has {tok_vocab} tokens but the model embeds only {model_vocab}: "
+                "ids beyond that crash the embedding (wrong tokenizer for this model?)"
+            )
         if max_special >= model_vocab:
             bad = [f"{k}={v}" for k, v in special.items() if v >= model_vocab]
             problems.append(f"special token ids >= vocab_size {model_vocab}: {', '.join(bad[:5])}")
@@ -143,7 +146,9 @@ class DataReport:
             f"truncated at max_seq_len={self.max_seq_len}": f"{self.truncated_share:.1%}",
             "packed sequences (estimate)": self.packed_estimate,
             "vocab": ("ok" if self.vocab.ok else "MISMATCH") + f" (tokenizer {self.vocab.tokenizer_vocab}, model "
-                     f"{self.vocab.model_vocab})" if self.vocab else "not checked (no --model-dir)",
+            f"{self.vocab.model_vocab})"
+            if self.vocab
+            else "not checked (no --model-dir)",
         }
 
     def render(self) -> str:
@@ -159,8 +164,12 @@ class DataReport:
         fig = ax.figure if ax is not None else Figure(figsize=(6, 3.2))
         ax = ax or fig.add_subplot()
         ax.hist(self.lengths, bins=min(50, max(5, len(set(self.lengths)))), color="#4c72b0")
-        ax.axvline(self.max_seq_len, color="#c44e52", linestyle="--",
-                   label=f"max_seq_len={self.max_seq_len} ({self.truncated_share:.1%} truncated)")
+        ax.axvline(
+            self.max_seq_len,
+            color="#c44e52",
+            linestyle="--",
+            label=f"max_seq_len={self.max_seq_len} ({self.truncated_share:.1%} truncated)",
+        )
         ax.set_xlabel("tokens per sample")
         ax.set_ylabel("samples")
         ax.set_title(f"{Path(self.spec.source).name} ({self.spec.style}, {self.rows_checked} rows)")
@@ -178,8 +187,14 @@ def build_dataset(spec: DatasetSpec, tokenizer: Any, packed: bool = False) -> An
     return config.instantiate(cfg, tokenizer=tokenizer)
 
 
-def check_dataset(spec: DatasetSpec, tokenizer: TokenizerSpec, *, max_seq_len: int = 2048,
-                  model_dir: str | Path | None = None, sample: int = 512) -> DataReport:
+def check_dataset(
+    spec: DatasetSpec,
+    tokenizer: TokenizerSpec,
+    *,
+    max_seq_len: int = 2048,
+    model_dir: str | Path | None = None,
+    sample: int = 512,
+) -> DataReport:
     """Validate rows, then tokenize a sample with torchtune's builder; raises :class:`DataError`."""
     rows = read_rows(spec, limit=None if spec.is_local else sample)
     validate_rows(spec, rows)
@@ -190,8 +205,17 @@ def check_dataset(spec: DatasetSpec, tokenizer: TokenizerSpec, *, max_seq_len: i
         try:
             lengths.append(len(ds[i]["tokens"]))
         except Exception as e:  # noqa: BLE001 - name the row torchtune choked on
-            raise DataError(spec.source, [RowProblem(_row_index(ds, i), None, f"torchtune: {type(e).__name__}: {e}",
-                                                     rows.lines[_row_index(ds, i)] if _row_index(ds, i) < len(rows.lines) else None)]) from None
+            raise DataError(
+                spec.source,
+                [
+                    RowProblem(
+                        _row_index(ds, i),
+                        None,
+                        f"torchtune: {type(e).__name__}: {e}",
+                        rows.lines[_row_index(ds, i)] if _row_index(ds, i) < len(rows.lines) else None,
+                    )
+                ],
+            ) from None
     packed = _count_packs(spec, tokenizer.build(max_seq_len=max_seq_len), rows, sample, max_seq_len)
     vocab = check_vocab(tok, model_dir) if model_dir else None
     return DataReport(spec, rows.total, len(lengths), lengths, max_seq_len, packed, vocab)

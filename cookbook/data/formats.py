@@ -7,9 +7,10 @@ and the column, so a bad file is caught before anything is submitted.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 #: style -> (torchtune builder, the columns it reads by default)
 STYLES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -73,8 +74,10 @@ class DatasetSpec:
             raise ValueError(f"unknown style {self.style!r}; choose one of {', '.join(STYLES)}")
         bad = set(self.column_map) - set(STYLES[self.style][1])
         if bad:
-            raise ValueError(f"column map keys {sorted(bad)} do not apply to style {self.style!r} "
-                             f"(it reads {', '.join(STYLES[self.style][1])})")
+            raise ValueError(
+                f"column map keys {sorted(bad)} do not apply to style {self.style!r} "
+                f"(it reads {', '.join(STYLES[self.style][1])})"
+            )
         if self.is_local and Path(self.source).suffix.lower() not in LOCAL_LOADERS:
             raise ValueError(f"{self.source}: unsupported file type; use one of {', '.join(LOCAL_LOADERS)}")
 
@@ -154,10 +157,14 @@ def _read_json(path: Path) -> tuple[list[dict[str, Any]], list[int | None]]:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            raise DataError(str(path), [RowProblem(None, None, f"invalid JSON at line {e.lineno} column {e.colno}: "
-                                                   f"{e.msg}")]) from None
-        problems = [RowProblem(i, None, f"expected a JSON object, got {type(r).__name__}")
-                    for i, r in enumerate(data) if not isinstance(r, dict)]
+            raise DataError(
+                str(path), [RowProblem(None, None, f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}")]
+            ) from None
+        problems = [
+            RowProblem(i, None, f"expected a JSON object, got {type(r).__name__}")
+            for i, r in enumerate(data)
+            if not isinstance(r, dict)
+        ]
         if problems:
             raise DataError(str(path), problems[:20], len(problems))
         return data, [None] * len(data)
@@ -204,14 +211,19 @@ def _is_hub_error(e: BaseException) -> bool:
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
 
     chain = [e, e.__cause__, e.__context__]
-    return any(isinstance(x, (HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled, httpx.HTTPError,
-                              ConnectionError)) for x in chain if x is not None)
+    return any(
+        isinstance(x, (HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled, httpx.HTTPError, ConnectionError))
+        for x in chain
+        if x is not None
+    )
 
 
 # ---------------------------------------------------------------------------------------- checking
 def validate_rows(spec: DatasetSpec, rows: Rows, max_problems: int = 20) -> None:
     """Check every row's columns, roles and contents for ``spec.style``; raise :class:`DataError`."""
-    problems = [p for i, (row, line) in enumerate(zip(rows.rows, rows.lines)) for p in _row_problems(spec, i, row, line)]
+    problems = [
+        p for i, (row, line) in enumerate(zip(rows.rows, rows.lines)) for p in _row_problems(spec, i, row, line)
+    ]
     if problems:
         raise DataError(spec.source, problems[:max_problems], len(problems))
 
@@ -249,8 +261,14 @@ def _chat_problems(spec: DatasetSpec, i: int, row: dict[str, Any], line: int | N
         yield RowProblem(i, col, "is a string, expected a list of messages (is it JSON-encoded text?)", line)
         return
     if not isinstance(turns, list) or not turns:
-        yield RowProblem(i, col, "empty conversation" if isinstance(turns, list)
-                         else f"expected a list of messages, got {type(turns).__name__}", line)
+        yield RowProblem(
+            i,
+            col,
+            "empty conversation"
+            if isinstance(turns, list)
+            else f"expected a list of messages, got {type(turns).__name__}",
+            line,
+        )
         return
     role_key, text_key, roles = ("from", "value", SHAREGPT_ROLES) if sharegpt else ("role", "content", OPENAI_ROLES)
     other = ("openai", "role/content") if sharegpt else ("sharegpt", "from/value")
@@ -259,25 +277,38 @@ def _chat_problems(spec: DatasetSpec, i: int, row: dict[str, Any], line: int | N
         where = f"{col}[{j}]"
         if not isinstance(turn, dict) or role_key not in turn or text_key not in turn:
             keys = ", ".join(turn) if isinstance(turn, dict) else type(turn).__name__
-            hint = f" (that looks like {other[1]}: use --style {other[0]})" if isinstance(turn, dict) and \
-                set(other[1].split("/")) <= set(turn) else ""
+            hint = (
+                f" (that looks like {other[1]}: use --style {other[0]})"
+                if isinstance(turn, dict) and set(other[1].split("/")) <= set(turn)
+                else ""
+            )
             yield RowProblem(i, where, f"expected keys '{role_key}' and '{text_key}', got {keys}{hint}", line)
             ok = False
             continue
         if turn[role_key] not in roles:
-            yield RowProblem(i, f"{where}.{role_key}", f"role {turn[role_key]!r} is not a {spec.style} role "
-                             f"({', '.join(roles)})", line)
+            yield RowProblem(
+                i,
+                f"{where}.{role_key}",
+                f"role {turn[role_key]!r} is not a {spec.style} role ({', '.join(roles)})",
+                line,
+            )
             ok = False
         content = turn[text_key]
-        if content is None or (isinstance(content, str) and not content.strip()) or \
-                (isinstance(content, list) and not content):
+        if (
+            content is None
+            or (isinstance(content, str) and not content.strip())
+            or (isinstance(content, list) and not content)
+        ):
             yield RowProblem(i, f"{where}.{text_key}", "empty message", line)
             ok = False
     if ok:  # order rules, checked by torchtune's own transform + validator
         from torchtune.data import OpenAIToMessages, ShareGPTToMessages, validate_messages
 
-        transform = ShareGPTToMessages(column_map={"conversations": col}) if sharegpt \
+        transform = (
+            ShareGPTToMessages(column_map={"conversations": col})
+            if sharegpt
             else OpenAIToMessages(column_map={"messages": col})
+        )
         try:
             validate_messages(transform(row)["messages"])
         except (ValueError, KeyError, TypeError) as e:

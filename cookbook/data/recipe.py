@@ -14,8 +14,9 @@ from cookbook.recipes.torchtune import dataset_block
 DEFAULT_RECIPE = "llama3_3_70b_lora"
 
 
-def dataset_overrides(spec: DatasetSpec, *, packed: bool = False, max_seq_len: int | None = None,
-                      recipe: str = DEFAULT_RECIPE) -> dict[str, str]:
+def dataset_overrides(
+    spec: DatasetSpec, *, packed: bool = False, max_seq_len: int | None = None, recipe: str = DEFAULT_RECIPE
+) -> dict[str, str]:
     """``{key: value}`` overrides that plug ``spec`` into ``recipe`` (ValueError: the recipe takes none)."""
     return get_recipe(recipe).dataset_overrides(spec, packed=packed, max_seq_len=max_seq_len)
 

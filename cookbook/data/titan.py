@@ -12,9 +12,10 @@ import gzip
 import io
 import json
 import tarfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from cookbook.data.formats import DataError, RowProblem
 
@@ -36,25 +37,27 @@ Use with torchtitan 0.3.0: `--dataloader.dataset c4 --dataloader.dataset_path <t
 _C4_TIMESTAMP = "1970-01-01T00:00:00Z"
 
 
-def write_c4(texts: Iterable[str], out_dir: str | Path, *, shard_rows: int = 10_000,
-             validation_rows: int = 1) -> Path:
+def write_c4(texts: Iterable[str], out_dir: str | Path, *, shard_rows: int = 10_000, validation_rows: int = 1) -> Path:
     """Lay out ``texts`` as a C4 ``en`` folder (train shards + a validation shard); returns the folder."""
     out = Path(out_dir)
     (out / "en").mkdir(parents=True, exist_ok=True)
     docs = [t for t in texts if t and t.strip()]
     if len(docs) <= validation_rows:
-        raise DataError(str(out), [RowProblem(None, "text", f"need more than {validation_rows} non-empty texts, "
-                                              f"got {len(docs)}")])
-    train, val = docs[:len(docs) - validation_rows], docs[len(docs) - validation_rows:]
-    shards = [train[i:i + shard_rows] for i in range(0, len(train), shard_rows)]
+        raise DataError(
+            str(out), [RowProblem(None, "text", f"need more than {validation_rows} non-empty texts, got {len(docs)}")]
+        )
+    train, val = docs[: len(docs) - validation_rows], docs[len(docs) - validation_rows :]
+    shards = [train[i : i + shard_rows] for i in range(0, len(train), shard_rows)]
     for old in (out / "en").glob("c4-*.json.gz"):
         old.unlink()
     for split, parts in (("train", shards), ("validation", [val])):
         for k, part in enumerate(parts):
             name = out / "en" / f"c4-{split}.{k:05d}-of-{len(parts):05d}.json.gz"
             # allenai/c4's schema (text, timestamp, url); a fixed timestamp keeps the bytes deterministic
-            raw = "".join(json.dumps({"text": text, "timestamp": _C4_TIMESTAMP, "url": f"local://{split}/{k}/{j}"})
-                          + "\n" for j, text in enumerate(part)).encode()
+            raw = "".join(
+                json.dumps({"text": text, "timestamp": _C4_TIMESTAMP, "url": f"local://{split}/{k}/{j}"}) + "\n"
+                for j, text in enumerate(part)
+            ).encode()
             # fixed mtime and no file name in the header: the same texts give the same bytes
             with open(name, "wb") as f, gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0) as gz:
                 gz.write(raw)
@@ -101,8 +104,10 @@ def check_c4(path: str | Path, *, limit: int = 1000) -> LayoutReport:
     problems: list[str] = []
     readme = p / "README.md"
     if not readme.exists() or "config_name: en" not in readme.read_text():
-        problems.append(f"{readme}: missing or without a `config_name: en` header; torchtitan's c4 loader asks for "
-                        "config 'en' (write the folder with cookbook.data.titan.write_c4 / `cookbook data c4`)")
+        problems.append(
+            f"{readme}: missing or without a `config_name: en` header; torchtitan's c4 loader asks for "
+            "config 'en' (write the folder with cookbook.data.titan.write_c4 / `cookbook data c4`)"
+        )
         return LayoutReport(p, "c4", 0, problems)
     counts: dict[str, int] = {}
     for split in ("train", "validation"):
@@ -172,6 +177,8 @@ def check_cc12m(path: str | Path, *, output_size: int = 256, limit: int = 1000) 
     except Exception as e:  # noqa: BLE001
         problems.append(f"{type(e).__name__}: {e}")
     if n and small == n:
-        problems.append(f"every image is smaller than {output_size}px: torchtitan skips them all "
-                        f"(lower the encoder's img_size or use bigger images)")
+        problems.append(
+            f"every image is smaller than {output_size}px: torchtitan skips them all "
+            f"(lower the encoder's img_size or use bigger images)"
+        )
     return LayoutReport(p, "cc12m", n, problems, {"smaller than output_size (skipped)": small})

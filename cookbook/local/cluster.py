@@ -47,23 +47,38 @@ import socket
 import stat
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 from cookbook.paths import project_root
 
 Mode = Literal["auto", "netns", "multi"]
-DEBIAN_PACKAGES = {"slurmctld": "slurmctld", "slurmd": "slurmd", "sbatch": "slurm-client",
-                   "munged": "munge", "ip": "iproute2", "nsenter": "util-linux"}
+DEBIAN_PACKAGES = {
+    "slurmctld": "slurmctld",
+    "slurmd": "slurmd",
+    "sbatch": "slurm-client",
+    "munged": "munge",
+    "ip": "iproute2",
+    "nsenter": "util-linux",
+}
 _SBIN = ("/usr/sbin", "/sbin")
 
 
 #: Named clusters that can run side by side with the shared CPU cluster ``cookbook`` (own subnet, ports).
 PRESETS: dict[str, dict] = {
     # 4 nodes: two 2-node GPU jobs run at once (the rehearsal test submits dozens)
-    "gpu": {"nodes": 4, "gpus_per_node": 8, "cpus_per_node": 192, "mem_mb_per_node": 1_843_200, "subnet": "10.79.0",
-            "ctld_port": 7017, "slurmd_port": 7018, "multi_port0": 17300},
+    "gpu": {
+        "nodes": 4,
+        "gpus_per_node": 8,
+        "cpus_per_node": 192,
+        "mem_mb_per_node": 1_843_200,
+        "subnet": "10.79.0",
+        "ctld_port": 7017,
+        "slurmd_port": 7018,
+        "multi_port0": 17300,
+    },
 }
 GPU_DEVICE_MAJOR = 195  # the NVIDIA driver's character-device major; nothing opens these files
 
@@ -80,17 +95,17 @@ class ClusterConfig:
     nodes: int = 2
     cpus_per_node: int = field(default_factory=lambda: max(8, os.cpu_count() or 2))  # virtual CPUs: jobs share cores
     mode: Mode = "auto"
-    subnet: str = "10.77.0"        # netns mode: node i gets .i, the host bridge .254
+    subnet: str = "10.77.0"  # netns mode: node i gets .i, the host bridge .254
     ctld_port: int = 6817
-    slurmd_port: int = 6818        # netns mode: the same port inside every node namespace
-    multi_port0: int = 17000       # multi mode: node i listens on multi_port0 + i
-    base_dir: Path | None = None   # default: <project>/.cluster/<name>
-    gpus_per_node: int = 0         # fake GPUs (character devices under <root>/dev) advertised as gres/gpu
+    slurmd_port: int = 6818  # netns mode: the same port inside every node namespace
+    multi_port0: int = 17000  # multi mode: node i listens on multi_port0 + i
+    base_dir: Path | None = None  # default: <project>/.cluster/<name>
+    gpus_per_node: int = 0  # fake GPUs (character devices under <root>/dev) advertised as gres/gpu
     mem_mb_per_node: int | None = None  # claimed RealMemory; default: 80 % of this machine's memory / nodes
-    cpu_bind: bool = False         # TaskPlugin=task/affinity (tasks pinned to real cores) instead of task/none
+    cpu_bind: bool = False  # TaskPlugin=task/affinity (tasks pinned to real cores) instead of task/none
 
     @classmethod
-    def named(cls, name: str, **overrides) -> "ClusterConfig":
+    def named(cls, name: str, **overrides) -> ClusterConfig:
         """The preset called ``name`` (see ``PRESETS``; any other name: the defaults) with ``overrides``."""
         return cls(**{"name": name, **PRESETS.get(name, {}), **{k: v for k, v in overrides.items() if v is not None}})
 
@@ -180,8 +195,11 @@ class LocalCluster:
     # ------------------------------------------------------------------ public
     def env(self) -> dict[str, str]:
         """Environment for Slurm clients of this cluster."""
-        return {**os.environ, "SLURM_CONF": str(self.cfg.conf),
-                "PATH": os.environ.get("PATH", "") + ":" + ":".join(_SBIN)}
+        return {
+            **os.environ,
+            "SLURM_CONF": str(self.cfg.conf),
+            "PATH": os.environ.get("PATH", "") + ":" + ":".join(_SBIN),
+        }
 
     def env_line(self) -> str:
         return f"export SLURM_CONF={self.cfg.conf}"
@@ -189,8 +207,14 @@ class LocalCluster:
     def up(self) -> ClusterStatus:
         """Bring the cluster up; a no-op for the parts already running."""
         self._check_prerequisites()
-        for d in (self.etc, self.run_dir, self.log_dir, self.cfg.root / "state", self.cfg.root / "spool",
-                  self.munge_dir):
+        for d in (
+            self.etc,
+            self.run_dir,
+            self.log_dir,
+            self.cfg.root / "state",
+            self.cfg.root / "spool",
+            self.munge_dir,
+        ):
             d.mkdir(parents=True, exist_ok=True)
         os.chmod(self.munge_dir, 0o700)
         self._make_gpu_devices()  # before any node namespace exists
@@ -245,18 +269,25 @@ class LocalCluster:
                 f"{', '.join(sorted(set(DEBIAN_PACKAGES.values())))}. Run `sudo make cluster-up` (it installs "
                 "them and starts the cluster) or use a machine where you are root. On a real Slurm cluster you "
                 "need none of this: skip "
-                "`cookbook cluster up` and use the cluster's own SLURM_CONF.")
+                "`cookbook cluster up` and use the cluster's own SLURM_CONF."
+            )
         missing = sorted({pkg for cmd, pkg in DEBIAN_PACKAGES.items() if not _which(cmd)})
         if not missing:
             return
         if not _which("apt-get"):
-            raise ClusterError(f"Missing Slurm programs (Debian packages {' '.join(missing)}) and no apt-get "
-                               "to install them. Install Slurm 22.05+ and munge, or use a real cluster.")
+            raise ClusterError(
+                f"Missing Slurm programs (Debian packages {' '.join(missing)}) and no apt-get "
+                "to install them. Install Slurm 22.05+ and munge, or use a real cluster."
+            )
         _log(f"installing Debian packages: {' '.join(missing)}")
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
-        r = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
-                           env=env, capture_output=True, text=True)
+        r = subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if r.returncode != 0:
             raise ClusterError(f"apt-get install {' '.join(missing)} failed:\n{r.stderr[-2000:]}")
 
@@ -269,15 +300,26 @@ class LocalCluster:
         if not self._pid("munged"):
             for stale in (self.munge_socket, Path(f"{self.munge_socket}.lock"), self.munge_dir / "munged.pid"):
                 stale.unlink(missing_ok=True)
-            _run(["munged", f"--key-file={key}", f"--socket={self.munge_socket}",
-                  f"--pid-file={self.munge_dir / 'munged.pid'}", f"--log-file={self.munge_dir / 'munged.log'}",
-                  f"--seed-file={self.munge_dir / 'munged.seed'}", "--force"])
+            _run(
+                [
+                    "munged",
+                    f"--key-file={key}",
+                    f"--socket={self.munge_socket}",
+                    f"--pid-file={self.munge_dir / 'munged.pid'}",
+                    f"--log-file={self.munge_dir / 'munged.log'}",
+                    f"--seed-file={self.munge_dir / 'munged.seed'}",
+                    "--force",
+                ]
+            )
             _log(f"munged started (pid {self._pid('munged')})")
 
         def munge_ok() -> bool:
             cred = _run(["munge", "-n", "-S", str(self.munge_socket)], check=False)
-            return cred.returncode == 0 and _run(["unmunge", "-S", str(self.munge_socket)], check=False,
-                                                 input=cred.stdout).returncode == 0
+            return (
+                cred.returncode == 0
+                and _run(["unmunge", "-S", str(self.munge_socket)], check=False, input=cred.stdout).returncode == 0
+            )
+
         if not _wait_for(munge_ok, 20):
             raise ClusterError(f"munged does not answer on {self.munge_socket}; see {self.munge_dir}/munged.log")
 
@@ -285,6 +327,7 @@ class LocalCluster:
     def _read_settings(self) -> dict | None:
         try:
             import json
+
             return json.loads(self.settings_file.read_text())
         except (OSError, ValueError):
             return None
@@ -306,16 +349,22 @@ class LocalCluster:
 
     def _configure(self) -> dict:
         import json
+
         mode = self._choose_mode()
         cfg = self.cfg
         if not _port_free(cfg.ctld_port):
-            raise ClusterError(f"port {cfg.ctld_port} (slurmctld) is in use by another program; "
-                               "pass another ClusterConfig(ctld_port=...)")
+            raise ClusterError(
+                f"port {cfg.ctld_port} (slurmctld) is in use by another program; "
+                "pass another ClusterConfig(ctld_port=...)"
+            )
         mem_mb = cfg.mem_mb_per_node or int(
-            os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.8 / cfg.nodes)
+            os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.8 / cfg.nodes
+        )
         gres = f" Gres=gpu:{cfg.gpus_per_node}" if cfg.gpus_per_node else ""
-        cpu = (f"CPUs={cfg.cpus_per_node} Boards=1 SocketsPerBoard=1 CoresPerSocket={cfg.cpus_per_node} "
-               f"ThreadsPerCore=1 RealMemory={mem_mb}{gres} State=UNKNOWN")
+        cpu = (
+            f"CPUs={cfg.cpus_per_node} Boards=1 SocketsPerBoard=1 CoresPerSocket={cfg.cpus_per_node} "
+            f"ThreadsPerCore=1 RealMemory={mem_mb}{gres} State=UNKNOWN"
+        )
         self._write_gres_conf()
         gpus = f", gpus/node={cfg.gpus_per_node}" if cfg.gpus_per_node else ""
         if mode == "netns":
@@ -325,8 +374,10 @@ class LocalCluster:
             hosts += [f"{cfg.subnet}.{i} n{i}" for i in range(1, cfg.nodes + 1)]
         else:
             ctld_addr = "127.0.0.1"
-            nodes = (f"NodeName=n[1-{cfg.nodes}] NodeHostname={socket.gethostname()} NodeAddr=127.0.0.1 "
-                     f"Port=[{cfg.multi_port0 + 1}-{cfg.multi_port0 + cfg.nodes}] {cpu}")
+            nodes = (
+                f"NodeName=n[1-{cfg.nodes}] NodeHostname={socket.gethostname()} NodeAddr=127.0.0.1 "
+                f"Port=[{cfg.multi_port0 + 1}-{cfg.multi_port0 + cfg.nodes}] {cpu}"
+            )
             base_hosts = [ln for ln in Path("/etc/hosts").read_text().splitlines() if ln.strip()]
             hosts = base_hosts + ["127.0.0.1 " + " ".join(cfg.node_names)]
         (self.etc / "hosts.nodes").write_text("\n".join(hosts) + "\n")
@@ -378,8 +429,14 @@ AccountingStorageType=accounting_storage/none
 {nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
-        settings = {"mode": mode, "nodes": cfg.nodes, "subnet": cfg.subnet, "ctld_addr": ctld_addr,
-                    "gpus_per_node": cfg.gpus_per_node, "cpus_per_node": cfg.cpus_per_node}
+        settings = {
+            "mode": mode,
+            "nodes": cfg.nodes,
+            "subnet": cfg.subnet,
+            "ctld_addr": ctld_addr,
+            "gpus_per_node": cfg.gpus_per_node,
+            "cpus_per_node": cfg.cpus_per_node,
+        }
         self.settings_file.write_text(json.dumps(settings))
         (cfg.root / "env.sh").write_text(self.env_line() + "\n")
         _log(f"wrote {cfg.conf} (mode={mode}, nodes={cfg.nodes}, cpus/node={cfg.cpus_per_node})")
@@ -408,9 +465,11 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         last = self.cfg.gpus_per_node - 1
         files = self.cfg.root / "dev" / (f"nvidia[0-{last}]" if last else "nvidia0")
         nodes = f"n[1-{self.cfg.nodes}]" if self.cfg.nodes > 1 else "n1"
-        gres_conf.write_text(f"# Written by `cookbook cluster up`: fake GPUs, character devices (major "
-                             f"{GPU_DEVICE_MAJOR}) nothing opens.\nAutoDetect=off\n"
-                             f"NodeName={nodes} Name=gpu File={files}\n")
+        gres_conf.write_text(
+            f"# Written by `cookbook cluster up`: fake GPUs, character devices (major "
+            f"{GPU_DEVICE_MAJOR}) nothing opens.\nAutoDetect=off\n"
+            f"NodeName={nodes} Name=gpu File={files}\n"
+        )
 
     # ------------------------------------------------------------------ network namespaces
     def _ns(self, node: str) -> str:
@@ -485,8 +544,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         # Own mount + UTS namespace: hostname <node>, and /etc/hosts replaced by a bind mount so node
         # names resolve inside jobs. The host's /etc/hosts is never modified.
         slurmd = _which("slurmd")
-        inner = (f"hostname {node} && mount --bind {self.etc / 'hosts.nodes'} /etc/hosts && "
-                 f"exec {slurmd} -N {node}")
+        inner = f"hostname {node} && mount --bind {self.etc / 'hosts.nodes'} /etc/hosts && exec {slurmd} -N {node}"
         unshare = ["unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c", inner]
         if settings["mode"] == "netns":
             # nsenter, not `ip netns exec`: the latter remounts /sys and slurmd then fails.
@@ -508,6 +566,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 # A node marked down by a previous crash comes back with an explicit resume.
                 _run(["scontrol", "update", f"NodeName=n[1-{n}]", "State=RESUME"], check=False, env=self.env())
             return len(states) >= n and all(_usable(s) for s in states)
+
         if not _wait_for(ok, 60, interval=0.5):
             info = _run(["sinfo", "-N", "-l"], check=False, env=self.env()).stdout
             raise ClusterError(f"nodes not usable after 60 s:\n{info}\nlogs: {self.log_dir}")
@@ -596,8 +655,8 @@ class StepCpus:
 
     host: str
     slurm_cpus_per_task: int  # CPUs Slurm gave this task (what CPU binding pins it to)
-    affinity: int             # CPUs the kernel lets it run on now
-    job_cpus_per_task: int    # the job's --cpus-per-task
+    affinity: int  # CPUs the kernel lets it run on now
+    job_cpus_per_task: int  # the job's --cpus-per-task
 
     @property
     def short(self) -> bool:
@@ -611,6 +670,7 @@ def parse_step_cpus(text: str) -> list[StepCpus]:
     for line in text.splitlines():
         if line.startswith("step_cpus "):
             kv = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
-            found.append(StepCpus(kv["host"], int(kv["slurm_cpus_per_task"]), int(kv["affinity"]),
-                                  int(kv["job_cpus_per_task"])))
+            found.append(
+                StepCpus(kv["host"], int(kv["slurm_cpus_per_task"]), int(kv["affinity"]), int(kv["job_cpus_per_task"]))
+            )
     return found

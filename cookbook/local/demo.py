@@ -46,8 +46,9 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m cookbook.local.demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None, help="output folder (default: out/demo)")
-    ap.add_argument("--notebooks", nargs="*", default=list(nr.QUICKSTART),
-                    help="notebooks to run (default: the quickstart path)")
+    ap.add_argument(
+        "--notebooks", nargs="*", default=list(nr.QUICKSTART), help="notebooks to run (default: the quickstart path)"
+    )
     ap.add_argument("--no-sweep", action="store_true", help="skip the LoRA-rank sweep")
     args = ap.parse_args(argv)
     out = Path(args.out) if args.out else output_dir() / "demo"
@@ -81,25 +82,35 @@ def main(argv: list[str] | None = None) -> int:
         try:
             executed = nr.run_notebook(name, nb_out, nr.local_parameters(name, assets), env=env)
             copied = nr.executed_plots(executed, plots)
-            results.append((name, f"ok: {executed}" + (f" (+{len(copied)} plot)" if copied else ""),
-                            time.monotonic() - t0))
+            results.append(
+                (name, f"ok: {executed}" + (f" (+{len(copied)} plot)" if copied else ""), time.monotonic() - t0)
+            )
         except nr.NotebookStopped as e:
-            results.append((name, f"STOPPED at cell {e.cell}: {e.evalue.splitlines()[0]} ({e.path})",
-                            time.monotonic() - t0))
+            results.append(
+                (name, f"STOPPED at cell {e.cell}: {e.evalue.splitlines()[0]} ({e.path})", time.monotonic() - t0)
+            )
         print(f"      {results[-1][1]} [{results[-1][2]:.0f} s]", flush=True)
 
     if not args.no_sweep:
         n += 1
         t0 = _step(n, total, "sweep: 03_llama3_3_70b_lora with LoRA rank 4, 16, 64 (papermill), one plot")
         try:
-            sweep = nr.sweep("03_llama3_3_70b_lora", {f"rank {r}": {"model.lora_rank": r, "model.lora_alpha": 2 * r}
-                                                      for r in (4, 16, 64)},
-                             out_dir=out / "sweep", base_parameters=nr.local_parameters("03_llama3_3_70b_lora"), parallel=2, env=env)
+            sweep = nr.sweep(
+                "03_llama3_3_70b_lora",
+                {f"rank {r}": {"model.lora_rank": r, "model.lora_alpha": 2 * r} for r in (4, 16, 64)},
+                out_dir=out / "sweep",
+                base_parameters=nr.local_parameters("03_llama3_3_70b_lora"),
+                parallel=2,
+                env=env,
+            )
             plots.mkdir(parents=True, exist_ok=True)
             sweep.plot(out=plots / "sweep_lora_rank.png")
             table = sweep.table()
-            print(table[["run", "job", "steps", "first loss", "last loss", "median tokens/s/GPU", "error"]]
-                  .to_string(index=False))
+            print(
+                table[["run", "job", "steps", "first loss", "last loss", "median tokens/s/GPU", "error"]].to_string(
+                    index=False
+                )
+            )
             results.append(("sweep", f"ok: {plots / 'sweep_lora_rank.png'}", time.monotonic() - t0))
         except Exception as e:  # noqa: BLE001 - report and go on to the summary
             results.append(("sweep", f"FAILED: {e}", time.monotonic() - t0))
@@ -111,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, what, secs in results:
         print(f"  {name:<{width}}  {secs:5.0f} s  {what}")
     print(f"\nExecuted notebooks: {nb_out}\nPlots:              {plots}")
-    print("\nOpen the notebooks in JupyterLab on this machine:\n"
-          "  make lab            (prints the ssh line to run on your laptop and the URL with its one-time token)")
+    print(
+        "\nOpen the notebooks in JupyterLab on this machine:\n"
+        "  make lab            (prints the ssh line to run on your laptop and the URL with its one-time token)"
+    )
     failed = [r for r in results if not r[1].startswith("ok")]
     return 1 if failed else 0
 

@@ -1,10 +1,10 @@
 """Training metrics: every log becomes a DataFrame (live too), with MFU, ETA, diagnosis and plots.
 
-    df = parse_log("slurm-12.out")            # one row per step; df.attrs["skipped"] lists odd lines
-    LogFollower("slurm-12.out").poll()        # new rows of a growing log
-    add_derived(df, flops_per_token=planner_flops("llama3_1_8b", seq_len=8192)[0], gpu="H100"); eta(df)
-    diagnose("slurm-12.out")                  # known failures with a hint
-    plot_runs({"a": "a.log", "b": "b.log"}, out="cmp.png")
+df = parse_log("slurm-12.out")            # one row per step; df.attrs["skipped"] lists odd lines
+LogFollower("slurm-12.out").poll()        # new rows of a growing log
+add_derived(df, flops_per_token=planner_flops("llama3_1_8b", seq_len=8192)[0], gpu="H100"); eta(df)
+diagnose("slurm-12.out")                  # known failures with a hint
+plot_runs({"a": "a.log", "b": "b.log"}, out="cmp.png")
 """
 
 import importlib
@@ -22,9 +22,22 @@ from cookbook.metrics.follow import LogFollower
 from cookbook.metrics.parse import best_source, parse_log, parse_text, read_tensorboard
 
 __all__ = [
-    "Finding", "LogFollower", "add_derived", "best_source", "diagnose", "diagnose_text", "eta",
-    "hf_config_flops_per_token", "parse_log", "parse_text", "peak_tflops", "planner_flops", "plot_runs", "plots",
-    "read_tensorboard", "tokens_seen",
+    "Finding",
+    "LogFollower",
+    "add_derived",
+    "best_source",
+    "diagnose",
+    "diagnose_text",
+    "eta",
+    "hf_config_flops_per_token",
+    "parse_log",
+    "parse_text",
+    "peak_tflops",
+    "planner_flops",
+    "plot_runs",
+    "plots",
+    "read_tensorboard",
+    "tokens_seen",
 ]
 
 

@@ -50,12 +50,19 @@ def planner_flops(model: str, seq_len: int | None = None, image_size: int | None
     s = Settings().with_overrides(**{k: v for k, v in (("seq_len", seq_len), ("image_size", image_size)) if v})
     per_sample = flops_per_sample(shape, s)
     if isinstance(shape, FluxShape):
-        return per_sample / (FLUX_TPS_PER_IMAGE_PIXEL * s.image_size ** 2), per_sample
+        return per_sample / (FLUX_TPS_PER_IMAGE_PIXEL * s.image_size**2), per_sample
     return flops_per_token(shape, s), per_sample
 
 
-def add_derived(df: pd.DataFrame, *, flops_per_token: float | None = None, flops_per_sample: float | None = None,
-                gpu: str | None = None, n_gpus: int = 1, tokens_per_step: float | None = None) -> pd.DataFrame:
+def add_derived(
+    df: pd.DataFrame,
+    *,
+    flops_per_token: float | None = None,
+    flops_per_sample: float | None = None,
+    gpu: str | None = None,
+    n_gpus: int = 1,
+    tokens_per_step: float | None = None,
+) -> pd.DataFrame:
     """Copy of ``df`` with ``tflops``/``mfu_pct`` filled where missing or 0, and ``tokens_seen``.
 
     ``samples_per_second`` (FSDP) is taken as the total over ``n_gpus``; ``tokens_per_second_per_gpu``
@@ -70,7 +77,7 @@ def add_derived(df: pd.DataFrame, *, flops_per_token: float | None = None, flops
     for col, computed in (("tflops", tflops), ("mfu_pct", None)):
         if col == "mfu_pct" and gpu and "tflops" in out:
             computed = 100 * out["tflops"] / peak_tflops(gpu)
-        if computed is not None:         # printed non-zero values are kept
+        if computed is not None:  # printed non-zero values are kept
             have = out.get(col)
             out[col] = computed if have is None else have.where(have.notna() & (have != 0), computed)
     if (seen := tokens_seen(out, tokens_per_step=tokens_per_step, n_gpus=n_gpus)) is not None:

@@ -26,8 +26,8 @@ from cookbook.metrics.derived import eta
 from cookbook.metrics.parse import Collector
 from cookbook.metrics.table import to_frame
 
-_MAX_PARTIAL = 1 << 20   # a longer "line" is no log line (binary junk): dropped
-READ = 16 << 20          # bytes per read; a poll reads to the end
+_MAX_PARTIAL = 1 << 20  # a longer "line" is no log line (binary junk): dropped
+READ = 16 << 20  # bytes per read; a poll reads to the end
 
 
 class LogFollower:
@@ -38,16 +38,16 @@ class LogFollower:
         self._reset()
 
     def _reset(self) -> None:
-        self.offset = 0                 # bytes of the file consumed
+        self.offset = 0  # bytes of the file consumed
         self.lines_skipped: list[str] = []
         self._inode: tuple[int, int] | None = None
         self._partial = b""
         self._collector = Collector()
         self._emitted: set[tuple] = set()
-        self._held: dict[tuple, pd.Series] = {}     # (split, step) -> first row of a non-zero rank
+        self._held: dict[tuple, pd.Series] = {}  # (split, step) -> first row of a non-zero rank
         self._parts: list[pd.DataFrame] = []
         self._df: pd.DataFrame | None = None
-        self._recent = pd.DataFrame()               # the last train rows, for eta()
+        self._recent = pd.DataFrame()  # the last train rows, for eta()
         self.resets += 1
 
     @property
@@ -86,8 +86,9 @@ class LogFollower:
             return raw
         nan = pd.Series(float("nan"), index=raw.index)
         keep, held_rows = [], []
-        for i, split, step, rank, node in zip(raw.index, raw["split"], raw["step"], raw.get("rank", nan),
-                                              raw.get("node", nan), strict=True):
+        for i, split, step, rank, node in zip(
+            raw.index, raw["split"], raw["step"], raw.get("rank", nan), raw.get("node", nan), strict=True
+        ):
             key = (split, step, node, rank) if self.ranks == "all" else (split, step)
             if key in self._emitted:
                 continue
@@ -97,7 +98,7 @@ class LogFollower:
                 keep.append(i)
             elif key not in self._held:
                 self._held[key] = raw.loc[i]
-            for k in [k for k in self._held if k[0] == split and k[1] < step]:   # a later step: k is done
+            for k in [k for k in self._held if k[0] == split and k[1] < step]:  # a later step: k is done
                 self._emitted.add(k)
                 held_rows.append(self._held.pop(k))
         out = raw.loc[keep]
@@ -125,4 +126,3 @@ class LogFollower:
             while chunk := f.read(READ):
                 self.offset += len(chunk)
                 yield chunk
-

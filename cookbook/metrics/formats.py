@@ -32,16 +32,18 @@ from typing import Any
 
 NEEDLE = "oss"  # in every format's metrics line: loss / Loss / "loss"
 
-_INT_PART = r"(?:\d{1,3}(?:,\d{3})+|\d+)"    # commas only as thousands separators
+_INT_PART = r"(?:\d{1,3}(?:,\d{3})+|\d+)"  # commas only as thousands separators
 _NUM = rf"-?(?:{_INT_PART}(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|-?nan|-?inf"
 _NUM_RE = re.compile(_NUM)
-_C = r"\d{1,15}"                              # counters: exact in float64 (and int64)
+_C = r"\d{1,15}"  # counters: exact in float64 (and int64)
 INT_COLUMNS = ("step", "epoch", "progress", "total_steps", "rank", "node")
-_INT_LIMIT = 10 ** 15
-_A = r"(?:\x1b\[[0-9;]*[A-Za-z])*"            # ANSI colours, allowed before each field
+_INT_LIMIT = 10**15
+_A = r"(?:\x1b\[[0-9;]*[A-Za-z])*"  # ANSI colours, allowed before each field
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_PREFIX = (rf"{_A}\s*(?:(?P<srun>\d{{1,15}}):\s)?\s*{_A}"
-           r"(?:\[[A-Za-z_]*(?P<tag>\d{1,15})(?:\|(?P<glob>\d{1,15}))?\]:)?")
+_PREFIX = (
+    rf"{_A}\s*(?:(?P<srun>\d{{1,15}}):\s)?\s*{_A}"
+    r"(?:\[[A-Za-z_]*(?P<tag>\d{1,15})(?:\|(?P<glob>\d{1,15}))?\]:)?"
+)
 PREFIX = re.compile(_PREFIX)
 _PREFIX_START = set("0123456789[ \t\x1b")
 _DATE = re.compile(r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[,.](\d{3}))?")
@@ -65,17 +67,17 @@ def _line(body: str) -> re.Pattern:
     return re.compile(_PREFIX + r"(?P<_head>(?!\d{16}).*?)" + body)
 
 
-@dataclass(frozen=True, eq=False)   # hashed by identity: a cheap dict key
+@dataclass(frozen=True, eq=False)  # hashed by identity: a cheap dict key
 class Format:
     """One log format. A regex format's named groups are its columns (converted by kind: counters in
     ``INT_COLUMNS``, ``elapsed``/``remaining`` as h:m:s, ``rate``+``unit`` as seconds per step, the rest
     numbers); a format without a regex has a ``parse`` function returning a row dict."""
 
     name: str
-    marker: str                       # a substring every line of the format holds (cheap test first)
+    marker: str  # a substring every line of the format holds (cheap test first)
     regex: re.Pattern | None = None
     split: str = "train"
-    dated: bool = False               # take the time from the date before the match (the line's head)
+    dated: bool = False  # take the time from the date before the match (the line's head)
     parse: Callable[[str], dict[str, Any] | None] | None = None
 
 
@@ -87,7 +89,7 @@ def _disk(line: str) -> dict[str, Any] | None:
     for pair in m["pairs"].split():
         key, _, value = pair.rpartition(":")
         if not _NUM_RE.fullmatch(value):
-            return None   # a malformed value: skip the line rather than guess
+            return None  # a malformed value: skip the line rather than guess
         row[ALIASES.get(key, key)] = float(value.replace(",", ""))
     return row
 
@@ -106,30 +108,58 @@ def _jsonl(line: str) -> dict[str, Any] | None:
             continue
         try:
             row[ALIASES.get(key, key)] = float(value)
-        except OverflowError:        # an int beyond float64
+        except OverflowError:  # an int beyond float64
             return None
     return row if "step" in row and any("loss" in k for k in row) else None
 
 
 FORMATS: tuple[Format, ...] = (
-    Format("torchtitan", "validate step:", _line(
-        rf"validate step:\s*(?P<step>{_C})\s+{_A}loss:\s*(?P<loss>{_NUM}){_MEMORY}"
-        + _f("tokens_per_second_per_gpu", "[tw]ps") + rf"{_A}\s*$"), split="validation", dated=True),
-    Format("torchtitan", "step:", _line(
-        rf"step:(?<!validate step:)\s*(?P<step>{_C})\s+{_A}loss:\s*(?P<loss>{_NUM})" + _f("grad_norm", "grad_norm")
-        + _MEMORY
-        + _f("tokens_per_second_per_gpu", "[tw]ps") + _f("tflops", "tflops") + _MFU + rf"{_A}\s*\|?\s*$"),
-        dated=True),
-    Format("torchtune-tqdm", "|Loss:", _line(
-        rf"(?<![\w.|])(?P<epoch>{_C})\|(?P<step>{_C})\|Loss:\s*(?P<loss>{_NUM}):\s*\d+%\|[^|]*\|\s*"
-        rf"(?P<progress>{_C})/(?P<total_steps>{_C})\s*"
-        r"\[(?P<elapsed>\d+(?::\d+)*)<(?P<remaining>\d+(?::\d+)*|\?)"
-        r"(?:,\s*(?P<rate>\d+(?:\.\d+)?|\?)(?P<unit>s/it|it/s))?(?:\]|\s*$)")),
+    Format(
+        "torchtitan",
+        "validate step:",
+        _line(
+            rf"validate step:\s*(?P<step>{_C})\s+{_A}loss:\s*(?P<loss>{_NUM}){_MEMORY}"
+            + _f("tokens_per_second_per_gpu", "[tw]ps")
+            + rf"{_A}\s*$"
+        ),
+        split="validation",
+        dated=True,
+    ),
+    Format(
+        "torchtitan",
+        "step:",
+        _line(
+            rf"step:(?<!validate step:)\s*(?P<step>{_C})\s+{_A}loss:\s*(?P<loss>{_NUM})"
+            + _f("grad_norm", "grad_norm")
+            + _MEMORY
+            + _f("tokens_per_second_per_gpu", "[tw]ps")
+            + _f("tflops", "tflops")
+            + _MFU
+            + rf"{_A}\s*\|?\s*$"
+        ),
+        dated=True,
+    ),
+    Format(
+        "torchtune-tqdm",
+        "|Loss:",
+        _line(
+            rf"(?<![\w.|])(?P<epoch>{_C})\|(?P<step>{_C})\|Loss:\s*(?P<loss>{_NUM}):\s*\d+%\|[^|]*\|\s*"
+            rf"(?P<progress>{_C})/(?P<total_steps>{_C})\s*"
+            r"\[(?P<elapsed>\d+(?::\d+)*)<(?P<remaining>\d+(?::\d+)*|\?)"
+            r"(?:,\s*(?P<rate>\d+(?:\.\d+)?|\?)(?P<unit>s/it|it/s))?(?:\]|\s*$)"
+        ),
+    ),
     Format("torchtune-disk", "Step ", parse=_disk),
-    Format("fsdp", "Batch ", _line(
-        rf"Batch (?P<step>{_C}) Loss: (?P<loss>{_NUM}), Speed: (?P<samples_per_second>{_NUM}) samples/sec"
-        rf"(?:, lr: (?P<lr>{_NUM}))?(?:, tokens_per_second_per_gpu: (?P<tokens_per_second_per_gpu>{_NUM}))?"
-        rf"(?:, mfu: (?:(?P<mfu_pct>{_NUM})%|N/A))?\s*$"), dated=True),  # the last two: our own fsdp_train.py
+    Format(
+        "fsdp",
+        "Batch ",
+        _line(
+            rf"Batch (?P<step>{_C}) Loss: (?P<loss>{_NUM}), Speed: (?P<samples_per_second>{_NUM}) samples/sec"
+            rf"(?:, lr: (?P<lr>{_NUM}))?(?:, tokens_per_second_per_gpu: (?P<tokens_per_second_per_gpu>{_NUM}))?"
+            rf"(?:, mfu: (?:(?P<mfu_pct>{_NUM})%|N/A))?\s*$"
+        ),
+        dated=True,
+    ),  # the last two: our own fsdp_train.py
     Format("jsonl", "{", parse=_jsonl),
 )
 
@@ -153,7 +183,7 @@ def prefix(line: str) -> tuple[str, int | None, int | None]:
     end = m.end() if line[:1] in _PREFIX_START and (m := PREFIX.match(line)) else 0
     if not end:
         return line, None, None
-    if line[end:end + 1].isdigit():          # a number of more than 15 digits: garbled
+    if line[end : end + 1].isdigit():  # a number of more than 15 digits: garbled
         return line[end:], -1, None
     rank, node = (None if v is None else int(v) for v in rank_node(*m.group("srun", "tag", "glob")))
     return line[end:], rank, node

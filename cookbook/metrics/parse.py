@@ -33,7 +33,7 @@ from cookbook.metrics.formats import (
 from cookbook.metrics.table import resolve, to_frame
 
 WINDOW = 1 << 20
-BATCH = 5_000      # rows converted at a time (their strings held until then)
+BATCH = 5_000  # rows converted at a time (their strings held until then)
 
 
 def _hms(text: str | None) -> float:
@@ -63,7 +63,7 @@ def _floats(col: list) -> np.ndarray | None:
     """Captured numbers (str or None) -> float64 (None -> NaN); None if no value was captured."""
     try:
         return np.fromiter(map(float, col), dtype=np.float64, count=len(col))
-    except (TypeError, ValueError):                # None (an optional field), or tps: 1,541,366
+    except (TypeError, ValueError):  # None (an optional field), or tps: 1,541,366
         if all(v is None for v in col):
             return None
         return np.array([math.nan if v is None else float(v.replace(",", "")) for v in col])
@@ -73,9 +73,9 @@ class Collector:
     """Rows of complete log lines fed in file order, kept column-wise per format until :meth:`frame`."""
 
     def __init__(self) -> None:
-        self.seq = 0                    # lines read so far that gave a row (the order of rows)
-        self._redraw = "\0"             # the last tqdm bar's "E|S|Loss:" with its prefix
-        self.lines = 0                  # ``\\n`` seen so far (line numbers of skipped lines)
+        self.seq = 0  # lines read so far that gave a row (the order of rows)
+        self._redraw = "\0"  # the last tqdm bar's "E|S|Loss:" with its prefix
+        self.lines = 0  # ``\\n`` seen so far (line numbers of skipped lines)
         self.skipped: list[tuple[int, str]] = []
         # per regex format, its rows flat: seq, then the regex's groups (a record of groups + 1 items)
         self._found: dict[Format, list] = {f: [] for f in FORMATS if f.regex is not None}
@@ -95,7 +95,7 @@ class Collector:
             line = text[start:stop]
             for seg in line.split("\r") if "\r" in line else (line,):
                 if NEEDLE not in seg or (seg.startswith(redraw) and "step:" not in seg):
-                    continue      # a tqdm redraw of the bar just read: its step is taken (first line wins)
+                    continue  # a tqdm redraw of the bar just read: its step is taken (first line wins)
                 fmt, m, looks = parse_line(seg)
                 if fmt is None:
                     if looks:
@@ -108,7 +108,7 @@ class Collector:
                     rows.append(seq)
                     rows.extend(m.groups())
                     if fmt.name == "torchtune-tqdm":
-                        redraw = seg[:m.end("step") + 6]      # prefix, "E|S|Loss:"
+                        redraw = seg[: m.end("step") + 6]  # prefix, "E|S|Loss:"
                 else:
                     m.update(seq=seq, format=fmt.name)
                     m.setdefault("split", fmt.split)
@@ -136,10 +136,10 @@ class Collector:
     def _convert(self, fmt: Format, flat: list, ranks: str) -> pd.DataFrame:
         index, width = fmt.regex.groupindex, fmt.regex.groups + 1
         n = len(flat) // width
-        col = {name: flat[i::width] for name, i in index.items()}     # group i sits at offset i of a record
+        col = {name: flat[i::width] for name, i in index.items()}  # group i sits at offset i of a record
         seq = np.array(flat[::width], dtype=np.int64)
         rank = node = np.full(n, np.nan)
-        if not col["srun"].count(None) == col["tag"].count(None) == n:     # a launcher prefix
+        if not col["srun"].count(None) == col["tag"].count(None) == n:  # a launcher prefix
             prefixes = list(zip(col["srun"], col["tag"], col["glob"], strict=True))
             rank, node = np.array(_each(lambda p: rank_node(*p), prefixes), dtype=float).reshape(n, 2).T
             self.ranks.update(int(r) for r in np.unique(rank[~np.isnan(rank)]))
@@ -148,23 +148,23 @@ class Collector:
         if ranks != "all" and n > 1 and not (np.isnan(rank).all() and (np.diff(steps) > 0).all()):
             keys = pd.DataFrame({"split": fmt.split, "step": steps, "rank": rank})
             keep = resolve(keys, ranks).index.to_numpy()
-            if len(keep) < n:     # one format, one split: rows that cannot win their step are not converted
+            if len(keep) < n:  # one format, one split: rows that cannot win their step are not converted
                 col = {name: [c[i] for i in keep] for name, c in col.items()}
                 seq, rank, node, steps, n = seq[keep], rank[keep], node[keep], steps[keep], len(keep)
         out: dict[str, Any] = {"seq": seq, "rank": rank, "node": node}
         if fmt.dated:
             dates = [f"{d}.{ms}" if ms else d for d, ms in _each(head_time, col["_head"])]
-            out["time"] = pd.to_datetime(dates, format="ISO8601", errors="coerce")   # no date: NaT
+            out["time"] = pd.to_datetime(dates, format="ISO8601", errors="coerce")  # no date: NaT
         for name, values in col.items():
             if name in ("elapsed", "remaining"):
                 out[f"{name}_s"] = np.array(_each(_hms, values))
             elif name == "rate":
                 out["seconds_per_step"] = np.array(_each(_per_step, list(zip(values, col["unit"], strict=True))))
-            elif name in INT_COLUMNS:           # always captured, digits only
+            elif name in INT_COLUMNS:  # always captured, digits only
                 out[name] = steps if name == "step" else np.fromiter(map(int, values), np.int64, n)
             elif name not in ("srun", "tag", "glob", "_head", "unit") and (v := _floats(values)) is not None:
                 out[name] = v
-        if fmt.name == "torchtitan":             # pipeline parallelism's placeholder on non-last stages
+        if fmt.name == "torchtitan":  # pipeline parallelism's placeholder on non-last stages
             out["loss"] = np.where(out["loss"] == -1.0, np.nan, out["loss"])
         return pd.DataFrame({**out, "split": fmt.split, "format": fmt.name})
 
@@ -172,10 +172,11 @@ class Collector:
 def _table(collector: Collector, parts: list[pd.DataFrame], ranks: str, source: str) -> pd.DataFrame:
     """The canonical table of the windows' rows (each already reduced), with its ``attrs``."""
     rows = pd.concat([p for p in parts if len(p)] or [pd.DataFrame()], ignore_index=True)
-    parts.clear()                  # the caller's list: its frames are freed before the table is built
+    parts.clear()  # the caller's list: its frames are freed before the table is built
     df = to_frame(rows, ranks=ranks)
-    df.attrs.update(source=source, formats=sorted(collector.formats), ranks=sorted(collector.ranks),
-                    skipped=collector.skipped)
+    df.attrs.update(
+        source=source, formats=sorted(collector.formats), ranks=sorted(collector.ranks), skipped=collector.skipped
+    )
     return df
 
 
@@ -208,14 +209,17 @@ def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
             keep = data[cut:]
             if collector.seq - converted >= BATCH or not block:
                 converted = collector.seq
-                parts.append(resolve(collector.frame(ranks), ranks))   # cross-format keys too
+                parts.append(resolve(collector.frame(ranks), ranks))  # cross-format keys too
                 held += len(parts[-1])
-                if held > 2 * reduced:        # resolved on the key columns only; a part is copied if it loses rows
-                    keys = pd.concat([p[[c for c in ("split", "step", "rank", "node") if c in p]] for p in parts],
-                                     ignore_index=True)
+                if held > 2 * reduced:  # resolved on the key columns only; a part is copied if it loses rows
+                    keys = pd.concat(
+                        [p[[c for c in ("split", "step", "rank", "node") if c in p]] for p in parts], ignore_index=True
+                    )
                     wins = np.zeros(len(keys), dtype=bool)
                     wins[resolve(keys, ranks).index.to_numpy()] = True
-                    spans = [wins[e - len(p):e] for p, e in zip(parts, np.cumsum([len(p) for p in parts]), strict=True)]
+                    spans = [
+                        wins[e - len(p) : e] for p, e in zip(parts, np.cumsum([len(p) for p in parts]), strict=True)
+                    ]
                     parts = [p if w.all() else p[w] for p, w in zip(parts, spans, strict=True)]
                     held = reduced = max(int(wins.sum()), BATCH)
             if not block:
@@ -258,8 +262,10 @@ def read_tensorboard(folder: str | os.PathLike) -> pd.DataFrame:
     runs (sub-folders with event files) the newest is read, the others listed in ``attrs["other_runs"]``."""
     from tbparse import SummaryReader
 
-    runs = sorted({f.parent for f in Path(folder).rglob("events.out.tfevents*")},
-                  key=lambda d: max(f.stat().st_mtime for f in d.glob("events.out.tfevents*")))
+    runs = sorted(
+        {f.parent for f in Path(folder).rglob("events.out.tfevents*")},
+        key=lambda d: max(f.stat().st_mtime for f in d.glob("events.out.tfevents*")),
+    )
     if not runs:
         raise FileNotFoundError(f"no TensorBoard event files (events.out.tfevents*) under {folder}")
     with warnings.catch_warnings():
@@ -274,6 +280,7 @@ def read_tensorboard(folder: str | os.PathLike) -> pd.DataFrame:
         row[TB_TAGS.get(tag.removeprefix(_VAL_PREFIX), tag.removeprefix(_VAL_PREFIX))] = float(value)
         row["time"] = max(row.get("time", wall), wall)
     df = to_frame([{**r, "time": pd.Timestamp(r["time"], unit="s")} for r in rows.values()])
-    df.attrs.update(source=str(runs[-1]), formats=["tensorboard"], ranks=[], skipped=[],
-                    other_runs=[str(d) for d in runs[:-1]])
+    df.attrs.update(
+        source=str(runs[-1]), formats=["tensorboard"], ranks=[], skipped=[], other_runs=[str(d) for d in runs[:-1]]
+    )
     return df

@@ -28,8 +28,13 @@ PANELS: dict[str, tuple[str, ...]] = {
 # frameworks print these as 0 when they cannot compute them (torchtitan's mfu on CPU or for FLUX):
 # all zeros means "not known", so no panel
 _ZERO_IS_UNKNOWN = {"mfu_pct", "tflops"}
-_LABELS = {"tokens_per_second_per_gpu": "tokens/s/GPU", "samples_per_second": "samples/s",
-           "memory_gib": "memory (GiB)", "mfu_pct": "MFU (%)", "loss": "loss"}
+_LABELS = {
+    "tokens_per_second_per_gpu": "tokens/s/GPU",
+    "samples_per_second": "samples/s",
+    "memory_gib": "memory (GiB)",
+    "mfu_pct": "MFU (%)",
+    "loss": "loss",
+}
 
 
 def smooth(values: pd.Series, alpha: float = 0.1) -> pd.Series:
@@ -38,8 +43,13 @@ def smooth(values: pd.Series, alpha: float = 0.1) -> pd.Series:
 
 
 def _as_runs(runs: Run | Sequence[Run] | Mapping[str, Run]) -> dict[str, pd.DataFrame]:
-    items = list(runs.items()) if isinstance(runs, Mapping) else [(None, runs)] \
-        if isinstance(runs, (pd.DataFrame, str, os.PathLike)) else [(None, r) for r in runs]
+    items = (
+        list(runs.items())
+        if isinstance(runs, Mapping)
+        else [(None, runs)]
+        if isinstance(runs, (pd.DataFrame, str, os.PathLike))
+        else [(None, r) for r in runs]
+    )
     out: dict[str, pd.DataFrame] = {}
     for i, (name, run) in enumerate(items):
         df = run if isinstance(run, pd.DataFrame) else parse_log(run)
@@ -53,8 +63,12 @@ def _has_values(df: pd.DataFrame, col: str) -> bool:
     return bool(len(values)) and not (col in _ZERO_IS_UNKNOWN and (values == 0).all())
 
 
-def plot_runs(runs: Run | Sequence[Run] | Mapping[str, Run], out: str | os.PathLike | None = None,
-              panels: Sequence[str] | None = None, alpha: float = 0.1) -> Figure:
+def plot_runs(
+    runs: Run | Sequence[Run] | Mapping[str, Run],
+    out: str | os.PathLike | None = None,
+    panels: Sequence[str] | None = None,
+    alpha: float = 0.1,
+) -> Figure:
     """One panel per metric present in any run (loss, throughput, memory, MFU); runs overlaid.
 
     Loss is drawn raw (faint) and smoothed; validation rows are drawn as markers. ``out`` saves a PNG.
@@ -71,9 +85,9 @@ def plot_runs(runs: Run | Sequence[Run] | Mapping[str, Run], out: str | os.PathL
         chosen = [("loss", "loss")]
     fig = Figure(figsize=(6.0 * min(len(chosen), 2), 3.6 * ((len(chosen) + 1) // 2)), layout="constrained")
     axes = fig.subplots((len(chosen) + 1) // 2, min(len(chosen), 2), squeeze=False).ravel()
-    for ax in axes[len(chosen):]:
+    for ax in axes[len(chosen) :]:
         ax.set_visible(False)
-    for ax, (title, col) in zip(axes, chosen, strict=False):   # axes: rounded up to a full grid
+    for ax, (title, col) in zip(axes, chosen, strict=False):  # axes: rounded up to a full grid
         for i, (label, df) in enumerate(frames.items()):
             if col not in df or df.empty:
                 continue

@@ -13,9 +13,27 @@ import pandas as pd
 from cookbook.metrics.formats import INT_COLUMNS
 
 COLUMNS: tuple[str, ...] = (
-    "step", "split", "epoch", "loss", "lr", "grad_norm", "tokens_per_second_per_gpu", "samples_per_second",
-    "memory_gib", "memory_pct", "tflops", "mfu_pct", "time", "elapsed_s", "remaining_s", "seconds_per_step",
-    "progress", "total_steps", "rank", "node", "format",
+    "step",
+    "split",
+    "epoch",
+    "loss",
+    "lr",
+    "grad_norm",
+    "tokens_per_second_per_gpu",
+    "samples_per_second",
+    "memory_gib",
+    "memory_pct",
+    "tflops",
+    "mfu_pct",
+    "time",
+    "elapsed_s",
+    "remaining_s",
+    "seconds_per_step",
+    "progress",
+    "total_steps",
+    "rank",
+    "node",
+    "format",
 )
 
 
@@ -25,7 +43,7 @@ def resolve(df: pd.DataFrame, ranks: str = "first") -> pd.DataFrame:
         return df
     if ranks == "all":
         dup = df.duplicated([c for c in ("split", "step", "node", "rank") if c in df], keep="first")
-    else:   # the first of each key once rank 0's rows (or rows without a rank) are put first
+    else:  # the first of each key once rank 0's rows (or rows without a rank) are put first
         loses = df["rank"].notna() & df["rank"].ne(0) if "rank" in df else pd.Series(False, index=df.index)
         dup = df.loc[loses.sort_values(kind="stable").index, ["split", "step"]].duplicated().sort_index()
     return df[~dup.to_numpy()] if dup.any() else df
@@ -47,6 +65,6 @@ def to_frame(rows: pd.DataFrame | list[dict], ranks: str = "first") -> pd.DataFr
         df["time"] = pd.to_datetime(df["time"], errors="coerce")
     df["split"] = df["split"].fillna("train").astype(str)
     order = [c for c in COLUMNS if c in df.columns] + sorted(c for c in df.columns if c not in COLUMNS and c != "seq")
-    rows = np.lexsort((df["step"].to_numpy(dtype=float), df["split"].ne("train").to_numpy()))   # stable
+    rows = np.lexsort((df["step"].to_numpy(dtype=float), df["split"].ne("train").to_numpy()))  # stable
     df = df[order] if (rows[1:] > rows[:-1]).all() else df[order].take(rows)
     return df.reset_index(drop=True)

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from cookbook.planner.estimate import (
-    CHECKPOINTING_MODES, MemoryBreakdown, Settings, effective_mfu, estimate_memory, flops_per_sample,
-    samples_per_second_per_gpu, tokens_per_sample,
+    CHECKPOINTING_MODES,
+    MemoryBreakdown,
+    Settings,
+    effective_mfu,
+    estimate_memory,
+    flops_per_sample,
+    samples_per_second_per_gpu,
+    tokens_per_sample,
 )
 from cookbook.planner.hardware import GIB, GpuSpec, get_gpu
 from cookbook.planner.models import FluxShape, ModelShape, get_model
-from cookbook.planner.recipes import (RECIPES, RecipeDefaults, ignorable_overrides, recipe_defaults,
-                                      settings_overrides)
+from cookbook.planner.recipes import RECIPES, RecipeDefaults, ignorable_overrides, recipe_defaults, settings_overrides
 
 if TYPE_CHECKING:
     from cookbook.spec import JobSpec
@@ -100,8 +106,10 @@ class Plan:
 
     def verdict(self) -> str:
         word = "fits" if self.fits else "does not fit"
-        return (f"{word}: {self.peak_gib:.1f} of {self.capacity_gib:.1f} GiB per GPU "
-                f"(margin {self.margin_gib:+.1f} GiB, {100 * self.margin_fraction:+.0f}%)")
+        return (
+            f"{word}: {self.peak_gib:.1f} of {self.capacity_gib:.1f} GiB per GPU "
+            f"(margin {self.margin_gib:+.1f} GiB, {100 * self.margin_fraction:+.0f}%)"
+        )
 
     def render(self) -> str:
         s = self.settings
@@ -112,19 +120,29 @@ class Plan:
             f"{'memory per GPU':<22}{'GiB':>9}",
         ]
         lines += [f"  {name:<20}{gib:>9.2f}" for name, gib in self.memory.rows_gib()]
-        lines += [f"  {'total (peak)':<20}{self.peak_gib:>9.2f}   (grads and activations never peak together)",
-                  f"  {'GPU capacity':<20}{self.capacity_gib:>9.2f}", ""]
-        seq = (f"{tokens_per_sample(self.model, s)} tokens/image" if isinstance(self.model, FluxShape)
-               else f"seq {s.seq_len}")
-        lines.append(f"settings: micro-batch {s.micro_batch}, {seq}, grad accum {s.grad_accum}, AC {s.checkpointing}"
-                     f"{', act. offload' if s.activation_offloading else ''}, TP {s.tp}"
-                     f"{f', HSDP shard {s.shard_group}' if s.shard_group else ''}"
-                     f"{f', LoRA rank {s.lora_rank}' if s.lora_rank else ''}"
-                     f"{', FSDP CPU offload' if s.fsdp_cpu_offload else ''}"
-                     f"{', compile' if s.compile else ''}, {'fused' if s.fused_optimizer else 'foreach'} AdamW")
+        lines += [
+            f"  {'total (peak)':<20}{self.peak_gib:>9.2f}   (grads and activations never peak together)",
+            f"  {'GPU capacity':<20}{self.capacity_gib:>9.2f}",
+            "",
+        ]
+        seq = (
+            f"{tokens_per_sample(self.model, s)} tokens/image"
+            if isinstance(self.model, FluxShape)
+            else f"seq {s.seq_len}"
+        )
+        lines.append(
+            f"settings: micro-batch {s.micro_batch}, {seq}, grad accum {s.grad_accum}, AC {s.checkpointing}"
+            f"{', act. offload' if s.activation_offloading else ''}, TP {s.tp}"
+            f"{f', HSDP shard {s.shard_group}' if s.shard_group else ''}"
+            f"{f', LoRA rank {s.lora_rank}' if s.lora_rank else ''}"
+            f"{', FSDP CPU offload' if s.fsdp_cpu_offload else ''}"
+            f"{', compile' if s.compile else ''}, {'fused' if s.fused_optimizer else 'foreach'} AdamW"
+        )
         rate = self.tokens_per_s_per_gpu
-        lines.append(f"throughput: {rate:,.1f} {self.unit}/s per GPU at {100 * self.mfu:.0f}% MFU "
-                     f"({self.gpu.mfu_source}); {flops_per_sample(self.model, s) / 1e12:.2f} TFLOP per sample")
+        lines.append(
+            f"throughput: {rate:,.1f} {self.unit}/s per GPU at {100 * self.mfu:.0f}% MFU "
+            f"({self.gpu.mfu_source}); {flops_per_sample(self.model, s) / 1e12:.2f} TFLOP per sample"
+        )
         lines.append(f"step: {self.samples_per_step:,} samples, {self.step_time_s:.2f} s")
         if self.epoch_time_s is not None:
             lines.append(f"epoch: {self.epoch_time_s / 3600:.2f} h wall, {self.gpu_hours:,.0f} GPU-hours")
@@ -132,9 +150,16 @@ class Plan:
         return "\n".join(lines)
 
 
-def plan(recipe: str, nodes: int | None = None, gpus_per_node: int | None = None, gpu: str | None = None,
-         *, dataset_tokens: float | None = None, dataset_samples: float | None = None,
-         **settings: Any) -> Plan:
+def plan(
+    recipe: str,
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    gpu: str | None = None,
+    *,
+    dataset_tokens: float | None = None,
+    dataset_samples: float | None = None,
+    **settings: Any,
+) -> Plan:
     """Plan ``recipe`` on ``nodes`` x ``gpus_per_node`` GPUs of kind ``gpu`` (recipe defaults if None).
 
     ``settings`` are :class:`Settings` fields or the recipe's config keys (``batch_size=8``,
@@ -158,14 +183,31 @@ def plan(recipe: str, nodes: int | None = None, gpus_per_node: int | None = None
         samples = dataset_tokens / tokens_per_sample(model, s)
     notes = [defaults.source]
     if isinstance(model, ModelShape) and model.experts > 1:
-        notes.append(f"MoE: {model.total_params / 1e9:.1f}B parameters stored, {model.active_params / 1e9:.1f}B"
-                     " active per token (FLOPs use the active count)")
-    return Plan(recipe, model, spec, nodes, gpus_per_node, s, estimate_memory(model, s, world),
-                samples_per_second_per_gpu(model, s, spec), samples, tuple(notes))
+        notes.append(
+            f"MoE: {model.total_params / 1e9:.1f}B parameters stored, {model.active_params / 1e9:.1f}B"
+            " active per token (FLOPs use the active count)"
+        )
+    return Plan(
+        recipe,
+        model,
+        spec,
+        nodes,
+        gpus_per_node,
+        s,
+        estimate_memory(model, s, world),
+        samples_per_second_per_gpu(model, s, spec),
+        samples,
+        tuple(notes),
+    )
 
 
-def fit_warning(recipe: str, nodes: int | None, gpus_per_node: int | None, gpu: str | None,
-                overrides: Mapping[str, Any] | None = None) -> str | None:
+def fit_warning(
+    recipe: str,
+    nodes: int | None,
+    gpus_per_node: int | None,
+    gpu: str | None,
+    overrides: Mapping[str, Any] | None = None,
+) -> str | None:
     """A one-line warning when ``recipe`` will not fit (or is within 5% of full); None when it fits.
 
     ``overrides`` may hold any recipe override; keys that do not change memory are ignored, so the
@@ -183,18 +225,23 @@ def fit_warning(recipe: str, nodes: int | None, gpus_per_node: int | None, gpu: 
         return None
     if not p.fits:
         # the same job shape and memory settings, so the suggestions start from this job
-        sets = "".join(f" --set {k}={v}" for k, v in settings.items()
-                       if k not in ("micro_batch", "tp", "checkpointing"))
-        hint = (f"cookbook plan {recipe} --nodes {p.nodes} --gpus-per-node {p.gpus_per_node} "
-                f"--gpu {p.gpu.key}{sets} --suggest")
-        return (f"planner: {recipe} does not fit on {p.gpu.name}: needs ~{p.peak_gib:.0f} GiB per GPU of "
-                f"{p.capacity_gib:.0f} GiB; try `{hint}`")
+        sets = "".join(
+            f" --set {k}={v}" for k, v in settings.items() if k not in ("micro_batch", "tp", "checkpointing")
+        )
+        hint = (
+            f"cookbook plan {recipe} --nodes {p.nodes} --gpus-per-node {p.gpus_per_node} "
+            f"--gpu {p.gpu.key}{sets} --suggest"
+        )
+        return (
+            f"planner: {recipe} does not fit on {p.gpu.name}: needs ~{p.peak_gib:.0f} GiB per GPU of "
+            f"{p.capacity_gib:.0f} GiB; try `{hint}`"
+        )
     if p.margin_fraction < 0.05:
         return f"planner: {recipe} is tight on {p.gpu.name}: {p.verdict()}"
     return None
 
 
-def job_fit_warning(spec: "JobSpec", gpu: str | None = None) -> str | None:
+def job_fit_warning(spec: JobSpec, gpu: str | None = None) -> str | None:
     """:func:`fit_warning` for a job spec (its recipe, shape and overrides) on GPUs of kind ``gpu``.
 
     None for jobs without GPUs (``local-cpu`` trains tiny models). The CLI's ``render``, the job
@@ -215,14 +262,24 @@ class Suggestion:
 
     def describe(self) -> str:
         p = self.plan
-        return (f"--nodes {self.nodes} --set micro_batch={self.micro_batch} --set tp={self.tp} "
-                f"--set checkpointing={self.checkpointing}: {p.peak_gib:.1f} GiB "
-                f"({100 * p.margin_fraction:.0f}% free), {p.tokens_per_s_per_gpu:,.0f} {p.unit}/s/GPU, "
-                f"step {p.step_time_s:.1f} s")
+        return (
+            f"--nodes {self.nodes} --set micro_batch={self.micro_batch} --set tp={self.tp} "
+            f"--set checkpointing={self.checkpointing}: {p.peak_gib:.1f} GiB "
+            f"({100 * p.margin_fraction:.0f}% free), {p.tokens_per_s_per_gpu:,.0f} {p.unit}/s/GPU, "
+            f"step {p.step_time_s:.1f} s"
+        )
 
 
-def suggest(recipe: str, gpus_per_node: int | None = None, gpu: str | None = None, *, max_nodes: int = 32,
-            min_margin: float = DEFAULT_MIN_MARGIN, limit: int = 5, **settings: Any) -> list[Suggestion]:
+def suggest(
+    recipe: str,
+    gpus_per_node: int | None = None,
+    gpu: str | None = None,
+    *,
+    max_nodes: int = 32,
+    min_margin: float = DEFAULT_MIN_MARGIN,
+    limit: int = 5,
+    **settings: Any,
+) -> list[Suggestion]:
     """Job shapes that fit with ``min_margin`` free: fewest nodes first, then highest throughput.
 
     Tries nodes 1, 2, 4 ... ``max_nodes``; tensor parallel 1, 2, 4, 8 (within a node); checkpointing
@@ -249,6 +306,13 @@ def suggest(recipe: str, gpus_per_node: int | None = None, gpu: str | None = Non
                     found.append(Suggestion(nodes, mb, tp, mode, p))
         if found:
             break
-    found.sort(key=lambda x: (x.nodes, -round(x.plan.tokens_per_s_per_gpu, 6),
-                              CHECKPOINTING_MODES.index(x.checkpointing), x.tp, -x.micro_batch))
+    found.sort(
+        key=lambda x: (
+            x.nodes,
+            -round(x.plan.tokens_per_s_per_gpu, 6),
+            CHECKPOINTING_MODES.index(x.checkpointing),
+            x.tp,
+            -x.micro_batch,
+        )
+    )
     return found[:limit]

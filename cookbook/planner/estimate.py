@@ -76,7 +76,7 @@ class Settings:
     fragmentation: float = 0.10  # caching-allocator overhead on top of live tensors
     fixed_overhead_gib: float = 1.0  # NCCL buffers, cuBLAS workspaces, CUDA graphs pools
 
-    def with_overrides(self, **overrides: object) -> "Settings":
+    def with_overrides(self, **overrides: object) -> Settings:
         names = {f.name for f in fields(self)}
         unknown = sorted(set(overrides) - names)
         if unknown:

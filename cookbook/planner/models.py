@@ -7,8 +7,9 @@ Shapes are the Hugging Face ``config.json`` values of each model (the seed table
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -111,8 +112,14 @@ class FluxShape:
         """One stream (image or text) of a double block."""
         h, m = self.hidden, self.mlp_hidden
         qk_norm = 2 * self.hidden // self.heads
-        return (self._linear(h, 6 * h) + self._linear(h, 3 * h) + qk_norm + self._linear(h, h)
-                + self._linear(h, m) + self._linear(m, h))
+        return (
+            self._linear(h, 6 * h)
+            + self._linear(h, 3 * h)
+            + qk_norm
+            + self._linear(h, h)
+            + self._linear(h, m)
+            + self._linear(m, h)
+        )
 
     @property
     def single_block_params(self) -> int:
@@ -123,13 +130,23 @@ class FluxShape:
     @property
     def total_params(self) -> int:
         h = self.hidden
-        embedders = (self._linear(self.in_channels, h) + self._linear(256, h) + self._linear(h, h)
-                     + self._linear(self.vec_dim, h) + self._linear(h, h) + self._linear(self.context_dim, h))
+        embedders = (
+            self._linear(self.in_channels, h)
+            + self._linear(256, h)
+            + self._linear(h, h)
+            + self._linear(self.vec_dim, h)
+            + self._linear(h, h)
+            + self._linear(self.context_dim, h)
+        )
         if self.guidance_embed:
             embedders += self._linear(256, h) + self._linear(h, h)
         final = self._linear(h, self.in_channels) + self._linear(h, 2 * h)
-        return (embedders + self.double_blocks * 2 * self.stream_params
-                + self.single_blocks * self.single_block_params + final)
+        return (
+            embedders
+            + self.double_blocks * 2 * self.stream_params
+            + self.single_blocks * self.single_block_params
+            + final
+        )
 
     @property
     def active_params(self) -> int:
@@ -149,8 +166,9 @@ class FluxShape:
         return "flux"
 
 
-def _llama3(name: str, hidden: int, layers: int, heads: int, intermediate: int, tied: bool = False,
-            max_seq_len: int = 8192) -> ModelShape:
+def _llama3(
+    name: str, hidden: int, layers: int, heads: int, intermediate: int, tied: bool = False, max_seq_len: int = 8192
+) -> ModelShape:
     return ModelShape(name, 128_256, hidden, layers, heads, 8, intermediate, tied, max_seq_len=max_seq_len)
 
 
@@ -165,8 +183,9 @@ MODELS: dict[str, ModelShape | FluxShape] = {
     "llama2_70b": ModelShape("Llama 2 70B", 32_000, 8192, 80, 64, 8, 28672, max_seq_len=4096),
     "mistral_7b": ModelShape("Mistral 7B", 32_000, 4096, 32, 32, 8, 14336, max_seq_len=32768),
     "mathstral_7b": ModelShape("Mathstral 7B", 32_768, 4096, 32, 32, 8, 14336, max_seq_len=32768),
-    "mixtral_8x7b": ModelShape("Mixtral 8x7B", 32_000, 4096, 32, 32, 8, 14336, experts=8,
-                               experts_per_token=2, max_seq_len=32768),
+    "mixtral_8x7b": ModelShape(
+        "Mixtral 8x7B", 32_000, 4096, 32, 32, 8, 14336, experts=8, experts_per_token=2, max_seq_len=32768
+    ),
     "flux_schnell": FluxShape("FLUX.1-schnell"),
     "flux_dev": FluxShape("FLUX.1-dev", guidance_embed=True),
 }
@@ -200,8 +219,11 @@ def shape_from_config(config: Mapping[str, Any], name: str = "custom") -> ModelS
     kv = config.get("num_key_value_heads", config.get("num_kv_heads")) or values["heads"]
     experts = int(config.get("num_local_experts", config.get("num_experts", 1)) or 1)
     return ModelShape(
-        name=name, kv_heads=int(kv), tied_embeddings=bool(config.get("tie_word_embeddings", False)),
-        experts=experts, experts_per_token=int(config.get("num_experts_per_tok", 1) if experts > 1 else 1),
+        name=name,
+        kv_heads=int(kv),
+        tied_embeddings=bool(config.get("tie_word_embeddings", False)),
+        experts=experts,
+        experts_per_token=int(config.get("num_experts_per_tok", 1) if experts > 1 else 1),
         max_seq_len=int(config.get("max_position_embeddings", config.get("max_seq_len", 8192))),
         **values,
     )

@@ -3,8 +3,9 @@ as each recipe states them (:meth:`cookbook.recipes.Recipe.planner_defaults`).""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from cookbook.planner.estimate import Settings
 from cookbook.planner.models import MODELS
@@ -30,23 +31,29 @@ def _defaults(name: str, framework: str, raw: Mapping[str, Any]) -> RecipeDefaul
     model = MODELS[raw["model"]]
     if "seq_len" not in settings and model.kind == "llm":
         settings["seq_len"] = model.max_seq_len
-    return RecipeDefaults(name, raw["model"], framework, raw["nodes"], raw["gpus_per_node"], raw["gpu"],
-                          replace(Settings(), **settings), raw["source"])
+    return RecipeDefaults(
+        name,
+        raw["model"],
+        framework,
+        raw["nodes"],
+        raw["gpus_per_node"],
+        raw["gpu"],
+        replace(Settings(), **settings),
+        raw["source"],
+    )
 
 
 # every registered recipe the planner has a model for (the numbers live on the recipe)
-RECIPES: dict[str, RecipeDefaults] = {r.name: _defaults(r.name, r.framework, raw) for r in list_recipes()
-                                      if (raw := r.planner_defaults()) is not None}
+RECIPES: dict[str, RecipeDefaults] = {
+    r.name: _defaults(r.name, r.framework, raw) for r in list_recipes() if (raw := r.planner_defaults()) is not None
+}
 
 # Shorthands for Settings fields that are no framework's config key.
-_SHORTHANDS = {"local_batch_size": "micro_batch", "max_seq_len": "seq_len", "ac": "checkpointing",
-               "rank": "lora_rank"}
+_SHORTHANDS = {"local_batch_size": "micro_batch", "max_seq_len": "seq_len", "ac": "checkpointing", "rank": "lora_rank"}
 # Config keys users pass as --set / recipe overrides (every framework's, from its recipe) -> Settings fields.
-SETTING_KEYS: dict[str, str] = {**_SHORTHANDS,
-                                **{k: v for r in list_recipes() for k, v in r.planner_keys.items()}}
+SETTING_KEYS: dict[str, str] = {**_SHORTHANDS, **{k: v for r in list_recipes() for k, v in r.planner_keys.items()}}
 
-_BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False,
-               "off": False}
+_BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 
 
 def _coerce(field: str, value: Any) -> Any:

@@ -63,13 +63,16 @@ def _has_steps(path: Path) -> bool:
         while chunk := f.read(1 << 20):
             if needle in tail + chunk:
                 return True
-            tail = chunk[-len(needle):]
+            tail = chunk[-len(needle) :]
     return False
 
 
 def is_trace_file(path: Path) -> bool:
-    return path.is_file() and (path.name.endswith(".pt.trace.json.gz") or path.name.endswith(".pt.trace.json")
-                               or re.fullmatch(r"rank\d+_trace\.json(\.gz)?", path.name) is not None)
+    return path.is_file() and (
+        path.name.endswith(".pt.trace.json.gz")
+        or path.name.endswith(".pt.trace.json")
+        or re.fullmatch(r"rank\d+_trace\.json(\.gz)?", path.name) is not None
+    )
 
 
 def find_traces(run_dir: str | Path) -> list[TraceFile]:
@@ -89,7 +92,9 @@ def find_traces(run_dir: str | Path) -> list[TraceFile]:
         if rank is None and (m := _NAME_RANK_RE.match(path.name)):
             rank = int(m.group(1))
         found.append(TraceFile(path, it, rank, world, path.stat().st_size, _has_steps(path)))
-    return sorted(found, key=lambda t: (t.iteration is None, t.iteration or 0, t.rank is None, t.rank or 0, str(t.path)))
+    return sorted(
+        found, key=lambda t: (t.iteration is None, t.iteration or 0, t.rank is None, t.rank or 0, str(t.path))
+    )
 
 
 def find_memory_snapshots(run_dir: str | Path) -> list[Path]:
@@ -101,8 +106,17 @@ def find_memory_snapshots(run_dir: str | Path) -> list[Path]:
 def traces_table(traces: list[TraceFile]) -> pd.DataFrame:
     """One row per trace: iteration, rank, world size, MB, whether it holds any step, path."""
     return pd.DataFrame(
-        [{"iteration": t.iteration, "rank": t.rank, "world_size": t.world_size,
-          "size_mb": round(t.size_bytes / 1e6, 3), "has_steps": t.has_steps, "path": str(t.path)} for t in traces],
+        [
+            {
+                "iteration": t.iteration,
+                "rank": t.rank,
+                "world_size": t.world_size,
+                "size_mb": round(t.size_bytes / 1e6, 3),
+                "has_steps": t.has_steps,
+                "path": str(t.path),
+            }
+            for t in traces
+        ],
         columns=["iteration", "rank", "world_size", "size_mb", "has_steps", "path"],
     )
 
@@ -120,15 +134,19 @@ def collect(
     if not traces:
         raise FileNotFoundError(
             f"no profiler traces with steps under {run_dir} (was profiling enabled, and did the run reach the "
-            "last active step?)")
+            "last active step?)"
+        )
     if iterations is None:
         its = [t.iteration for t in traces if t.iteration is not None]
         iterations = [max(its)] if its else None
-    chosen = [t for t in traces
-              if (iterations is None or t.iteration in iterations) and (ranks is None or t.rank in ranks)]
+    chosen = [
+        t for t in traces if (iterations is None or t.iteration in iterations) and (ranks is None or t.rank in ranks)
+    ]
     if not chosen:
         avail = sorted({(t.iteration, t.rank) for t in traces}, key=str)
-        raise FileNotFoundError(f"no trace matches ranks={ranks} iterations={iterations}; available (iteration, rank): {avail}")
+        raise FileNotFoundError(
+            f"no trace matches ranks={ranks} iterations={iterations}; available (iteration, rank): {avail}"
+        )
     names = [t.view_name() for t in chosen]
     if len(set(names)) != len(names):
         raise ValueError(f"two traces would get the same name in {out_dir}: {names}")
@@ -142,15 +160,29 @@ def collect(
                 shutil.copyfileobj(src, dst)
         else:
             shutil.copyfile(t.path, dest)
-        rows.append({"iteration": t.iteration, "rank": t.rank, "source": str(t.path), "dest": str(dest),
-                     "size_mb": round(dest.stat().st_size / 1e6, 3)})
+        rows.append(
+            {
+                "iteration": t.iteration,
+                "rank": t.rank,
+                "source": str(t.path),
+                "dest": str(dest),
+                "size_mb": round(dest.stat().st_size / 1e6, 3),
+            }
+        )
     for snap in find_memory_snapshots(run_dir):  # GPU runs with memory=True only
         rank, step = _snapshot_rank_step(snap)
         if (ranks is None or rank in ranks) and (iterations is None or step in iterations):
             dest = out / f"rank{rank}_iter{step}.memory_snapshot.pickle"
             shutil.copyfile(snap, dest)
-            rows.append({"iteration": step, "rank": rank, "source": str(snap), "dest": str(dest),
-                         "size_mb": round(dest.stat().st_size / 1e6, 3)})
+            rows.append(
+                {
+                    "iteration": step,
+                    "rank": rank,
+                    "source": str(snap),
+                    "dest": str(dest),
+                    "size_mb": round(dest.stat().st_size / 1e6, 3),
+                }
+            )
     return pd.DataFrame(rows, columns=["iteration", "rank", "source", "dest", "size_mb"])
 
 

@@ -15,9 +15,11 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
-CPU_NOTE = ("No memory snapshot here: snapshots (torch.cuda.memory._record_memory_history) exist only for GPU "
-            "runs profiled with the recipe's profiling_overrides(..., memory=True); "
-            "a CPU run cannot record one.")
+CPU_NOTE = (
+    "No memory snapshot here: snapshots (torch.cuda.memory._record_memory_history) exist only for GPU "
+    "runs profiled with the recipe's profiling_overrides(..., memory=True); "
+    "a CPU run cannot record one."
+)
 
 
 def load_snapshot(path: str | Path) -> dict[str, Any]:
@@ -36,11 +38,19 @@ def memory_timeline(snapshot: dict[str, Any], device: int = 0) -> pd.DataFrame:
     computed so that the last point equals what the snapshot's segments hold at dump time."""
     trace = snapshot["device_traces"][device] if device < len(snapshot["device_traces"]) else []
     sign = {"alloc": 1, "free_completed": -1}
-    rows = [(e.get("time_us", i), e["action"], int(e.get("size", 0)) * sign[e["action"]])
-            for i, e in enumerate(trace) if e.get("action") in sign]
+    rows = [
+        (e.get("time_us", i), e["action"], int(e.get("size", 0)) * sign[e["action"]])
+        for i, e in enumerate(trace)
+        if e.get("action") in sign
+    ]
     df = pd.DataFrame(rows, columns=["time_us", "action", "delta"])
-    at_dump = sum(b["size"] for seg in snapshot["segments"] if seg.get("device", 0) == device
-                  for b in seg.get("blocks", []) if b.get("state") == "active_allocated")
+    at_dump = sum(
+        b["size"]
+        for seg in snapshot["segments"]
+        if seg.get("device", 0) == device
+        for b in seg.get("blocks", [])
+        if b.get("state") == "active_allocated"
+    )
     baseline = at_dump - int(df["delta"].sum())
     df["allocated_bytes"] = baseline + df["delta"].cumsum()
     df["size"] = df["delta"].abs()

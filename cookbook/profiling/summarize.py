@@ -41,12 +41,14 @@ def step_times(trace: Trace) -> pd.DataFrame:
     ``start_us``, ``step_ms``."""
     st = trace.step_events
     prof_step = st["name"].str.slice(len(STEP_PREFIX)).astype(int)
-    return pd.DataFrame({
-        "profiler_step": prof_step.to_numpy(),
-        "training_step": prof_step.to_numpy() + 1,
-        "start_us": st["ts"].to_numpy(),
-        "step_ms": st["dur"].to_numpy() / 1e3,
-    })
+    return pd.DataFrame(
+        {
+            "profiler_step": prof_step.to_numpy(),
+            "training_step": prof_step.to_numpy() + 1,
+            "start_us": st["ts"].to_numpy(),
+            "step_ms": st["dur"].to_numpy() / 1e3,
+        }
+    )
 
 
 def self_times(trace: Trace) -> pd.DataFrame:
@@ -115,13 +117,19 @@ def time_breakdown(trace: Trace) -> pd.DataFrame:
         compute = intervals.total(comp)
         exposed = intervals.total(intervals.subtract(comm, comp))
         step_us = hi - lo
-        rows.append({
-            "training_step": int(st["training_step"]), "step_ms": step_us / 1e3,
-            "compute_ms": compute / 1e3, "comm_ms": exposed / 1e3,
-            "comm_overlapped_ms": (intervals.total(comm) - exposed) / 1e3,
-            "idle_ms": max(step_us - compute - exposed, 0.0) / 1e3,
-        })
-    df = pd.DataFrame(rows, columns=["training_step", "step_ms", "compute_ms", "comm_ms", "comm_overlapped_ms", "idle_ms"])
+        rows.append(
+            {
+                "training_step": int(st["training_step"]),
+                "step_ms": step_us / 1e3,
+                "compute_ms": compute / 1e3,
+                "comm_ms": exposed / 1e3,
+                "comm_overlapped_ms": (intervals.total(comm) - exposed) / 1e3,
+                "idle_ms": max(step_us - compute - exposed, 0.0) / 1e3,
+            }
+        )
+    df = pd.DataFrame(
+        rows, columns=["training_step", "step_ms", "compute_ms", "comm_ms", "comm_overlapped_ms", "idle_ms"]
+    )
     for part in ("compute", "comm", "idle"):
         df[f"{part}_share"] = df[f"{part}_ms"] / df["step_ms"]
     return df
@@ -131,9 +139,9 @@ def time_breakdown(trace: Trace) -> pd.DataFrame:
 class RunSummary:
     """Summary of the traces of several ranks (one profiling cycle)."""
 
-    per_rank: pd.DataFrame     # rank, device, steps, mean/max step ms, compute/comm/idle share
-    steps: pd.DataFrame        # rank, training_step, step_ms, compute_ms, comm_ms, ..., shares
-    top_ops: pd.DataFrame      # top operators (self time) of the slowest rank
+    per_rank: pd.DataFrame  # rank, device, steps, mean/max step ms, compute/comm/idle share
+    steps: pd.DataFrame  # rank, training_step, step_ms, compute_ms, comm_ms, ..., shares
+    top_ops: pd.DataFrame  # top operators (self time) of the slowest rank
     top_kernels: pd.DataFrame  # top GPU kernels of the slowest rank (empty on CPU)
     slowest_rank: int | None
 
@@ -181,22 +189,34 @@ def summarize(traces: list[Trace | str | Path], n_top: int = 15) -> RunSummary:
     for i, tr in enumerate(loaded):
         bd = time_breakdown(tr)
         if bd.empty:
-            raise ValueError(f"{tr.path or 'trace'}: no ProfilerStep spans (an empty trace, e.g. written when a "
-                             "run ended during the profiler's wait phase)")
+            raise ValueError(
+                f"{tr.path or 'trace'}: no ProfilerStep spans (an empty trace, e.g. written when a "
+                "run ended during the profiler's wait phase)"
+            )
         rank = _label(tr, i)
         steps.append(bd.assign(rank=rank))
-        per_rank.append({
-            "rank": rank, "device": "gpu" if tr.has_gpu else "cpu", "steps": len(bd),
-            "mean_step_ms": bd["step_ms"].mean(), "max_step_ms": bd["step_ms"].max(),
-            **{f"{p}_share": bd[f"{p}_ms"].sum() / bd["step_ms"].sum() for p in ("compute", "comm", "idle")},
-        })
+        per_rank.append(
+            {
+                "rank": rank,
+                "device": "gpu" if tr.has_gpu else "cpu",
+                "steps": len(bd),
+                "mean_step_ms": bd["step_ms"].mean(),
+                "max_step_ms": bd["step_ms"].max(),
+                **{f"{p}_share": bd[f"{p}_ms"].sum() / bd["step_ms"].sum() for p in ("compute", "comm", "idle")},
+            }
+        )
     pr = pd.DataFrame(per_rank).sort_values("rank").reset_index(drop=True)
     slowest = int(pr.loc[pr["mean_step_ms"].idxmax(), "rank"])
     slow_trace = next(t for i, t in enumerate(loaded) if _label(t, i) == slowest)
     st = pd.concat(steps, ignore_index=True)
     st = st[["rank"] + [c for c in st.columns if c != "rank"]]
-    return RunSummary(per_rank=pr, steps=st, top_ops=top_operators(slow_trace, n_top),
-                      top_kernels=top_kernels(slow_trace, n_top), slowest_rank=slowest)
+    return RunSummary(
+        per_rank=pr,
+        steps=st,
+        top_ops=top_operators(slow_trace, n_top),
+        top_kernels=top_kernels(slow_trace, n_top),
+        slowest_rank=slowest,
+    )
 
 
 def plot_summary(summary: RunSummary) -> Figure:

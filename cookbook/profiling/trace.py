@@ -49,7 +49,9 @@ class Trace:
     def step_events(self) -> pd.DataFrame:
         """The host-side ``ProfilerStep#N`` spans (one per profiled step)."""
         ev = self.events
-        sel = ev[ev["name"].str.startswith(STEP_PREFIX) & ~ev["cat"].isin(GPU_CATS) & (ev["cat"] != "gpu_user_annotation")]
+        sel = ev[
+            ev["name"].str.startswith(STEP_PREFIX) & ~ev["cat"].isin(GPU_CATS) & (ev["cat"] != "gpu_user_annotation")
+        ]
         return sel.sort_values("ts")
 
     @property

@@ -33,8 +33,9 @@ from cookbook import sockethttp
 from cookbook.secure_files import private_dir
 
 PERFETTO_URL = "https://ui.perfetto.dev"
-OPEN_TO_ALL_USERS = ("TensorBoard on a TCP port has no authentication: every user of this machine can read "
-                     "your runs through it")
+OPEN_TO_ALL_USERS = (
+    "TensorBoard on a TCP port has no authentication: every user of this machine can read your runs through it"
+)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -83,8 +84,14 @@ class TensorBoardHandle:
         self.stop()
 
 
-def start_tensorboard(logdir: str | Path, *, port: int | None = None, host: str = "127.0.0.1",
-                      open_to_all_users: bool = False, timeout: float = 60) -> TensorBoardHandle:
+def start_tensorboard(
+    logdir: str | Path,
+    *,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    open_to_all_users: bool = False,
+    timeout: float = 60,
+) -> TensorBoardHandle:
     """Start TensorBoard on ``logdir`` and wait until it answers HTTP.
 
     Default: on a Unix socket in a new 0700 folder (only you can open it). ``open_to_all_users``: on
@@ -94,13 +101,25 @@ def start_tensorboard(logdir: str | Path, *, port: int | None = None, host: str 
     if not logdir.is_dir():
         raise FileNotFoundError(f"no such folder: {logdir}")
     if port is not None and not open_to_all_users:
-        raise PermissionError(f"{OPEN_TO_ALL_USERS}; serve it on a private Unix socket (no port) or say "
-                              f"open_to_all_users=True (--open-to-all-users)")
+        raise PermissionError(
+            f"{OPEN_TO_ALL_USERS}; serve it on a private Unix socket (no port) or say "
+            f"open_to_all_users=True (--open-to-all-users)"
+        )
     private = sock = None
     if open_to_all_users:
         port = port or free_port(host)
-        cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--port", str(port),
-               "--host", host, "--load_fast=false"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "tensorboard.main",
+            "--logdir",
+            str(logdir),
+            "--port",
+            str(port),
+            "--host",
+            host,
+            "--load_fast=false",
+        ]
     else:
         private = private_dir("cookbook-tb-")
         sock = private / "tb.sock"
@@ -125,21 +144,21 @@ def start_tensorboard(logdir: str | Path, *, port: int | None = None, host: str 
 def serve_on_socket(logdir: str | Path, sock: str | Path) -> None:
     """Serve TensorBoard's own app for ``logdir`` on the Unix socket ``sock`` until SIGTERM/SIGINT
     (what ``python -m cookbook.profiling.view`` runs in the child process)."""
-    os.umask(0o077)                                   # the socket itself 0600 too, not only its folder
+    os.umask(0o077)  # the socket itself 0600 too, not only its folder
     from tensorboard import program
     from werkzeug import serving
 
     class UnixSocketServer(serving.ThreadedWSGIServer, program.TensorBoardServer):
         daemon_threads = True
 
-        def __init__(self, wsgi_app, flags):          # noqa: ARG002 - TensorBoardServer's signature
+        def __init__(self, wsgi_app, flags):  # noqa: ARG002 - TensorBoardServer's signature
             super().__init__(f"unix://{sock}", 0, wsgi_app)
 
         def get_url(self) -> str:
             return f"unix://{sock}"
 
     tb = program.TensorBoard(server_class=UnixSocketServer)
-    tb.configure(logdir=str(logdir), load_fast="false")   # no Rust data server (a TCP port)
+    tb.configure(logdir=str(logdir), load_fast="false")  # no Rust data server (a TCP port)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -148,46 +167,63 @@ def serve_on_socket(logdir: str | Path, sock: str | Path) -> None:
     Path(sock).unlink(missing_ok=True)
 
 
-def socket_tunnel_command(sock: str | Path, *, local_port: int = 6006, login_node: str = "LOGIN_NODE",
-                          user: str | None = None) -> str:
+def socket_tunnel_command(
+    sock: str | Path, *, local_port: int = 6006, login_node: str = "LOGIN_NODE", user: str | None = None
+) -> str:
     """The command to run on the laptop to reach the Unix socket ``sock`` on the login node."""
     target = f"{user}@{login_node}" if user else login_node
     return f"ssh -N -L {local_port}:{sock} {target}"
 
 
-def ssh_tunnel_command(port: int, *, login_node: str = "LOGIN_NODE", user: str | None = None,
-                       node: str | None = None) -> str:
+def ssh_tunnel_command(
+    port: int, *, login_node: str = "LOGIN_NODE", user: str | None = None, node: str | None = None
+) -> str:
     """The command to run on the laptop. ``node``: the machine TensorBoard runs on, when it is not
     the login node (the tunnel then goes through the login node to it)."""
     target = f"{user}@{login_node}" if user else login_node
     return f"ssh -N -L {port}:{node or 'localhost'}:{port} {target}"
 
 
-def viewing_instructions(view_dir: str | Path, *, port: int | None = None, login_node: str = "LOGIN_NODE",
-                         user: str | None = None, sock: str | Path | None = None, local_port: int = 6006) -> str:
+def viewing_instructions(
+    view_dir: str | Path,
+    *,
+    port: int | None = None,
+    login_node: str = "LOGIN_NODE",
+    user: str | None = None,
+    sock: str | Path | None = None,
+    local_port: int = 6006,
+) -> str:
     """What to tell the user: tunnel + TensorBoard URL (``sock``: its private Unix socket; ``port``: a
     TCP port open to every user), fetching traces, Perfetto, our plots."""
     view_dir = Path(view_dir).resolve()
     target = f"{user}@{login_node}" if user else login_node
     lines = []
     if sock:
-        lines += [f"TensorBoard (only you can open its socket): on your laptop run\n"
-                  f"    {socket_tunnel_command(sock, local_port=local_port, login_node=login_node, user=user)}\n"
-                  f"  then open http://localhost:{local_port}/"]
+        lines += [
+            f"TensorBoard (only you can open its socket): on your laptop run\n"
+            f"    {socket_tunnel_command(sock, local_port=local_port, login_node=login_node, user=user)}\n"
+            f"  then open http://localhost:{local_port}/"
+        ]
     elif port:
-        lines += [f"TensorBoard (port {port} is open to every user of this machine): on your laptop run\n"
-                  f"    {ssh_tunnel_command(port, login_node=login_node, user=user)}\n"
-                  f"  then open http://localhost:{port}/"]
+        lines += [
+            f"TensorBoard (port {port} is open to every user of this machine): on your laptop run\n"
+            f"    {ssh_tunnel_command(port, login_node=login_node, user=user)}\n"
+            f"  then open http://localhost:{port}/"
+        ]
     traces = sorted(p.name for p in view_dir.glob("*.pt.trace.json*"))
-    lines += [f"Traces ({len(traces)}): copy them to your laptop\n    scp -r {target}:{view_dir} .",
-              f"  and open one in {PERFETTO_URL} (Open trace file; .json.gz is fine; it stays in your browser).",
-              f"Summary and plot: cookbook profile summary {view_dir} --plot {view_dir / 'summary.png'}"]
+    lines += [
+        f"Traces ({len(traces)}): copy them to your laptop\n    scp -r {target}:{view_dir} .",
+        f"  and open one in {PERFETTO_URL} (Open trace file; .json.gz is fine; it stays in your browser).",
+        f"Summary and plot: cookbook profile summary {view_dir} --plot {view_dir / 'summary.png'}",
+    ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cookbook.profiling.view",
-                                 description="TensorBoard on a Unix socket (started by start_tensorboard)")
+    ap = argparse.ArgumentParser(
+        prog="python -m cookbook.profiling.view",
+        description="TensorBoard on a Unix socket (started by start_tensorboard)",
+    )
     ap.add_argument("--logdir", required=True)
     ap.add_argument("--sock", required=True)
     args = ap.parse_args(argv)

@@ -102,58 +102,59 @@ class Recipe(ABC):
     name: ClassVar[str]
     framework: ClassVar[str]
     description: ClassVar[str]
-    config_paths: ClassVar[tuple[StartPath, ...]] = ()   # config keys naming files read at start-up
+    config_paths: ClassVar[tuple[StartPath, ...]] = ()  # config keys naming files read at start-up
     # the Hugging Face download a finetune starts from (None: it trains from scratch)
     model_folder: ClassVar[str | None] = None
-    trace_subdir: ClassVar[str] = "profiling/traces"   # where profiler traces land, under the run folder
+    trace_subdir: ClassVar[str] = "profiling/traces"  # where profiler traces land, under the run folder
     # the framework's config keys the planner understands, ``{config key: planner Settings field}``
     planner_keys: ClassVar[dict[str, str]] = {}
 
     @abstractmethod
-    def validate(self, spec: "JobSpec") -> list[str]:
+    def validate(self, spec: JobSpec) -> list[str]:
         """Every problem with ``spec`` for this recipe, each saying what to change ([] = fine)."""
 
     @abstractmethod
-    def command(self, spec: "JobSpec") -> Launch:
+    def command(self, spec: JobSpec) -> Launch:
         """The launcher and program arguments for ``spec`` (already validated)."""
 
-    def files(self, spec: "JobSpec") -> dict[str, str]:
+    def files(self, spec: JobSpec) -> dict[str, str]:
         """Extra files written next to the script, ``{file name: text}``."""
         return {}
 
-    def warnings(self, spec: "JobSpec") -> list[str]:
+    def warnings(self, spec: JobSpec) -> list[str]:
         """Things worth telling the user that do not stop the job (e.g. a path not checkable here)."""
         return []
 
-    def resume(self, spec: "JobSpec") -> str:
+    def resume(self, spec: JobSpec) -> str:
         """Bash lines appending resume arguments to ``RESUME_ARGS`` when a checkpoint exists."""
         return ""
 
-    def start_paths(self, spec: "JobSpec") -> list[StartPath]:
+    def start_paths(self, spec: JobSpec) -> list[StartPath]:
         """Files and folders the job reads at start-up (model, tokenizer, dataset...), see :class:`StartPath`."""
         return []
 
-    def start_path_values(self, spec: "JobSpec") -> dict[str, str]:
+    def start_path_values(self, spec: JobSpec) -> dict[str, str]:
         """``{key: value}`` of :meth:`start_paths` as the job will see them: the user's override of the key
         if given, else the default (still with ``$VARIABLE`` references)."""
         return {sp.key: spec.overrides.get(sp.key, sp.default) for sp in self.start_paths(spec)}
 
-    def start_variables(self, spec: "JobSpec") -> dict[str, str]:
+    def start_variables(self, spec: JobSpec) -> dict[str, str]:
         """Script variables of :meth:`start_paths` with their values (an override of the key sets the default)."""
-        return {sp.variable: spec.overrides.get(sp.key, sp.default)
-                for sp in self.start_paths(spec) if sp.variable}
+        return {sp.variable: spec.overrides.get(sp.key, sp.default) for sp in self.start_paths(spec) if sp.variable}
 
-    def start_args(self, spec: "JobSpec") -> dict[str, str]:
+    def start_args(self, spec: JobSpec) -> dict[str, str]:
         """``{key: value}`` a recipe passes for its start paths: the variable where it has one."""
-        return {sp.key: (f"${sp.variable}" if sp.variable else spec.overrides.get(sp.key, sp.default))
-                for sp in self.start_paths(spec)}
+        return {
+            sp.key: (f"${sp.variable}" if sp.variable else spec.overrides.get(sp.key, sp.default))
+            for sp in self.start_paths(spec)
+        }
 
-    def expected_config(self, spec: "JobSpec") -> dict[str, tuple[object, str]]:
+    def expected_config(self, spec: JobSpec) -> dict[str, tuple[object, str]]:
         """Config values the recipe sets on purpose, ``{key: (value, why)}``: ``cookbook rehearse`` notes a
         script whose parsed config differs (an old or hand-edited copy)."""
         return {}
 
-    def read_paths(self, spec: "JobSpec") -> list[StartPath]:
+    def read_paths(self, spec: JobSpec) -> list[StartPath]:
         """Everything ``cookbook rehearse`` checks on the nodes: :meth:`start_paths`, then the framework's
         other config keys that name files read at start-up (:attr:`config_paths`; checked when set)."""
         own = self.start_paths(spec)
@@ -161,8 +162,9 @@ class Recipe(ABC):
         return own + [sp for sp in self.config_paths if sp.key not in keys]
 
     # -------------------------------------------------- asked by the notebooks, widgets, planner, profiler
-    def profiling_overrides(self, *, device: str = "cuda", steps: int = 3, warmup: int = 1,
-                            start_step: int = 3, memory: bool = False) -> dict[str, str]:
+    def profiling_overrides(
+        self, *, device: str = "cuda", steps: int = 3, warmup: int = 1, start_step: int = 3, memory: bool = False
+    ) -> dict[str, str]:
         """Overrides that turn the PyTorch profiler on (see :mod:`cookbook.profiling.enable` for the
         schedule and why these defaults are safe); ``memory`` adds a CUDA memory snapshot where the
         framework has one."""
@@ -172,11 +174,14 @@ class Recipe(ABC):
         """Overrides pointing the recipe at the model downloaded into ``model_dir`` ({}: from scratch)."""
         return {}
 
-    def dataset_overrides(self, dataset: DatasetSpec, *, packed: bool = False,
-                          max_seq_len: int | None = None) -> dict[str, str]:
+    def dataset_overrides(
+        self, dataset: DatasetSpec, *, packed: bool = False, max_seq_len: int | None = None
+    ) -> dict[str, str]:
         """Overrides that plug ``dataset`` in (the framework's dataset block)."""
-        raise ValueError(f"{self.name}: plugging in a dataset is supported for torchtune recipes only "
-                         f"({self.framework} reads its dataset from its own config keys)")
+        raise ValueError(
+            f"{self.name}: plugging in a dataset is supported for torchtune recipes only "
+            f"({self.framework} reads its dataset from its own config keys)"
+        )
 
     def metrics_files(self, run_dir: Path) -> list[Path]:
         """Files with metrics the framework writes under ``run_dir`` besides the Slurm log."""

@@ -40,8 +40,10 @@ FSDP_MODELS: tuple[tuple[str, str, int], ...] = (
     ("mixtral_8x7b", "Mixtral 8x7B", 5000),
 )
 # Flags the recipe owns: the model is the recipe's name; the rest come from the spec.
-_FIXED = {"model": "pick the recipe fsdp_<model> instead (cookbook recipes lists them)",
-          "backend": "the profile decides (nccl on GPUs, gloo on local-cpu)"}
+_FIXED = {
+    "model": "pick the recipe fsdp_<model> instead (cookbook recipes lists them)",
+    "backend": "the profile decides (nccl on GPUs, gloo on local-cpu)",
+}
 _GATED = ("meta-llama/", "mistralai/")
 
 
@@ -79,11 +81,16 @@ class FsdpRecipe(Recipe):
 
     framework = "fsdp"
     trace_subdir = "profiling/traces"
-    planner_keys = {"train_batch_size": "micro_batch", "max_context_width": "seq_len",
-                    "activation_checkpointing": "checkpointing",
-                    "offload_activations": "activation_offloading"}
-    config_paths = (StartPath("tokenizer", None, "", "dir", "the tokenizer (a Hub id or a folder)", hub_ok=True),
-                    StartPath("dataset", None, "", "dir", "the dataset (a Hub id or a folder)", hub_ok=True))
+    planner_keys = {
+        "train_batch_size": "micro_batch",
+        "max_context_width": "seq_len",
+        "activation_checkpointing": "checkpointing",
+        "offload_activations": "activation_offloading",
+    }
+    config_paths = (
+        StartPath("tokenizer", None, "", "dir", "the tokenizer (a Hub id or a folder)", hub_ok=True),
+        StartPath("dataset", None, "", "dir", "the dataset (a Hub id or a folder)", hub_ok=True),
+    )
 
     def __init__(self, shape: str, title: str, max_steps: int):
         self.shape, self.title, self.max_steps = shape, title, max_steps
@@ -94,41 +101,80 @@ class FsdpRecipe(Recipe):
     def base_args(self, spec: JobSpec) -> dict[str, str]:
         """The script's flags before the user's overrides."""
         if spec.local_cpu:
-            return {"model": "tiny_moe" if self.shape.startswith("mixtral") else "tiny",
-                    "tokenizer": "$TINY_DIR/hf_tokenizer", "dataset": "$TINY_DIR/c4", "dataset_config": "en",
-                    "seq_len": "64", "train_batch_size": "2", "max_steps": "20", "warmup_steps": "2",
-                    "lr": "0.001", "min_lr": "0.0001", "shuffle_buffer": "64", "checkpoint_freq": "5",
-                    "checkpoint_dir": "$RUN_DIR/checkpoints", "bf16": "0", "backend": "gloo"}
-        return {"model": self.shape, "dataset": "allenai/c4", "dataset_config": "en",
-                "train_batch_size": "1", "max_steps": str(self.max_steps), "checkpoint_freq": "50",
-                "activation_checkpointing": "1", "bf16": "1", "lr": "0.0001", "min_lr": "0.00001",
-                "warmup_steps": "16", "weight_decay": "0.2", "grad_clip": "1.0", "seed": "42",
-                "checkpoint_dir": "$RUN_DIR/checkpoints", "backend": "nccl"}
+            return {
+                "model": "tiny_moe" if self.shape.startswith("mixtral") else "tiny",
+                "tokenizer": "$TINY_DIR/hf_tokenizer",
+                "dataset": "$TINY_DIR/c4",
+                "dataset_config": "en",
+                "seq_len": "64",
+                "train_batch_size": "2",
+                "max_steps": "20",
+                "warmup_steps": "2",
+                "lr": "0.001",
+                "min_lr": "0.0001",
+                "shuffle_buffer": "64",
+                "checkpoint_freq": "5",
+                "checkpoint_dir": "$RUN_DIR/checkpoints",
+                "bf16": "0",
+                "backend": "gloo",
+            }
+        return {
+            "model": self.shape,
+            "dataset": "allenai/c4",
+            "dataset_config": "en",
+            "train_batch_size": "1",
+            "max_steps": str(self.max_steps),
+            "checkpoint_freq": "50",
+            "activation_checkpointing": "1",
+            "bf16": "1",
+            "lr": "0.0001",
+            "min_lr": "0.00001",
+            "warmup_steps": "16",
+            "weight_decay": "0.2",
+            "grad_clip": "1.0",
+            "seed": "42",
+            "checkpoint_dir": "$RUN_DIR/checkpoints",
+            "backend": "nccl",
+        }
 
     def train_args(self, spec: JobSpec) -> dict[str, str]:
         return {**self.base_args(spec), **spec.overrides}
 
     # -- asked by the notebooks, planner and profiler --------------------------------------------------
-    def profiling_overrides(self, *, device: str = "cuda", steps: int = 3, warmup: int = 1,
-                            start_step: int = 3, memory: bool = False) -> dict[str, str]:
+    def profiling_overrides(
+        self, *, device: str = "cuda", steps: int = 3, warmup: int = 1, start_step: int = 3, memory: bool = False
+    ) -> dict[str, str]:
         sched = schedule(steps=steps, warmup=warmup, start_step=start_step)
         if memory:
-            raise ValueError("the FSDP script takes no memory snapshots; "
-                             "profile memory with torchtune or torchtitan")
-        return {"profile_steps": str(sched.active), "profile_warmup": str(sched.warmup),
-                "profile_start_step": str(sched.first_traced_step),
-                "profile_dir": f"$RUN_DIR/{self.trace_subdir}"}
+            raise ValueError("the FSDP script takes no memory snapshots; profile memory with torchtune or torchtitan")
+        return {
+            "profile_steps": str(sched.active),
+            "profile_warmup": str(sched.warmup),
+            "profile_start_step": str(sched.first_traced_step),
+            "profile_dir": f"$RUN_DIR/{self.trace_subdir}",
+        }
 
     def planner_defaults(self) -> dict[str, Any]:
         """The AWS FSDP test case: HF-style model, FSDP MixedPrecision bf16, activation checkpointing +
         offloading, train_batch_size 1; no ``seq_len``: max_context_width is the model's context."""
-        return {"model": self.shape, "nodes": 4, "gpus_per_node": 8, "gpu": "h100",
-                "settings": {"master_weights_fp32": True, "optimizer_state_bytes": 4, "loss": "fp32",
-                             "checkpointing": "full", "activation_offloading": True, "fused_optimizer": False,
-                             "micro_batch": 1},
-                "source": "awsome-distributed-training FSDP test case (train_batch_size 1, "
-                          "max_context_width = model context, activation_checkpointing=1, "
-                          "offload_activations=1, sharding full)"}
+        return {
+            "model": self.shape,
+            "nodes": 4,
+            "gpus_per_node": 8,
+            "gpu": "h100",
+            "settings": {
+                "master_weights_fp32": True,
+                "optimizer_state_bytes": 4,
+                "loss": "fp32",
+                "checkpointing": "full",
+                "activation_offloading": True,
+                "fused_optimizer": False,
+                "micro_batch": 1,
+            },
+            "source": "awsome-distributed-training FSDP test case (train_batch_size 1, "
+            "max_context_width = model context, activation_checkpointing=1, "
+            "offload_activations=1, sharding full)",
+        }
 
     # -- Recipe contract -----------------------------------------------------------------------------
     def validate(self, spec: JobSpec) -> list[str]:
@@ -139,9 +185,10 @@ class FsdpRecipe(Recipe):
                 problems.append(f"override {key!r} is set by the recipe: {_FIXED[key]}")
             elif key not in known:
                 hint = difflib.get_close_matches(key, known, 3)
-                problems.append(f"override key {key!r} is not a flag of the FSDP train.py"
-                                + (f": did you mean {' or '.join(hint)}?" if hint else
-                                   f" (flags: {', '.join(known)})"))
+                problems.append(
+                    f"override key {key!r} is not a flag of the FSDP train.py"
+                    + (f": did you mean {' or '.join(hint)}?" if hint else f" (flags: {', '.join(known)})")
+                )
         if problems:
             return problems
         ns, err = parse_train_args([f"--{k}={v}" for k, v in self.train_args(spec).items()])
@@ -162,14 +209,20 @@ class FsdpRecipe(Recipe):
         args = self.train_args(spec)
         tok = args.get("tokenizer") or _train_module().SHAPES[self.shape].tokenizer or ""
         if not spec.local_cpu and tok.startswith(_GATED):
-            out.append(f"{tok} is gated: accept its licence on the Hub and export HF_TOKEN (or `huggingface-cli "
-                       "login`) before sbatch; or pass --set tokenizer=/shared/folder")
+            out.append(
+                f"{tok} is gated: accept its licence on the Hub and export HF_TOKEN (or `huggingface-cli "
+                "login`) before sbatch; or pass --set tokenizer=/shared/folder"
+            )
         if not spec.local_cpu and args.get("dataset") == "allenai/c4":
-            out.append("C4 is streamed from the Hub by every rank: compute nodes need internet access "
-                       "(or --set dataset=/shared/c4/en for a local copy)")
+            out.append(
+                "C4 is streamed from the Hub by every rank: compute nodes need internet access "
+                "(or --set dataset=/shared/c4/en for a local copy)"
+            )
         if spec.container_image and not spec.container_mounts:
-            out.append("container: train.py ($RECIPE_DIR) and the checkpoints ($RUN_DIR) must be visible inside "
-                       "the container: add --container-mount /shared:/shared")
+            out.append(
+                "container: train.py ($RECIPE_DIR) and the checkpoints ($RUN_DIR) must be visible inside "
+                "the container: add --container-mount /shared:/shared"
+            )
         return out
 
     def files(self, spec: JobSpec) -> dict[str, str]:
@@ -192,7 +245,6 @@ class FsdpRecipe(Recipe):
 
 for _shape, _title, _steps in FSDP_MODELS:
     register_recipe(FsdpRecipe(_shape, _title, _steps))
-
 
 
 def generated_fsdp_files() -> dict[str, str]:

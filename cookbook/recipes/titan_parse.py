@@ -68,8 +68,10 @@ def parse(args: list[str]) -> dict[str, Any]:
     except ModuleNotFoundError as e:
         reason = f"torchtitan cannot be imported here ({type(e).__name__}: {e})"
         if e.name == "triton":
-            reason += (f"; on a machine without the GPU stack name a stand-in in {PRELOAD_ENV} (the local bench: "
-                       "cookbook.local.compat.triton_standin:import_torchtitan_without_triton)")
+            reason += (
+                f"; on a machine without the GPU stack name a stand-in in {PRELOAD_ENV} (the local bench: "
+                "cookbook.local.compat.triton_standin:import_torchtitan_without_triton)"
+            )
         return {"config": None, "fields": [], "error": reason}
     except Exception as e:  # noqa: BLE001  (torchtitan's own validation message)
         return {"config": None, "fields": [], "error": f"{type(e).__name__}: {e}"}

@@ -37,11 +37,17 @@ CONFIG_PATHS = (
     StartPath("validator.dataloader.dataset_path", None, "", "dir", "the validation dataset folder"),
     StartPath("checkpoint.initial_load_path", None, "", "dir", "the initial checkpoint"),
     StartPath("encoder.autoencoder_path", None, "", "file", "FLUX's autoencoder"),
-    *(StartPath(key, None, "", "dir", what, hub_ok=True) for key, what in (
-        ("encoder.t5_encoder", "the T5 encoder"), ("encoder.clip_encoder", "the CLIP encoder"),
-        ("tokenizer.t5_tokenizer_path", "the T5 tokenizer"), ("tokenizer.clip_tokenizer_path", "the CLIP tokenizer"),
-        ("model_spec.model.t5_encoder.version", "the T5 encoder"),
-        ("model_spec.model.clip_encoder.version", "the CLIP encoder"))),
+    *(
+        StartPath(key, None, "", "dir", what, hub_ok=True)
+        for key, what in (
+            ("encoder.t5_encoder", "the T5 encoder"),
+            ("encoder.clip_encoder", "the CLIP encoder"),
+            ("tokenizer.t5_tokenizer_path", "the T5 tokenizer"),
+            ("tokenizer.clip_tokenizer_path", "the CLIP tokenizer"),
+            ("model_spec.model.t5_encoder.version", "the T5 encoder"),
+            ("model_spec.model.clip_encoder.version", "the CLIP encoder"),
+        )
+    ),
 )
 PATH_KEYS = tuple(sp.key for sp in CONFIG_PATHS)
 
@@ -56,13 +62,18 @@ class _ParserProcess:
     def _start(self) -> subprocess.Popen[str]:
         package_root = str(Path(__file__).resolve().parents[2])
         path = os.pathsep.join(filter(None, [str(_MODULE_FILE.parent), package_root, os.environ.get("PYTHONPATH")]))
-        return subprocess.Popen([sys.executable, "-m", "cookbook.recipes.titan_parse"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                env={**os.environ, "PYTHONPATH": path})
+        return subprocess.Popen(
+            [sys.executable, "-m", "cookbook.recipes.titan_parse"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "PYTHONPATH": path},
+        )
 
     def ask(self, args: list[str]) -> dict[str, Any]:
         with self._lock:
-            for _ in range(2):              # a child that died (killed, out of memory) is started again once
+            for _ in range(2):  # a child that died (killed, out of memory) is started again once
                 if self._proc is None or self._proc.poll() is not None:
                     self._proc = self._start()
                 assert self._proc.stdin and self._proc.stdout
@@ -116,7 +127,7 @@ def parse_config(config: str, overrides: dict[str, str]) -> tuple[Any, str]:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_BOX = re.compile(r"[\u2500-\u257f]")        # tyro's box-drawing characters (borders and rules)
+_BOX = re.compile(r"[\u2500-\u257f]")  # tyro's box-drawing characters (borders and rules)
 
 
 def tyro_reason(err: str, overrides: dict[str, str] | None = None) -> str:
@@ -129,10 +140,12 @@ def tyro_reason(err: str, overrides: dict[str, str] | None = None) -> str:
     """
     raw = [_ANSI.sub("", line) for line in err.splitlines()]
     lines = [_BOX.sub(" ", line).strip() for line in raw]
-    is_rule = [not line.strip("-") for line in lines]          # a rule, a box edge or a blank line
+    is_rule = [not line.strip("-") for line in lines]  # a rule, a box edge or a blank line
     # the title: the box's top edge (UTF-8 boxes), else the line above the first dashed rule
-    top = next((i for i, line in enumerate(raw) if "\u256d" in line),
-               next((i - 1 for i, line in enumerate(lines) if i and line and is_rule[i]), None))
+    top = next(
+        (i for i, line in enumerate(raw) if "\u256d" in line),
+        next((i - 1 for i, line in enumerate(lines) if i and line and is_rule[i]), None),
+    )
     sections: list[list[str]] = [[]]
     for i in range(top + 1 if top is not None else len(lines), len(lines)):
         if not is_rule[i]:
@@ -140,8 +153,14 @@ def tyro_reason(err: str, overrides: dict[str, str] | None = None) -> str:
         elif sections[-1]:
             sections.append([])
     sections = [sec for sec in sections if sec]
-    reason_at = next((i for i, sec in enumerate(sections) if not sec[0].startswith(
-        ("Argument helptext", "For full helptext", "Available subcommands"))), None)
+    reason_at = next(
+        (
+            i
+            for i, sec in enumerate(sections)
+            if not sec[0].startswith(("Argument helptext", "For full helptext", "Available subcommands"))
+        ),
+        None,
+    )
     if reason_at is None:
         return next((line for line in reversed(lines) if line), err.strip())
     reason = " ".join(sections[reason_at])
@@ -167,49 +186,67 @@ INTENT = {
 
 # torchtitan: FSDP2 MixedPrecision (fp32 params/grads/AdamW, bf16 compute), fp32 cross-entropy.
 PLANNER_SETTINGS: dict[str, Any] = {"master_weights_fp32": True, "optimizer_state_bytes": 4, "loss": "fp32"}
-MEMORY_SUBDIR = "profiling/memory_snapshot"      # torchtitan's memory snapshots, relative to --dump_folder
+MEMORY_SUBDIR = "profiling/memory_snapshot"  # torchtitan's memory snapshots, relative to --dump_folder
 
 
 class TorchtitanRecipe(Recipe):
     framework = "torchtitan"
     config_paths = CONFIG_PATHS
-    trace_subdir = "profiling/traces"              # relative to --dump_folder (the run folder)
+    trace_subdir = "profiling/traces"  # relative to --dump_folder (the run folder)
     planner_keys = {
-        "training.local_batch_size": "micro_batch", "training.seq_len": "seq_len",
-        "training.gradient_accumulation_steps": "grad_accum", "activation_checkpoint.mode": "checkpointing",
-        "parallelism.tensor_parallel_degree": "tp", "parallelism.data_parallel_shard_degree": "shard_group",
-        "training.compile": "compile", "compile.enable": "compile",
+        "training.local_batch_size": "micro_batch",
+        "training.seq_len": "seq_len",
+        "training.gradient_accumulation_steps": "grad_accum",
+        "activation_checkpoint.mode": "checkpointing",
+        "parallelism.tensor_parallel_degree": "tp",
+        "parallelism.data_parallel_shard_degree": "shard_group",
+        "training.compile": "compile",
+        "compile.enable": "compile",
         "parallelism.fsdp_reshard_after_forward": "reshard_after_forward",
-        "training.img_size": "image_size", "encoder.max_t5_encoding_len": "text_tokens",
+        "training.img_size": "image_size",
+        "encoder.max_t5_encoding_len": "text_tokens",
     }
     intent: dict[str, str] = INTENT
-    config_fn: str              # function in cookbook_titan.py
-    planner_model: str          # key of the planner's model shapes
-    planner_settings: dict[str, Any]   # on top of PLANNER_SETTINGS
+    config_fn: str  # function in cookbook_titan.py
+    planner_model: str  # key of the planner's model shapes
+    planner_settings: dict[str, Any]  # on top of PLANNER_SETTINGS
     planner_source: str
 
-    def profiling_overrides(self, *, device: str = "cuda", steps: int = 3, warmup: int = 1,
-                            start_step: int = 3, memory: bool = False) -> dict[str, str]:
+    def profiling_overrides(
+        self, *, device: str = "cuda", steps: int = 3, warmup: int = 1, start_step: int = 3, memory: bool = False
+    ) -> dict[str, str]:
         """torchtitan's ``profiler`` section: one cycle (``profiler_repeat=1``); torchtitan waits
         ``profile_freq - (warmup + active)`` steps first."""
         sched = schedule(steps=steps, warmup=warmup, start_step=start_step)
         if memory and not device.startswith("cuda"):
             raise ValueError("memory snapshots need a CUDA device (torch.cuda.memory._record_memory_history)")
-        out = {"profiler.enable_profiling": "True",
-               "profiler.profile_freq": str(sched.last_traced_step),
-               "profiler.profiler_warmup": str(sched.warmup),
-               "profiler.profiler_active": str(sched.active),
-               "profiler.profiler_repeat": "1",
-               "profiler.save_traces_folder": self.trace_subdir}
+        out = {
+            "profiler.enable_profiling": "True",
+            "profiler.profile_freq": str(sched.last_traced_step),
+            "profiler.profiler_warmup": str(sched.warmup),
+            "profiler.profiler_active": str(sched.active),
+            "profiler.profiler_repeat": "1",
+            "profiler.save_traces_folder": self.trace_subdir,
+        }
         if memory:
-            out.update({"profiler.enable_memory_snapshot": "True",
-                        "profiler.memory_snapshot_freq": str(sched.last_traced_step),
-                        "profiler.save_memory_snapshot_folder": MEMORY_SUBDIR})
+            out.update(
+                {
+                    "profiler.enable_memory_snapshot": "True",
+                    "profiler.memory_snapshot_freq": str(sched.last_traced_step),
+                    "profiler.save_memory_snapshot_folder": MEMORY_SUBDIR,
+                }
+            )
         return out
 
     def planner_defaults(self) -> dict[str, Any]:
-        return {"model": self.planner_model, "nodes": 2, "gpus_per_node": 8, "gpu": "h100",
-                "settings": {**PLANNER_SETTINGS, **self.planner_settings}, "source": self.planner_source}
+        return {
+            "model": self.planner_model,
+            "nodes": 2,
+            "gpus_per_node": 8,
+            "gpu": "h100",
+            "settings": {**PLANNER_SETTINGS, **self.planner_settings},
+            "source": self.planner_source,
+        }
 
     def gpu_paths(self) -> list[StartPath]:
         """The start-up paths of the GPU config (the tiny ``local-cpu`` config sets its own)."""
@@ -253,8 +290,10 @@ class TorchtitanRecipe(Recipe):
             if known and key not in known:
                 leaf = key.rsplit(".", 1)[-1]
                 hint = [k for k in known if k.rsplit(".", 1)[-1] == leaf] or difflib.get_close_matches(key, known, 3)
-                problems.append(f"override key {key!r} is not a torchtitan 0.3.0 config field"
-                                + (f": did you mean {' or '.join(hint[:3])}?" if hint else ""))
+                problems.append(
+                    f"override key {key!r} is not a torchtitan 0.3.0 config field"
+                    + (f": did you mean {' or '.join(hint[:3])}?" if hint else "")
+                )
         if problems:
             return problems
         cfg, err = parse_config(name, self.effective_overrides(spec))
@@ -263,25 +302,36 @@ class TorchtitanRecipe(Recipe):
         par = cfg.parallelism
         tp, pp, cp = par.tensor_parallel_degree, par.pipeline_parallel_degree, par.context_parallel_degree
         if tp > 1 and spec.procs_per_node % tp:
-            problems.append(f"parallelism.tensor_parallel_degree={tp} must divide GPUs per node "
-                            f"({spec.procs_per_node}): tensor parallelism stays inside a node")
+            problems.append(
+                f"parallelism.tensor_parallel_degree={tp} must divide GPUs per node "
+                f"({spec.procs_per_node}): tensor parallelism stays inside a node"
+            )
         fixed = tp * pp * cp
         if spec.world_size % fixed:
-            problems.append(f"world size {spec.world_size} is not a multiple of tp*pp*cp = {fixed}: change the "
-                            "parallel degrees or the node count")
+            problems.append(
+                f"world size {spec.world_size} is not a multiple of tp*pp*cp = {fixed}: change the "
+                "parallel degrees or the node count"
+            )
         dp_shard = par.data_parallel_shard_degree
         if dp_shard > 0 and fixed * dp_shard * max(par.data_parallel_replicate_degree, 1) != spec.world_size:
-            problems.append(f"dp_replicate*dp_shard*tp*pp*cp must equal the world size {spec.world_size}; "
-                            "set parallelism.data_parallel_shard_degree=-1 to fill the rest")
+            problems.append(
+                f"dp_replicate*dp_shard*tp*pp*cp must equal the world size {spec.world_size}; "
+                "set parallelism.data_parallel_shard_degree=-1 to fill the rest"
+            )
         if cfg.training.local_batch_size < 1:
             problems.append(f"training.local_batch_size={cfg.training.local_batch_size}: use a positive integer")
         gb = cfg.training.global_batch_size
         if gb > 0 and gb % (cfg.training.local_batch_size * max(spec.world_size // fixed, 1)):
-            problems.append(f"training.global_batch_size={gb} must be a multiple of local_batch_size x "
-                            "data-parallel size (gradient accumulation steps are whole)")
+            problems.append(
+                f"training.global_batch_size={gb} must be a multiple of local_batch_size x "
+                "data-parallel size (gradient accumulation steps are whole)"
+            )
         for key in PATH_KEYS:
-            if key in spec.overrides and (p := path_problem(
-                    key, spec.overrides[key], "download or copy it there first, or point the key at where it is")):
+            if key in spec.overrides and (
+                p := path_problem(
+                    key, spec.overrides[key], "download or copy it there first, or point the key at where it is"
+                )
+            ):
                 problems.append(p)
         return problems
 
@@ -289,8 +339,7 @@ class TorchtitanRecipe(Recipe):
         return {f"{CONFIG_MODULE}.py": _MODULE_FILE.read_text()}
 
     def command(self, spec: JobSpec) -> Launch:
-        args: list[str] = ["--module", CONFIG_MODULE, "--config", self.config_name(spec),
-                           "--dump_folder", "$RUN_DIR"]
+        args: list[str] = ["--module", CONFIG_MODULE, "--config", self.config_name(spec), "--dump_folder", "$RUN_DIR"]
         user = {k: v for k, v in spec.overrides.items() if k not in self.start_args(spec)}
         args += cli_args({**self.launch_overrides(spec), **self.start_args(spec), **user})
         if spec.local_cpu:
@@ -312,13 +361,19 @@ class Llama3_8BC4(TorchtitanRecipe):
     config_fn = "llama3_8b_c4"
     planner_model = "llama3_1_8b"
     planner_settings = {"seq_len": 8192, "micro_batch": 2, "checkpointing": "selective"}
-    planner_source = ("torchtitan llama3_8b (seq 8192, selective op AC); "
-                      "bs 2 as in torchtitan docs/performance.md")
+    planner_source = "torchtitan llama3_8b (seq 8192, selective op AC); bs 2 as in torchtitan docs/performance.md"
 
     def gpu_paths(self) -> list[StartPath]:
-        return [StartPath("hf_assets_path", "MODEL_DIR", "$RECIPE_DIR/models/Llama-3.1-8B", "dir",
-                          "the Llama-3.1-8B tokenizer (`cookbook download meta-llama/Llama-3.1-8B`)",
-                          ("tokenizer.json", "tokenizer_config.json"))]
+        return [
+            StartPath(
+                "hf_assets_path",
+                "MODEL_DIR",
+                "$RECIPE_DIR/models/Llama-3.1-8B",
+                "dir",
+                "the Llama-3.1-8B tokenizer (`cookbook download meta-llama/Llama-3.1-8B`)",
+                ("tokenizer.json", "tokenizer_config.json"),
+            )
+        ]
 
 
 class FluxSchnell(TorchtitanRecipe):
@@ -326,28 +381,68 @@ class FluxSchnell(TorchtitanRecipe):
     description = "FLUX.1-schnell training on cc12m, torchtitan"
     config_fn = "flux_schnell"
     planner_model = "flux_schnell"
-    planner_settings = {"micro_batch": 64, "checkpointing": "full", "shard_group": 8,
-                        "reshard_after_forward": False, "image_size": 256, "text_tokens": 256}
-    planner_source = ("Nebius flux_schnell_model.toml (img 256, T5 256 tokens, full AC, HSDP 2x8, no reshard "
-                      "after forward); 64 images/GPU/step inferred from its log (tps x step time)")
-    intent = {**INTENT, "training.local_batch_size": "the Nebius guide's 32 images per GPU",
-              "parallelism.data_parallel_replicate_degree": "HSDP as the Nebius guide: one replica per node"}
+    planner_settings = {
+        "micro_batch": 64,
+        "checkpointing": "full",
+        "shard_group": 8,
+        "reshard_after_forward": False,
+        "image_size": 256,
+        "text_tokens": 256,
+    }
+    planner_source = (
+        "Nebius flux_schnell_model.toml (img 256, T5 256 tokens, full AC, HSDP 2x8, no reshard "
+        "after forward); 64 images/GPU/step inferred from its log (tps x step time)"
+    )
+    intent = {
+        **INTENT,
+        "training.local_batch_size": "the Nebius guide's 32 images per GPU",
+        "parallelism.data_parallel_replicate_degree": "HSDP as the Nebius guide: one replica per node",
+    }
 
     def gpu_paths(self) -> list[StartPath]:
         return [
-            StartPath("hf_assets_path", "FLUX_DIR", "$RECIPE_DIR/models/FLUX.1-schnell", "dir",
-                      "the FLUX.1-schnell download (`cookbook download black-forest-labs/FLUX.1-schnell`)",
-                      ("model_index.json",)),
-            StartPath("encoder.autoencoder_path", None, "$FLUX_DIR/ae.safetensors", "file",
-                      "FLUX's autoencoder (inside the FLUX.1-schnell download)"),
-            StartPath("encoder.t5_encoder", "T5_DIR", "google/t5-v1_1-xxl", "dir",
-                      "the T5 text encoder: a Hub id (nodes need internet) or a local folder", hub_ok=True),
-            StartPath("tokenizer.t5_tokenizer_path", None, "$T5_DIR", "dir", "the T5 tokenizer (same folder)",
-                      hub_ok=True),
-            StartPath("encoder.clip_encoder", "CLIP_DIR", "openai/clip-vit-large-patch14", "dir",
-                      "the CLIP text encoder: a Hub id (nodes need internet) or a local folder", hub_ok=True),
-            StartPath("tokenizer.clip_tokenizer_path", None, "$CLIP_DIR", "dir", "the CLIP tokenizer (same folder)",
-                      hub_ok=True),
+            StartPath(
+                "hf_assets_path",
+                "FLUX_DIR",
+                "$RECIPE_DIR/models/FLUX.1-schnell",
+                "dir",
+                "the FLUX.1-schnell download (`cookbook download black-forest-labs/FLUX.1-schnell`)",
+                ("model_index.json",),
+            ),
+            StartPath(
+                "encoder.autoencoder_path",
+                None,
+                "$FLUX_DIR/ae.safetensors",
+                "file",
+                "FLUX's autoencoder (inside the FLUX.1-schnell download)",
+            ),
+            StartPath(
+                "encoder.t5_encoder",
+                "T5_DIR",
+                "google/t5-v1_1-xxl",
+                "dir",
+                "the T5 text encoder: a Hub id (nodes need internet) or a local folder",
+                hub_ok=True,
+            ),
+            StartPath(
+                "tokenizer.t5_tokenizer_path", None, "$T5_DIR", "dir", "the T5 tokenizer (same folder)", hub_ok=True
+            ),
+            StartPath(
+                "encoder.clip_encoder",
+                "CLIP_DIR",
+                "openai/clip-vit-large-patch14",
+                "dir",
+                "the CLIP text encoder: a Hub id (nodes need internet) or a local folder",
+                hub_ok=True,
+            ),
+            StartPath(
+                "tokenizer.clip_tokenizer_path",
+                None,
+                "$CLIP_DIR",
+                "dir",
+                "the CLIP tokenizer (same folder)",
+                hub_ok=True,
+            ),
         ]
 
     def launch_overrides(self, spec: JobSpec) -> dict[str, str]:

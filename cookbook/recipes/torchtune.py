@@ -35,14 +35,14 @@ _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 
 def env_interpolation(value: str) -> str:
     """``$MODEL_DIR/x`` -> ``${oc.env:MODEL_DIR}/x``: the YAML reads the script's variable at run time."""
-    return _VAR.sub(lambda m: "${oc.env:%s}" % m.group(1), value)
+    return _VAR.sub(lambda m: "${oc.env:" + m.group(1) + "}", value)
 
 
 @functools.cache
 def _torchtune_root() -> Path:
     import importlib.util
 
-    spec = importlib.util.find_spec("recipes")            # torchtune ships its recipes as package `recipes`
+    spec = importlib.util.find_spec("recipes")  # torchtune ships its recipes as package `recipes`
     if spec is None or spec.origin is None:
         raise RuntimeError("torchtune's recipes are not installed: pip install torchtune==0.6.1")
     return Path(spec.origin).parent
@@ -51,6 +51,7 @@ def _torchtune_root() -> Path:
 def builtin_config(name: str) -> DictConfig:
     """A torchtune built-in config (e.g. ``llama3_3/70B_lora``) as loaded by ``tune run``."""
     from omegaconf import OmegaConf
+
     return OmegaConf.load(_torchtune_root() / "configs" / f"{name}.yaml")
 
 
@@ -64,6 +65,7 @@ def optional_keys(recipe_file: str) -> frozenset[str]:
 def leaf_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
     """Every dotted key of ``cfg`` (leaves and sections)."""
     from omegaconf import DictConfig
+
     keys = []
     for k, v in cfg.items_ex(resolve=False) if hasattr(cfg, "items_ex") else cfg.items():
         key = f"{prefix}{k}"
@@ -98,6 +100,7 @@ def _component_of(cfg: DictConfig, overrides: dict[str, str], parent: str) -> st
     """The ``_component_`` that keys under ``parent`` configure: the override's own, else the config's
     (for an absent ``tensor_parallel_plan``, the plan :meth:`TorchtuneRecipe.config` writes); None if none."""
     from omegaconf import DictConfig, OmegaConf
+
     if f"{parent}._component_" in overrides:
         return overrides[f"{parent}._component_"]
     node = OmegaConf.select(cfg, parent, throw_on_resolution_failure=False)
@@ -109,6 +112,7 @@ def _component_of(cfg: DictConfig, overrides: dict[str, str], parent: str) -> st
 def check_override_keys(cfg: DictConfig, overrides: dict[str, str], recipe_file: str) -> list[str]:
     """Problems with override keys that the recipe would ignore or reject."""
     from omegaconf import OmegaConf
+
     keys, problems = leaf_keys(cfg), []
     optional = optional_keys(recipe_file)
     for key in overrides:
@@ -121,18 +125,26 @@ def check_override_keys(cfg: DictConfig, overrides: dict[str, str], recipe_file:
             params = _component_params(component)
             if params is None or leaf in params:
                 continue
-            hint = ([f"{parent}.{p}" for p in difflib.get_close_matches(leaf, sorted(params), n=3, cutoff=0.6)]
-                    or [k for k in keys if k.rsplit(".", 1)[-1] == leaf])
-            where = (f"did you mean {' or '.join(hint)}?" if hint
-                     else f"it takes {', '.join(sorted(params)) or 'no parameters'}")
-            problems.append(f"override key {key!r} is not a parameter of {parent}'s _component_ {component} "
-                            f"(torchtune would fail to instantiate it): {where}")
+            hint = [f"{parent}.{p}" for p in difflib.get_close_matches(leaf, sorted(params), n=3, cutoff=0.6)] or [
+                k for k in keys if k.rsplit(".", 1)[-1] == leaf
+            ]
+            where = (
+                f"did you mean {' or '.join(hint)}?"
+                if hint
+                else f"it takes {', '.join(sorted(params)) or 'no parameters'}"
+            )
+            problems.append(
+                f"override key {key!r} is not a parameter of {parent}'s _component_ {component} "
+                f"(torchtune would fail to instantiate it): {where}"
+            )
             continue
         if key.split(".")[0] in optional:
             if parent and leaf != "_component_" and OmegaConf.select(cfg, parent) is None:
                 # a section the config does not have: torchtune instantiates it, so it needs a _component_
-                problems.append(f"override key {key!r}: the config has no {parent} section; torchtune builds it "
-                                f"from {parent}._component_, so set that too (e.g. --set {parent}._component_=...)")
+                problems.append(
+                    f"override key {key!r}: the config has no {parent} section; torchtune builds it "
+                    f"from {parent}._component_, so set that too (e.g. --set {parent}._component_=...)"
+                )
             continue
         hint = suggest_key(key, keys)
         where = f"did you mean {' or '.join(hint)}?" if hint else "see `tune cp` of the config for its keys"
@@ -140,8 +152,7 @@ def check_override_keys(cfg: DictConfig, overrides: dict[str, str], recipe_file:
     return problems
 
 
-def dataset_block(dataset: DatasetSpec, *, packed: bool = False,
-                  train_on_input: bool | None = None) -> dict[str, Any]:
+def dataset_block(dataset: DatasetSpec, *, packed: bool = False, train_on_input: bool | None = None) -> dict[str, Any]:
     """The ``dataset:`` mapping a torchtune recipe config takes for ``dataset``."""
     block: dict[str, Any] = {"_component_": dataset.component, **dataset.builder_kwargs(), "packed": packed}
     if train_on_input is not None and dataset.style != "text":
@@ -154,8 +165,12 @@ def _scalar(value: Any) -> str:
 
 
 # torchtune keeps params in bf16 (dtype: bf16) and AdamW's m/v follow the param dtype: 8 bytes/param.
-PLANNER_SETTINGS: dict[str, Any] = {"master_weights_fp32": False, "optimizer_state_bytes": 2,
-                                    "loss": "chunked", "checkpointing": "full"}
+PLANNER_SETTINGS: dict[str, Any] = {
+    "master_weights_fp32": False,
+    "optimizer_state_bytes": 2,
+    "loss": "chunked",
+    "checkpointing": "full",
+}
 
 
 def _path_problem(label: str, value: str) -> str | None:
@@ -170,30 +185,41 @@ class TorchtuneRecipe(Recipe):
     framework = "torchtune"
     trace_subdir = "profiling_outputs"
     planner_keys = {
-        "batch_size": "micro_batch", "tokenizer.max_seq_len": "seq_len",
-        "gradient_accumulation_steps": "grad_accum", "enable_activation_checkpointing": "checkpointing",
-        "enable_activation_offloading": "activation_offloading", "model.lora_rank": "lora_rank",
-        "tensor_parallel_dim": "tp", "optimizer.fused": "fused_optimizer",
+        "batch_size": "micro_batch",
+        "tokenizer.max_seq_len": "seq_len",
+        "gradient_accumulation_steps": "grad_accum",
+        "enable_activation_checkpointing": "checkpointing",
+        "enable_activation_offloading": "activation_offloading",
+        "model.lora_rank": "lora_rank",
+        "tensor_parallel_dim": "tp",
+        "optimizer.fused": "fused_optimizer",
         "optimizer_in_bwd": "optimizer_in_backward",
     }
     config_paths = (
         StartPath("checkpointer.checkpoint_dir", None, "", "dir", "the model's checkpoint folder", MODEL_FILES[:1]),
         StartPath("tokenizer.path", None, "", "file", "the tokenizer"),
-        StartPath("dataset.data_files", None, "", "file", "the dataset file (a Hub dataset when source is a repo id)",
-                  hub_ok=True),
+        StartPath(
+            "dataset.data_files",
+            None,
+            "",
+            "file",
+            "the dataset file (a Hub dataset when source is a repo id)",
+            hub_ok=True,
+        ),
     )
-    recipe_file: str            # e.g. full_finetune_distributed
-    config_name: str            # built-in config, e.g. llama3_3/70B_full_multinode
-    tiny_config: str            # local-cpu config under recipes/configs/
-    model_folder: str           # the Hugging Face download's folder name, e.g. Llama-3.3-70B-Instruct
+    recipe_file: str  # e.g. full_finetune_distributed
+    config_name: str  # built-in config, e.g. llama3_3/70B_full_multinode
+    tiny_config: str  # local-cpu config under recipes/configs/
+    model_folder: str  # the Hugging Face download's folder name, e.g. Llama-3.3-70B-Instruct
     resume_model_from_output: bool  # full finetunes reload the model from output_dir/epoch_N on resume
     planner_model = "llama3_3_70b"
-    planner_settings: dict[str, Any]   # the built-in config's settings, on top of PLANNER_SETTINGS
+    planner_settings: dict[str, Any]  # the built-in config's settings, on top of PLANNER_SETTINGS
     planner_source: str
 
     # ---------------------------------------------------------------- asked by notebooks, planner, profiler
-    def profiling_overrides(self, *, device: str = "cuda", steps: int = 3, warmup: int = 1,
-                            start_step: int = 3, memory: bool = False) -> dict[str, str]:
+    def profiling_overrides(
+        self, *, device: str = "cuda", steps: int = 3, warmup: int = 1, start_step: int = 3, memory: bool = False
+    ) -> dict[str, str]:
         """torchtune's ``profiler`` section; ``memory`` is written for rank 0 only by torchtune."""
         sched = schedule(steps=steps, warmup=warmup, start_step=start_step)
         on_gpu = device.startswith("cuda")
@@ -223,8 +249,9 @@ class TorchtuneRecipe(Recipe):
         d = str(model_dir).rstrip("/")
         return {"checkpointer.checkpoint_dir": d, "tokenizer.path": f"{d}/{MODEL_FILES[1]}"}
 
-    def dataset_overrides(self, dataset: DatasetSpec, *, packed: bool = False,
-                          max_seq_len: int | None = None) -> dict[str, str]:
+    def dataset_overrides(
+        self, dataset: DatasetSpec, *, packed: bool = False, max_seq_len: int | None = None
+    ) -> dict[str, str]:
         """The ``dataset:`` block as dotted keys, plus ``tokenizer.max_seq_len`` if given (packing needs it)."""
         out: dict[str, str] = {}
         for key, value in dataset_block(dataset, packed=packed).items():
@@ -241,36 +268,57 @@ class TorchtuneRecipe(Recipe):
         return sorted(Path(run_dir).glob("logs/log_*.txt"))
 
     def planner_defaults(self) -> dict[str, Any]:
-        return {"model": self.planner_model, "nodes": 2, "gpus_per_node": 8, "gpu": "h100",
-                "settings": {**PLANNER_SETTINGS, **self.planner_settings}, "source": self.planner_source}
+        return {
+            "model": self.planner_model,
+            "nodes": 2,
+            "gpus_per_node": 8,
+            "gpu": "h100",
+            "settings": {**PLANNER_SETTINGS, **self.planner_settings},
+            "source": self.planner_source,
+        }
 
     # ---------------------------------------------------------------- config
     def base_config(self, spec: JobSpec) -> DictConfig:
         from omegaconf import OmegaConf
+
         if spec.local_cpu:
-            return OmegaConf.load(_CONFIGS / self.tiny_config)   # paths: ${oc.env:TINY_DIR}/...
+            return OmegaConf.load(_CONFIGS / self.tiny_config)  # paths: ${oc.env:TINY_DIR}/...
         return builtin_config(self.config_name)
 
     def start_paths(self, spec: JobSpec) -> list[StartPath]:
         if spec.local_cpu:
             return []
-        return [StartPath("checkpointer.checkpoint_dir", "MODEL_DIR", f"$RECIPE_DIR/models/{self.model_folder}", "dir",
-                          f"the {self.model_folder} download (`cookbook download` / `tune download`)", MODEL_FILES),
-                StartPath("tokenizer.path", None, "$MODEL_DIR/original/tokenizer.model", "file",
-                          "the model's tiktoken tokenizer (inside the download)")]
+        return [
+            StartPath(
+                "checkpointer.checkpoint_dir",
+                "MODEL_DIR",
+                f"$RECIPE_DIR/models/{self.model_folder}",
+                "dir",
+                f"the {self.model_folder} download (`cookbook download` / `tune download`)",
+                MODEL_FILES,
+            ),
+            StartPath(
+                "tokenizer.path",
+                None,
+                "$MODEL_DIR/original/tokenizer.model",
+                "file",
+                "the model's tiktoken tokenizer (inside the download)",
+            ),
+        ]
 
     def config(self, spec: JobSpec) -> DictConfig:
         """The merged config written next to the script (overrides applied, typed as YAML)."""
         from omegaconf import OmegaConf
+
         cfg = self.base_config(spec)
         merged = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{k}={v}" for k, v in spec.overrides.items()]))
-        for key, value in self.start_args(spec).items():   # start-up paths read the script's variables
+        for key, value in self.start_args(spec).items():  # start-up paths read the script's variables
             OmegaConf.update(merged, key, env_interpolation(value), force_add=True)
         tp = int(merged.get("tensor_parallel_dim", 1) or 1)
         if tp > 1 and merged.get("tensor_parallel_plan") is None:
             merged.tensor_parallel_plan = {"_component_": TP_PLAN}
         if tp > 1 and merged.optimizer.get("fused", False):
-            merged.optimizer.fused = False       # the recipe refuses fused AdamW with tensor parallelism
+            merged.optimizer.fused = False  # the recipe refuses fused AdamW with tensor parallelism
         return merged
 
     def config_file(self, spec: JobSpec) -> str:
@@ -291,9 +339,11 @@ class TorchtuneRecipe(Recipe):
         if not isinstance(tp, int) or tp < 1:
             problems.append(f"tensor_parallel_dim={tp!r}: use a positive integer")
         elif spec.procs_per_node % tp:
-            problems.append(f"tensor_parallel_dim={tp} must divide GPUs per node ({spec.procs_per_node}): tensor "
-                            "parallelism stays inside a node; use a divisor such as "
-                            + ", ".join(str(d) for d in range(1, spec.procs_per_node + 1) if spec.procs_per_node % d == 0))
+            problems.append(
+                f"tensor_parallel_dim={tp} must divide GPUs per node ({spec.procs_per_node}): tensor "
+                "parallelism stays inside a node; use a divisor such as "
+                + ", ".join(str(d) for d in range(1, spec.procs_per_node + 1) if spec.procs_per_node % d == 0)
+            )
         elif spec.world_size % tp:
             problems.append(f"world size {spec.world_size} is not a multiple of tensor_parallel_dim={tp}")
         for key in ("batch_size", "gradient_accumulation_steps", "epochs"):
@@ -311,22 +361,28 @@ class TorchtuneRecipe(Recipe):
 
     def warnings(self, spec: JobSpec) -> list[str]:
         from omegaconf import OmegaConf
+
         if spec.local_cpu:
             return []
         cfg = self.config(spec)
         out = []
         if spec.requeue and str(OmegaConf.select(cfg, "epochs")) == "1":
-            out.append("epochs=1: torchtune 0.6.1 saves a resumable checkpoint only at the end of an epoch that "
-                       "is not the last, so a preempted or requeued job starts over; to make it resumable split "
-                       "the run into several shorter epochs (--set epochs=N --set max_steps_per_epoch=M)")
+            out.append(
+                "epochs=1: torchtune 0.6.1 saves a resumable checkpoint only at the end of an epoch that "
+                "is not the last, so a preempted or requeued job starts over; to make it resumable split "
+                "the run into several shorter epochs (--set epochs=N --set max_steps_per_epoch=M)"
+            )
         return out
 
     def files(self, spec: JobSpec) -> dict[str, str]:
         from omegaconf import OmegaConf
-        header = (f"# {self.name}: torchtune {self.config_name if not spec.local_cpu else self.tiny_config}"
-                  f" + overrides, profile {spec.profile}. Generated by the cookbook recipe engine.\n"
-                  f"# for {spec.script_name or spec.script_stem + '.sbatch'}\n"
-                  "# output_dir is set on the command line (the job's run folder).\n")
+
+        header = (
+            f"# {self.name}: torchtune {self.config_name if not spec.local_cpu else self.tiny_config}"
+            f" + overrides, profile {spec.profile}. Generated by the cookbook recipe engine.\n"
+            f"# for {spec.script_name or spec.script_stem + '.sbatch'}\n"
+            "# output_dir is set on the command line (the job's run folder).\n"
+        )
         return {self.config_file(spec): header + OmegaConf.to_yaml(self.config(spec))}
 
     def command(self, spec: JobSpec) -> Launch:
@@ -354,10 +410,15 @@ class TorchtuneRecipe(Recipe):
     def checkpoint_filename_format(self, spec: JobSpec) -> str:
         """The model shards' name pattern in the config (``model-{}-of-{}.safetensors``)."""
         from omegaconf import OmegaConf
+
         files = OmegaConf.select(self.config(spec), "checkpointer.checkpoint_files")
         if not (OmegaConf.is_dict(files) and "filename_format" in files):
-            raise SpecError([f"{self.name}: resume needs checkpointer.checkpoint_files as "
-                             "{filename_format, max_filename} (torchtune 0.6.1 reloads them from output_dir)"])
+            raise SpecError(
+                [
+                    f"{self.name}: resume needs checkpointer.checkpoint_files as "
+                    "{filename_format, max_filename} (torchtune 0.6.1 reloads them from output_dir)"
+                ]
+            )
         return str(files.filename_format)
 
 
@@ -376,8 +437,9 @@ class Llama33_70BFull(TorchtuneRecipe):
     model_folder = "Llama-3.3-70B-Instruct"
     resume_model_from_output = True
     planner_settings = {"seq_len": 1024, "micro_batch": 4, "compile": True}
-    planner_source = ("torchtune llama3_3/70B_full_multinode.yaml (max_seq_len 1024 packed, batch_size 4, "
-                      "AC, compile, fused AdamW)")
+    planner_source = (
+        "torchtune llama3_3/70B_full_multinode.yaml (max_seq_len 1024 packed, batch_size 4, AC, compile, fused AdamW)"
+    )
 
 
 class Llama33_70BLora(TorchtuneRecipe):
@@ -389,8 +451,9 @@ class Llama33_70BLora(TorchtuneRecipe):
     tiny_config = "tiny_lora.yaml"
     model_folder = "Llama-3.3-70B-Instruct"
     planner_settings = {"seq_len": 2048, "micro_batch": 2, "lora_rank": 16}
-    planner_source = ("torchtune llama3_3/70B_lora.yaml (rank 16, batch_size 2, AC; max_seq_len null -> "
-                      "planner assumes 2048)")
+    planner_source = (
+        "torchtune llama3_3/70B_lora.yaml (rank 16, batch_size 2, AC; max_seq_len null -> planner assumes 2048)"
+    )
 
 
 register_recipe(Llama33_70BFull())

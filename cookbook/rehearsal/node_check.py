@@ -33,9 +33,11 @@ import time
 from pathlib import Path
 
 SECRET = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)($|_)|_KEY($|_)", re.I)
-ENV_SHOWN = re.compile(r"^(NCCL_|FI_|GLOO_|TORCH_|CUDA_VISIBLE_DEVICES$|OMP_NUM_THREADS$|HF_|TRITON_CACHE_DIR$|"
-                       r"SLURM_CPUS|SLURM_GPUS|SLURM_JOB_NUM_NODES$|SLURM_NODEID$|PYTHONPATH$|VIRTUAL_ENV$|"
-                       r"RECIPE_DIR$|RUN_DIR$|MODEL_DIR$|FLUX_DIR$|T5_DIR$|CLIP_DIR$|TINY_DIR$|UCX_)")
+ENV_SHOWN = re.compile(
+    r"^(NCCL_|FI_|GLOO_|TORCH_|CUDA_VISIBLE_DEVICES$|OMP_NUM_THREADS$|HF_|TRITON_CACHE_DIR$|"
+    r"SLURM_CPUS|SLURM_GPUS|SLURM_JOB_NUM_NODES$|SLURM_NODEID$|PYTHONPATH$|VIRTUAL_ENV$|"
+    r"RECIPE_DIR$|RUN_DIR$|MODEL_DIR$|FLUX_DIR$|T5_DIR$|CLIP_DIR$|TINY_DIR$|UCX_)"
+)
 RDZV_WAIT_S = float(os.environ.get("COOKBOOK_REHEARSE_RDZV_WAIT", "45"))
 
 
@@ -52,7 +54,7 @@ def mask(text: str, secrets: list[str]) -> str:
 def launcher_split(argv: list[str]) -> tuple[list[str], dict[str, str], list[str]]:
     """``["tune", "run", "--nnodes=2", ..., "recipe", ...]`` -> (launcher words, launcher flags, program args)."""
     words = argv[:2] if argv[:2] == ["tune", "run"] else argv[:1]
-    rest = argv[len(words):]
+    rest = argv[len(words) :]
     flags: dict[str, str] = {}
     i = 0
     while i < len(rest) and rest[i].startswith("--"):
@@ -69,8 +71,8 @@ def program_of(words: list[str], args: list[str]) -> tuple[str, list[str]]:
     if words == ["tune", "run"]:
         return "torchtune", args
     if args[:2] == ["-m", "cookbook.local.compat.cpu"] and len(args) > 2:
-        os.environ["COOKBOOK_REHEARSE_LOCAL_CPU"] = "1"   # seen by the --parse child (see parse_in_training_env)
-        return args[2], args[3:]            # local-cpu: torchtune RECIPE ... / torchtitan ...
+        os.environ["COOKBOOK_REHEARSE_LOCAL_CPU"] = "1"  # seen by the --parse child (see parse_in_training_env)
+        return args[2], args[3:]  # local-cpu: torchtune RECIPE ... / torchtitan ...
     if args[:2] == ["-m", "torchtitan.train"]:
         return "torchtitan", args[2:]
     if args and args[0].endswith(".py"):
@@ -86,7 +88,9 @@ def parse_in_training_env(framework: str, args: list[str], keys: list[str]) -> d
     # (``-m cookbook.local.compat.cpu``), which import torchtitan without triton: the parser is reached the same way
     preload = os.environ.get("COOKBOOK_PRELOAD") or (
         "cookbook.local.compat.triton_standin:import_torchtitan_without_triton"
-        if os.environ.get("COOKBOOK_REHEARSE_LOCAL_CPU") and framework == "torchtitan" else None)
+        if os.environ.get("COOKBOOK_REHEARSE_LOCAL_CPU") and framework == "torchtitan"
+        else None
+    )
     if preload:
         mod, _, fn = preload.partition(":")
         getattr(__import__(mod, fromlist=[fn]), fn)()
@@ -105,8 +109,10 @@ def parse_in_training_env(framework: str, args: list[str], keys: list[str]) -> d
         files = OmegaConf.select(cfg, "checkpointer.checkpoint_files", default=None)
         if OmegaConf.is_dict(files) and "filename_format" in files:
             n = int(str(files.max_filename))
-            values["checkpoint_files"] = [str(files.filename_format).format(str(i).zfill(len(str(files.max_filename))),
-                                                                            files.max_filename) for i in range(1, n + 1)]
+            values["checkpoint_files"] = [
+                str(files.filename_format).format(str(i).zfill(len(str(files.max_filename))), files.max_filename)
+                for i in range(1, n + 1)
+            ]
         elif OmegaConf.is_list(files):
             values["checkpoint_files"] = [str(f) for f in files]
     elif framework == "torchtitan":
@@ -120,7 +126,9 @@ def parse_in_training_env(framework: str, args: list[str], keys: list[str]) -> d
             values[key] = node if isinstance(node, (str, int, float, bool, type(None))) else str(node)
         par = cfg.parallelism
         values["tensor_parallel"] = par.tensor_parallel_degree
-        values["fixed_parallel"] = par.tensor_parallel_degree * par.pipeline_parallel_degree * par.context_parallel_degree
+        values["fixed_parallel"] = (
+            par.tensor_parallel_degree * par.pipeline_parallel_degree * par.context_parallel_degree
+        )
         values["replicate"] = par.data_parallel_replicate_degree
         values["shard"] = par.data_parallel_shard_degree
     elif framework == "fsdp":
@@ -128,7 +136,7 @@ def parse_in_training_env(framework: str, args: list[str], keys: list[str]) -> d
 
         spec = importlib.util.spec_from_file_location("cookbook_fsdp_train", args[0])
         module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules[spec.name] = module          # dataclasses in the script look their module up here
+        sys.modules[spec.name] = module  # dataclasses in the script look their module up here
         spec.loader.exec_module(module)  # type: ignore[union-attr]
         ns = module.build_parser().parse_args(args[1:])
         values.update({k: getattr(ns, k, None) for k in keys})
@@ -167,11 +175,15 @@ def gpus(expected: int, uses_gpus: bool) -> tuple[dict, list[str]]:
     if uses_gpus:
         seen = count if count is not None else smi
         if not seen:
-            problems.append(f"no GPU visible (CUDA_VISIBLE_DEVICES={visible!r}): the job asked for GPUs; "
-                            "check #SBATCH --gpus-per-node and the node's gres.conf")
+            problems.append(
+                f"no GPU visible (CUDA_VISIBLE_DEVICES={visible!r}): the job asked for GPUs; "
+                "check #SBATCH --gpus-per-node and the node's gres.conf"
+            )
         elif seen < expected:
-            problems.append(f"--nproc-per-node={expected} but only {seen} GPU(s) visible: lower --gpus-per-node "
-                            "to what the nodes have")
+            problems.append(
+                f"--nproc-per-node={expected} but only {seen} GPU(s) visible: lower --gpus-per-node "
+                "to what the nodes have"
+            )
         if smi is not None and count is not None and smi < count:
             problems.append(f"nvidia-smi lists {smi} GPU(s) but Slurm gave {count}: a GPU is missing or failed")
     return info, problems
@@ -197,9 +209,11 @@ def cpus() -> tuple[dict, list[str]]:
     info = {"affinity": affinity, "step": given, "job_on_node": int(job_cpus) if job_cpus else None}
     problems = []
     if given is not None and job_cpus and given < int(job_cpus):
-        problems.append(f"the launcher's step has {given} CPU(s) but the job has {job_cpus} on this node: pass "
-                        "--cpus-per-task=\"${SLURM_CPUS_PER_TASK:-$SLURM_CPUS_ON_NODE}\" to srun (Slurm 22.05-23.02 "
-                        "srun does not inherit it), else torchrun, its workers and data loaders share them")
+        problems.append(
+            f"the launcher's step has {given} CPU(s) but the job has {job_cpus} on this node: pass "
+            '--cpus-per-task="${SLURM_CPUS_PER_TASK:-$SLURM_CPUS_ON_NODE}" to srun (Slurm 22.05-23.02 '
+            "srun does not inherit it), else torchrun, its workers and data loaders share them"
+        )
     return info, problems
 
 
@@ -213,16 +227,21 @@ def interfaces() -> list[str]:
 
 def interface_problems(names: list[str]) -> tuple[dict, list[str]]:
     """NCCL_SOCKET_IFNAME (prefixes, ``=exact``, ``^exclusions``) and GLOO_SOCKET_IFNAME against this node."""
-    info = {"interfaces": names, "NCCL_SOCKET_IFNAME": os.environ.get("NCCL_SOCKET_IFNAME"),
-            "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME")}
+    info = {
+        "interfaces": names,
+        "NCCL_SOCKET_IFNAME": os.environ.get("NCCL_SOCKET_IFNAME"),
+        "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME"),
+    }
     problems = []
     nccl = info["NCCL_SOCKET_IFNAME"]
     if nccl and not nccl.startswith("^"):
         wanted = [w for w in nccl.split(",") if w]
         ok = [w for w in wanted if (w[1:] in names if w.startswith("=") else any(n.startswith(w) for n in names))]
         if not ok:
-            problems.append(f"NCCL_SOCKET_IFNAME={nccl}: no such interface on this node (it has {', '.join(names)}); "
-                            "unset it to let the script detect the interface, or name one of these")
+            problems.append(
+                f"NCCL_SOCKET_IFNAME={nccl}: no such interface on this node (it has {', '.join(names)}); "
+                "unset it to let the script detect the interface, or name one of these"
+            )
     gloo = info["GLOO_SOCKET_IFNAME"]
     if gloo and any(g not in names for g in gloo.split(",")):
         problems.append(f"GLOO_SOCKET_IFNAME={gloo}: no such interface on this node (it has {', '.join(names)})")
@@ -243,9 +262,14 @@ def rendezvous(endpoint: str, nnodes: int) -> tuple[dict, list[str]]:
             srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             srv.bind((host, port))
         except OSError as e:
-            return info, [f"rendezvous {endpoint}: the head node cannot listen there ({e.strerror}): "
-                          + ("the port is taken by another process; set another --port"
-                             if e.errno == 98 else "the address is not one of this node's")]
+            return info, [
+                f"rendezvous {endpoint}: the head node cannot listen there ({e.strerror}): "
+                + (
+                    "the port is taken by another process; set another --port"
+                    if e.errno == 98
+                    else "the address is not one of this node's"
+                )
+            ]
         srv.listen(64)
         srv.settimeout(1.0)
         seen: list[str] = []
@@ -253,7 +277,7 @@ def rendezvous(endpoint: str, nnodes: int) -> tuple[dict, list[str]]:
         while len(seen) < nnodes - 1 and time.monotonic() < end:
             try:
                 conn, _ = srv.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             with conn:
                 conn.settimeout(5)
@@ -262,9 +286,14 @@ def rendezvous(endpoint: str, nnodes: int) -> tuple[dict, list[str]]:
         srv.close()
         info["reached_by"] = seen
         missing = nnodes - 1 - len(seen)
-        return info, ([f"rendezvous {endpoint}: {missing} node(s) never reached the head node "
-                       f"(reached by: {', '.join(seen) or 'none'}); a firewall or the wrong address"]
-                      if missing > 0 else [])
+        return info, (
+            [
+                f"rendezvous {endpoint}: {missing} node(s) never reached the head node "
+                f"(reached by: {', '.join(seen) or 'none'}); a firewall or the wrong address"
+            ]
+            if missing > 0
+            else []
+        )
     end, err = time.monotonic() + RDZV_WAIT_S, ""
     while time.monotonic() < end:
         try:
@@ -278,35 +307,42 @@ def rendezvous(endpoint: str, nnodes: int) -> tuple[dict, list[str]]:
             err = e.strerror or str(e)
         time.sleep(0.5)
     info["reached"] = False
-    return info, [f"rendezvous {endpoint}: cannot reach the head node from here ({err}): the address must be one "
-                  "every node can route to (not 127.x), and the port open between nodes"]
+    return info, [
+        f"rendezvous {endpoint}: cannot reach the head node from here ({err}): the address must be one "
+        "every node can route to (not 127.x), and the port open between nodes"
+    ]
 
 
 def path_check(label: str, value: str, kind: str, expect: list[str], mounts: list[str]) -> list[str]:
     p = Path(value)
     problems = []
     if not p.is_absolute():
-        return [f"{label}: {value} is a relative path, read from whatever folder the job starts in ({os.getcwd()}): "
-                "give an absolute path on the shared filesystem"]
+        return [
+            f"{label}: {value} is a relative path, read from whatever folder the job starts in ({os.getcwd()}): "
+            "give an absolute path on the shared filesystem"
+        ]
     if not p.exists():
-        return [f"{label}: {value} does not exist on this node ({'folder' if kind == 'dir' else 'file'} expected; "
-                "is it on the shared filesystem every node mounts?)"]
+        return [
+            f"{label}: {value} does not exist on this node ({'folder' if kind == 'dir' else 'file'} expected; "
+            "is it on the shared filesystem every node mounts?)"
+        ]
     if kind == "dir" and not p.is_dir():
         return [f"{label}: {value} is not a folder"]
     if not os.access(value, os.R_OK | (os.X_OK if p.is_dir() else 0)):
         problems.append(f"{label}: {value} is not readable by {os.environ.get('USER', 'this user')} on this node")
     missing = [e for e in expect if not (p / e).exists()]
     if missing:
-        problems.append(f"{label}: {value} lacks {', '.join(missing[:5])}"
-                        + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-                        + " (an incomplete download?)")
+        problems.append(
+            f"{label}: {value} lacks {', '.join(missing[:5])}"
+            + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            + " (an incomplete download?)"
+        )
     if mounts and not any(value == d or value.startswith(d.rstrip("/") + "/") for d in mounts):
         problems.append(f"{label}: {value} is inside no --container-mounts destination ({', '.join(mounts)})")
     return problems
 
 
-def paths(framework: str, values: dict, manifest: dict, mounts: list[str],
-          notes: list[str]) -> tuple[dict, list[str]]:
+def paths(framework: str, values: dict, manifest: dict, mounts: list[str], notes: list[str]) -> tuple[dict, list[str]]:
     shown, problems = {}, []
     for entry in manifest.get("paths", {}).get(framework, []):
         value = values.get(entry["key"])
@@ -316,15 +352,18 @@ def paths(framework: str, values: dict, manifest: dict, mounts: list[str],
         shown[entry["key"]] = value
         looks_local = value.startswith(("/", "./", "../", "~"))
         if entry.get("hub_ok") and not looks_local:
-            continue                       # a Hub id: read from the Hub (or its cache) at start-up
+            continue  # a Hub id: read from the Hub (or its cache) at start-up
         expect = list(entry.get("expect", []))
         if entry["key"] == "checkpointer.checkpoint_dir":
             expect += values.get("checkpoint_files", [])
-        problems += path_check(f"{entry['key']} ({entry['what']})", os.path.expanduser(value), entry["kind"], expect,
-                               mounts)
+        problems += path_check(
+            f"{entry['key']} ({entry['what']})", os.path.expanduser(value), entry["kind"], expect, mounts
+        )
         if value.startswith(("/tmp/", "/dev/shm/")) and int(os.environ.get("SLURM_JOB_NUM_NODES", "1")) > 1:
-            notes.append(f"{entry['key']}: {value} is on node-local storage on most clusters: every node needs its own "
-                         "copy; prefer the shared filesystem")
+            notes.append(
+                f"{entry['key']}: {value} is on node-local storage on most clusters: every node needs its own "
+                "copy; prefer the shared filesystem"
+            )
     run_dir = os.environ.get("RUN_DIR")
     if run_dir:
         try:
@@ -343,8 +382,10 @@ def parallel_problems(framework: str, values: dict, nproc: int, nnodes: int) -> 
     problems = []
     if tp > 1 and nproc % tp:
         key = "tensor_parallel_dim" if framework == "torchtune" else "parallelism.tensor_parallel_degree"
-        problems.append(f"{key}={tp} does not divide the {nproc} processes per node (--nproc-per-node): tensor "
-                        "parallelism stays inside a node; use a divisor of the GPUs per node")
+        problems.append(
+            f"{key}={tp} does not divide the {nproc} processes per node (--nproc-per-node): tensor "
+            "parallelism stays inside a node; use a divisor of the GPUs per node"
+        )
     world = nproc * nnodes
     fixed = int(values.get("fixed_parallel") or tp)
     if world % fixed:
@@ -367,13 +408,16 @@ def config_notes(values: dict, expected: dict, nnodes: int) -> list[str]:
 
 def env_notes(expected: dict) -> list[str]:
     """Profile variables (name -> [value, source]) missing or different here."""
-    return [f"{name}={os.environ.get(name)!r} where the profile sets {value!r} ({source})"
-            for name, (value, source) in expected.items() if os.environ.get(name) != value]
+    return [
+        f"{name}={os.environ.get(name)!r} where the profile sets {value!r} ({source})"
+        for name, (value, source) in expected.items()
+        if os.environ.get(name) != value
+    ]
 
 
 # ------------------------------------------------------------------------------------------ main
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--parse"]:                  # child in the training interpreter
+    if argv[:1] == ["--parse"]:  # child in the training interpreter
         framework, keys, args = argv[1], json.loads(argv[2]), argv[3:]
         try:
             print(json.dumps({"ok": True, "values": parse_in_training_env(framework, args, keys)}, default=str))
@@ -382,8 +426,11 @@ def main(argv: list[str]) -> int:
         return 0
     started = time.monotonic()
     out_dir = Path(os.environ.get("COOKBOOK_REHEARSE_OUT", "."))
-    manifest = json.loads(Path(os.environ["COOKBOOK_REHEARSE_MANIFEST"]).read_text()) \
-        if os.environ.get("COOKBOOK_REHEARSE_MANIFEST") else {}
+    manifest = (
+        json.loads(Path(os.environ["COOKBOOK_REHEARSE_MANIFEST"]).read_text())
+        if os.environ.get("COOKBOOK_REHEARSE_MANIFEST")
+        else {}
+    )
     secrets = secret_values()
     words, flags, args = launcher_split(argv)
     framework, program_args = program_of(words, args)
@@ -391,25 +438,32 @@ def main(argv: list[str]) -> int:
     nnodes = int(flags.get("nnodes", os.environ.get("SLURM_JOB_NUM_NODES", "1")).split(":")[-1])
     mounts = list(manifest.get("mounts", []))
     report: dict[str, object] = {
-        "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()), "host": socket.gethostname(),
-        "nodeid": os.environ.get("SLURM_NODEID"), "framework": framework,
+        "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()),
+        "host": socket.gethostname(),
+        "nodeid": os.environ.get("SLURM_NODEID"),
+        "framework": framework,
         "command": mask(" ".join(argv), secrets),
-        "env": {k: ("set (hidden)" if SECRET.search(k) else mask(v, secrets))
-                for k, v in sorted(os.environ.items()) if ENV_SHOWN.match(k) or SECRET.search(k)},
+        "env": {
+            k: ("set (hidden)" if SECRET.search(k) else mask(v, secrets))
+            for k, v in sorted(os.environ.items())
+            if ENV_SHOWN.match(k) or SECRET.search(k)
+        },
     }
     problems: list[str] = []
     launcher = shutil.which(words[0])
     report["launcher"] = launcher
     if not launcher:
-        problems.append(f"{words[0]} is not on PATH on this node: activate the training environment in the script "
-                        "(render with --venv) or before sbatch")
+        problems.append(
+            f"{words[0]} is not on PATH on this node: activate the training environment in the script "
+            "(render with --venv) or before sbatch"
+        )
     report["gpus"], p = gpus(nproc, bool(manifest.get("uses_gpus", True)))
     problems += p
     report["cpus"], p = cpus()
     problems += p
     report["network"], p = interface_problems(interfaces())
     problems += p
-    if "rdzv-endpoint" in flags:        # first: every node starts it at about the same time
+    if "rdzv-endpoint" in flags:  # first: every node starts it at about the same time
         report["rendezvous"], p = rendezvous(flags["rdzv-endpoint"], nnodes)
         problems += p
     interp = interpreter_of(words[0]) if launcher else None
@@ -417,10 +471,16 @@ def main(argv: list[str]) -> int:
     if interp and framework != "unknown":
         keys = [e["key"] for e in manifest.get("paths", {}).get(framework, [])]
         keys += list(manifest.get("expect_config", {}).get(framework, {}))
-        r = subprocess.run([interp, os.path.abspath(__file__), "--parse", framework, json.dumps(keys), *program_args],
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [interp, os.path.abspath(__file__), "--parse", framework, json.dumps(keys), *program_args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
-        parsed = json.loads(lines[-1]) if lines else {"ok": False, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
+        parsed = (
+            json.loads(lines[-1]) if lines else {"ok": False, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
+        )
         if parsed["ok"]:
             values = parsed["values"]
             report["config"] = "parsed by " + framework
@@ -435,15 +495,20 @@ def main(argv: list[str]) -> int:
         notes += config_notes(values, manifest.get("expect_config", {}).get(framework, {}), nnodes)
     notes += env_notes(manifest.get("expect_env", {}))
     if os.environ.get("SLURM_LABELIO") != "1" or "tee" not in flags:
-        notes.append("log lines are not tagged with node and rank (srun --label, torchrun --role=rank --tee=3): "
-                     "ranks cannot be told apart and a parser may keep another rank's numbers")
+        notes.append(
+            "log lines are not tagged with node and rank (srun --label, torchrun --role=rank --tee=3): "
+            "ranks cannot be told apart and a parser may keep another rank's numbers"
+        )
     report["problems"] = [mask(x, secrets) for x in problems]
     report["notes"] = [mask(x, secrets) for x in notes]
     report["seconds"] = round(time.monotonic() - started, 1)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"node-{report['nodeid'] or '0'}.json").write_text(json.dumps(report, indent=1, default=str))
-    print(f"rehearsal {report['node']}: {'ok' if not problems else str(len(problems)) + ' problem(s)'}"
-          + (f", {len(notes)} note(s)" if notes else ""), flush=True)
+    print(
+        f"rehearsal {report['node']}: {'ok' if not problems else str(len(problems)) + ' problem(s)'}"
+        + (f", {len(notes)} note(s)" if notes else ""),
+        flush=True,
+    )
     return 0
 
 

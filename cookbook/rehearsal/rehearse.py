@@ -27,7 +27,7 @@ from cookbook.templating import render_template
 
 HOOK = "COOKBOOK_REHEARSE"
 NODE_CHECK = Path(__file__).with_name("node_check.py")
-CHECK_TEMPLATE = "rehearse_node_check.sh.j2"     # templates/: the launcher stand-in that starts NODE_CHECK
+CHECK_TEMPLATE = "rehearse_node_check.sh.j2"  # templates/: the launcher stand-in that starts NODE_CHECK
 _HEADER = re.compile(r"^# (?P<recipe>\S+) \((?P<framework>\w+)\), profile (?P<profile>[\w-]+):", re.M)
 
 
@@ -42,7 +42,7 @@ class NodeReport:
     node: str
     data: dict = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)      # worth reading, not failing (e.g. a changed default)
+    notes: list[str] = field(default_factory=list)  # worth reading, not failing (e.g. a changed default)
 
     @property
     def ok(self) -> bool:
@@ -57,7 +57,7 @@ class RehearsalReport:
     job_id: str | None
     state: str
     nodes: list[NodeReport]
-    problems: list[str] = field(default_factory=list)    # not tied to a node (before submission, the job)
+    problems: list[str] = field(default_factory=list)  # not tied to a node (before submission, the job)
     folder: Path | None = None
 
     @property
@@ -71,17 +71,26 @@ class RehearsalReport:
             d = n.data
             g, c, net = d.get("gpus", {}), d.get("cpus", {}), d.get("network", {})
             rdzv = d.get("rendezvous", {})
-            out.append({
-                "node": n.node, "host": str(d.get("host", "?")),
-                "gpus": f"{g.get('visible')}" + (f" (smi {g['nvidia_smi']})" if g.get("nvidia_smi") is not None else ""),
-                "cpus": f"{c.get('step') or c.get('affinity')}/{c.get('job_on_node')}",
-                "rendezvous": ("head, reached by " + str(len(rdzv.get("reached_by", []))) if rdzv.get("head")
-                               else ("reached" if rdzv.get("reached") else "-")) if rdzv else "-",
-                "config": str(d.get("config", "-")),
-                "paths": str(len(d.get("paths", {}))),
-                "interface": str(net.get("NCCL_SOCKET_IFNAME") or "-"),
-                "result": "ok" if n.ok else f"{len(n.problems)} problem(s)",
-            })
+            out.append(
+                {
+                    "node": n.node,
+                    "host": str(d.get("host", "?")),
+                    "gpus": f"{g.get('visible')}"
+                    + (f" (smi {g['nvidia_smi']})" if g.get("nvidia_smi") is not None else ""),
+                    "cpus": f"{c.get('step') or c.get('affinity')}/{c.get('job_on_node')}",
+                    "rendezvous": (
+                        "head, reached by " + str(len(rdzv.get("reached_by", [])))
+                        if rdzv.get("head")
+                        else ("reached" if rdzv.get("reached") else "-")
+                    )
+                    if rdzv
+                    else "-",
+                    "config": str(d.get("config", "-")),
+                    "paths": str(len(d.get("paths", {}))),
+                    "interface": str(net.get("NCCL_SOCKET_IFNAME") or "-"),
+                    "result": "ok" if n.ok else f"{len(n.problems)} problem(s)",
+                }
+            )
         return out
 
     def table(self) -> str:
@@ -144,47 +153,65 @@ def manifest(text: str) -> dict:
     expect_config: dict[str, dict] = {}
     if recipe is not None:
         spec = JobSpec(recipe=recipe.name, profile=profile, gpus_per_node=0 if profile == "local-cpu" else 8)
-        entries = [{"key": sp.key, "kind": sp.kind, "what": sp.what, "expect": list(sp.expect), "hub_ok": sp.hub_ok}
-                   for sp in recipe.read_paths(spec)]
+        entries = [
+            {"key": sp.key, "kind": sp.kind, "what": sp.what, "expect": list(sp.expect), "hub_ok": sp.hub_ok}
+            for sp in recipe.read_paths(spec)
+        ]
         paths[recipe.framework] = entries
         expect_config[recipe.framework] = {k: list(v) for k, v in recipe.expected_config(spec).items()}
     expect_env = {v.name: [v.value, v.source] for v in PROFILES[profile].env if not v.expand} if header else {}
-    return {"recipe": recipe.name if recipe else None, "profile": profile, "paths": paths,
-            "expect_config": expect_config, "expect_env": expect_env,
-            "uses_gpus": bool(sbatch_value(text, "gpus-per-node") or sbatch_value(text, "gres")
-                              or sbatch_value(text, "gpus")),
-            "mounts": container_mounts(text)}
+    return {
+        "recipe": recipe.name if recipe else None,
+        "profile": profile,
+        "paths": paths,
+        "expect_config": expect_config,
+        "expect_env": expect_env,
+        "uses_gpus": bool(
+            sbatch_value(text, "gpus-per-node") or sbatch_value(text, "gres") or sbatch_value(text, "gpus")
+        ),
+        "mounts": container_mounts(text),
+    }
 
 
 def possibly_empty_arrays(text: str) -> list[str]:
     """Arrays the script expands as ``"${A[@]}"`` although they may be empty (declared ``A=()`` or filled by
     ``mapfile``): under ``set -u`` bash before 4.4 aborts there with "unbound variable"."""
-    names = set(re.findall(r"\b([A-Za-z_]\w*)=\(\)", text)) | set(re.findall(r"mapfile\s+(?:-\w+\s+)*([A-Za-z_]\w*)", text))
-    return sorted(n for n in names if re.search(r'(?<!\+)"\$\{%s\[@\]\}"' % re.escape(n), text))
+    names = set(re.findall(r"\b([A-Za-z_]\w*)=\(\)", text)) | set(
+        re.findall(r"mapfile\s+(?:-\w+\s+)*([A-Za-z_]\w*)", text)
+    )
+    return sorted(n for n in names if re.search(r'(?<!\+)"\$\{' + re.escape(n) + r'\[@\]\}"', text))
 
 
 def static_problems(text: str, script: Path | None = None) -> list[str]:
     """Problems found in the script's text (and the files it names) before anything is submitted."""
     problems = []
     for name in possibly_empty_arrays(text):
-        problems.append(f"\"${{{name}[@]}}\" may be an empty array: bash before 4.4 (RHEL/CentOS 7, Amazon Linux 2) "
-                        f"aborts with 'unbound variable' under set -u; write ${{{name}[@]+\"${{{name}[@]}}\"}}")
+        problems.append(
+            f'"${{{name}[@]}}" may be an empty array: bash before 4.4 (RHEL/CentOS 7, Amazon Linux 2) '
+            f"aborts with 'unbound variable' under set -u; write ${{{name}[@]+\"${{{name}[@]}}\"}}"
+        )
     if re.search(r"scontrol show hostnames[^\n|]*\|\s*head\b", text):
-        problems.append("the head node is taken with `scontrol show hostnames | head`: under set -o pipefail "
-                        "scontrol dies of SIGPIPE on large allocations; use awk 'NR == 1'")
+        problems.append(
+            "the head node is taken with `scontrol show hostnames | head`: under set -o pipefail "
+            "scontrol dies of SIGPIPE on large allocations; use awk 'NR == 1'"
+        )
     if script is not None:
         output = sbatch_value(text, "output")
         folder = Path(output).parent if output else None
         if folder is not None and not folder.is_absolute() and not (script.parent / folder).is_dir():
-            problems.append(f"#SBATCH --output={output}: Slurm does not create {folder}/, so plain `sbatch` of this "
-                            "script fails with no log at all; write the log where sbatch runs (--output=%x-%j.out)")
+            problems.append(
+                f"#SBATCH --output={output}: Slurm does not create {folder}/, so plain `sbatch` of this "
+                "script fails with no log at all; write the log where sbatch runs (--output=%x-%j.out)"
+            )
         m = re.search(r"--config\s+\\?\s*\"\$\{RECIPE_DIR\}\"/(\S+?\.yaml)", text)
         config = script.parent / m.group(1) if m else None
         if config is not None and config.is_file():
             owner = re.search(r"^# for (\S+)$", config.read_text(errors="replace"), re.M)
             if owner and owner.group(1) != script.name:
-                problems.append(f"{config.name} was written for {owner.group(1)}, not {script.name}: a second render "
-                                "into this folder replaced this script's config; render each job into its own name")
+                problems.append(
+                    f"{config.name} was written for {owner.group(1)}, not {script.name}: a second render "
+                    "into this folder replaced this script's config; render each job into its own name"
+                )
     return problems
 
 
@@ -196,8 +223,13 @@ def script_folders(text: str, env: dict[str, str], submit_dir: Path) -> dict[str
         return {}
     names = m.group(2).split()
     show = "".join(f'printf "%s=%s\\n" {n} "${{{n}:-}}"\n' for n in names)
-    r = subprocess.run(["bash", "-c", f"set -u\n{m.group(1)}\n{show}"], capture_output=True, text=True, timeout=30,
-                       env={**env, "SLURM_SUBMIT_DIR": str(submit_dir)})
+    r = subprocess.run(
+        ["bash", "-c", f"set -u\n{m.group(1)}\n{show}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**env, "SLURM_SUBMIT_DIR": str(submit_dir)},
+    )
     return dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line) if r.returncode == 0 else {}
 
 
@@ -209,13 +241,17 @@ def container_problems(text: str, client: SlurmClient, submit_dir: Path) -> list
     problems = []
     r = client.run("srun", "--help", check=False)
     if "--container-image" not in r.stdout + r.stderr:
-        problems.append("the script runs in a container (--container-image) but this cluster's srun has no such "
-                        "option (the pyxis plugin is not installed): srun would fail at launch")
+        problems.append(
+            "the script runs in a container (--container-image) but this cluster's srun has no such "
+            "option (the pyxis plugin is not installed): srun would fail at launch"
+        )
     mounts = container_mounts(text)
     for name, value in script_folders(text, dict(client.env), submit_dir).items():
         if value.startswith("/") and not any(value == d or value.startswith(d.rstrip("/") + "/") for d in mounts):
-            problems.append(f"{name}={value} is inside no --container-mounts destination ({', '.join(mounts) or 'none'}):"
-                            f" inside the container it does not exist; add {value}:{value} to the mounts")
+            problems.append(
+                f"{name}={value} is inside no --container-mounts destination ({', '.join(mounts) or 'none'}):"
+                f" inside the container it does not exist; add {value}:{value} to the mounts"
+            )
     return problems
 
 
@@ -232,8 +268,13 @@ class Rehearsal:
     problems: list[str]
 
 
-def start_rehearsal(script: str | os.PathLike, client: SlurmClient | None = None, time_limit: str = "00:05:00",
-                    folder: str | os.PathLike | None = None, env: dict[str, str] | None = None) -> Rehearsal:
+def start_rehearsal(
+    script: str | os.PathLike,
+    client: SlurmClient | None = None,
+    time_limit: str = "00:05:00",
+    folder: str | os.PathLike | None = None,
+    env: dict[str, str] | None = None,
+) -> Rehearsal:
     """Submit ``script`` with its launcher replaced by the node check; return without waiting.
 
     ``env`` adds to the environment the job inherits (as ``export X=...`` before ``sbatch`` would).
@@ -244,8 +285,9 @@ def start_rehearsal(script: str | os.PathLike, client: SlurmClient | None = None
         raise RehearsalError(f"{script}: no such script (render one with `cookbook render RECIPE -o FILE`)")
     text = script.read_text(errors="replace")
     if HOOK not in text:
-        raise RehearsalError(f"{script}: not a cookbook script with the rehearsal hook ({HOOK}); "
-                             "render it again with `cookbook render`")
+        raise RehearsalError(
+            f"{script}: not a cookbook script with the rehearsal hook ({HOOK}); render it again with `cookbook render`"
+        )
     problems = static_problems(text, script)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(folder).resolve() if folder else script.parent / ".rehearsal" / f"{script.stem}-{stamp}-{os.getpid()}"
@@ -256,14 +298,20 @@ def start_rehearsal(script: str | os.PathLike, client: SlurmClient | None = None
     check.chmod(0o755)
     (out / "manifest.json").write_text(json.dumps(manifest(text), indent=1))
     base = dict(client.env) if client is not None else dict(os.environ)
-    job_env = {**base, **(env or {}), HOOK: str(check), f"{HOOK}_OUT": str(out / "reports"),
-               f"{HOOK}_MANIFEST": str(out / "manifest.json")}
+    job_env = {
+        **base,
+        **(env or {}),
+        HOOK: str(check),
+        f"{HOOK}_OUT": str(out / "reports"),
+        f"{HOOK}_MANIFEST": str(out / "manifest.json"),
+    }
     job_env.setdefault("RECIPE_DIR", str(script.parent))
     runner = SlurmClient(job_env, timeout=client.timeout if client else 60)
     problems += container_problems(text, runner, script.parent)
     try:
-        job_id = runner.submit(script, f"--time={time_limit}", f"--output={out}/rehearsal-%j.out", "--no-requeue",
-                               cwd=script.parent)
+        job_id = runner.submit(
+            script, f"--time={time_limit}", f"--output={out}/rehearsal-%j.out", "--no-requeue", cwd=script.parent
+        )
     except SlurmError as e:
         raise RehearsalError(f"Slurm refused the script: {' '.join((e.stderr or str(e)).split())}") from e
     return Rehearsal(script, text, job_id, out, runner, problems)
@@ -279,14 +327,22 @@ def finish_rehearsal(r: Rehearsal, timeout: float = 600) -> RehearsalReport:
     if missing > 0 or info.state != "COMPLETED":
         log = r.folder / f"rehearsal-{r.job_id}.out"
         tail = read_output(log, tail_lines=8).strip() if log.exists() else "(no log)"
-        problems.append(f"job {r.job_id} ended {info.state}" + (f"; {missing} node(s) wrote no report" if missing > 0
-                                                                 else "") + f". Log tail:\n{tail}")
+        problems.append(
+            f"job {r.job_id} ended {info.state}"
+            + (f"; {missing} node(s) wrote no report" if missing > 0 else "")
+            + f". Log tail:\n{tail}"
+        )
     return RehearsalReport(r.script, r.job_id, info.state, nodes, problems, r.folder)
 
 
-def rehearse(script: str | os.PathLike, client: SlurmClient | None = None, timeout: float = 600,
-             time_limit: str = "00:05:00", folder: str | os.PathLike | None = None,
-             env: dict[str, str] | None = None) -> RehearsalReport:
+def rehearse(
+    script: str | os.PathLike,
+    client: SlurmClient | None = None,
+    timeout: float = 600,
+    time_limit: str = "00:05:00",
+    folder: str | os.PathLike | None = None,
+    env: dict[str, str] | None = None,
+) -> RehearsalReport:
     """Submit ``script`` with its launcher replaced by the node check, wait, and collect every node's report
     (:func:`start_rehearsal` + :func:`finish_rehearsal`)."""
     return finish_rehearsal(start_rehearsal(script, client, time_limit, folder, env), timeout)
@@ -297,5 +353,7 @@ def collect(reports: Path) -> list[NodeReport]:
     nodes = []
     for path in sorted(reports.glob("node-*.json"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0)):
         data = json.loads(path.read_text())
-        nodes.append(NodeReport(str(data.get("node")), data, list(data.get("problems", [])), list(data.get("notes", []))))
+        nodes.append(
+            NodeReport(str(data.get("node")), data, list(data.get("problems", [])), list(data.get("notes", [])))
+        )
     return nodes

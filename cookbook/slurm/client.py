@@ -10,14 +10,25 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
-TERMINAL_STATES = frozenset({
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
-    "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED",
-})
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "SPECIAL_EXIT",
+        "REVOKED",
+    }
+)
 
 
 class SlurmError(RuntimeError):
@@ -37,10 +48,10 @@ class JobInfo:
     """What Slurm knows about one job."""
 
     job_id: str
-    state: str                 # e.g. PENDING, RUNNING, COMPLETED, TIMEOUT (CANCELLED by ... -> CANCELLED)
-    exit_code: str = ""        # "0:0" where known
-    nodes: str = ""            # node list, or the pending reason
-    source: str = "squeue"     # squeue, scontrol, sacct or jobcomp
+    state: str  # e.g. PENDING, RUNNING, COMPLETED, TIMEOUT (CANCELLED by ... -> CANCELLED)
+    exit_code: str = ""  # "0:0" where known
+    nodes: str = ""  # node list, or the pending reason
+    source: str = "squeue"  # squeue, scontrol, sacct or jobcomp
 
     @property
     def done(self) -> bool:
@@ -60,11 +71,16 @@ class SlurmClient:
         """Run one Slurm command; raise :class:`SlurmError` with Slurm's message on failure."""
         exe = shutil.which(args[0], path=self.env["PATH"])
         if exe is None:
-            raise SlurmError(args, 127, f"{args[0]} not found: is this a Slurm login node? "
-                             "(locally: `cookbook cluster up` and `eval $(cookbook cluster env)`)")
+            raise SlurmError(
+                args,
+                127,
+                f"{args[0]} not found: is this a Slurm login node? "
+                "(locally: `cookbook cluster up` and `eval $(cookbook cluster env)`)",
+            )
         try:
-            r = subprocess.run([exe, *args[1:]], capture_output=True, text=True, env=self.env,
-                               timeout=self.timeout, input=input)
+            r = subprocess.run(
+                [exe, *args[1:]], capture_output=True, text=True, env=self.env, timeout=self.timeout, input=input
+            )
         except subprocess.TimeoutExpired as e:
             raise SlurmError(args, 124, f"no answer within {self.timeout:.0f} s") from e
         if check and r.returncode != 0:
@@ -99,19 +115,22 @@ class SlurmClient:
             info = JobInfo(job_id, state, "", where, "squeue")
             return self._with_exit_code(info) if info.done else info
         for source, flags in (("sacct", []), ("jobcomp", ["-c"])):
-            r = self.run("sacct", *flags, "-n", "-X", "-P", "-j", job_id, "-o", "JobID,State,ExitCode,NodeList",
-                         check=False)
+            r = self.run(
+                "sacct", *flags, "-n", "-X", "-P", "-j", job_id, "-o", "JobID,State,ExitCode,NodeList", check=False
+            )
             rows = [ln.split("|") for ln in r.stdout.splitlines() if ln.startswith(job_id)]
             if r.returncode == 0 and rows:
                 _, state, code, nodes = rows[-1][:4]
                 return JobInfo(job_id, state.split()[0], code, nodes, source)
-        raise SlurmError(["squeue", "-j", job_id], 1, f"job {job_id} is unknown to squeue, sacct and the "
-                         "job-completion log")
+        raise SlurmError(
+            ["squeue", "-j", job_id], 1, f"job {job_id} is unknown to squeue, sacct and the job-completion log"
+        )
 
     def _with_exit_code(self, info: JobInfo) -> JobInfo:
         fields = self.show_job(info.job_id)
-        return JobInfo(info.job_id, info.state, fields.get("ExitCode", ""), fields.get("NodeList", info.nodes),
-                       info.source)
+        return JobInfo(
+            info.job_id, info.state, fields.get("ExitCode", ""), fields.get("NodeList", info.nodes), info.source
+        )
 
     def show_job(self, job_id: str) -> dict[str, str]:
         """``scontrol show job`` as a dict (empty once Slurm forgot the job)."""
@@ -130,8 +149,9 @@ class SlurmClient:
         out = self.show_job(job_id).get("StdOut")
         return Path(out) if out else None
 
-    def wait(self, job_id: str, timeout: float = 3600, poll: float = 1.0,
-             until: frozenset[str] = TERMINAL_STATES) -> JobInfo:
+    def wait(
+        self, job_id: str, timeout: float = 3600, poll: float = 1.0, until: frozenset[str] = TERMINAL_STATES
+    ) -> JobInfo:
         """Poll until the job reaches one of ``until`` (a terminal state by default)."""
         end = time.monotonic() + timeout
         while True:

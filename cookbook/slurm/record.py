@@ -36,6 +36,13 @@ class JobRecord:
         """The job recorded in ``folder/job.json`` (``folder`` may also be the file itself)."""
         p = Path(folder)
         data = json.loads((p if p.is_file() else p / JOB_FILE).read_text())
-        return cls(job_id=data["job_id"], script=Path(data["script"]), log=Path(data["log"]),
-                   run_dir=Path(data["run_dir"]), recipe=data["recipe"], profile=data["profile"],
-                   name=data["name"], submitted=data.get("submitted", ""))
+        return cls(
+            job_id=data["job_id"],
+            script=Path(data["script"]),
+            log=Path(data["log"]),
+            run_dir=Path(data["run_dir"]),
+            recipe=data["recipe"],
+            profile=data["profile"],
+            name=data["name"],
+            submitted=data.get("submitted", ""),
+        )

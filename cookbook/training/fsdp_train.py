@@ -43,10 +43,10 @@ import shutil
 import socket
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -61,46 +61,86 @@ log = logging.getLogger("fsdp_train")
 class ModelShape:
     """One model from the shape table (the AWS FSDP guide's table, checked against the HF configs)."""
 
-    family: str                 # llama | mistral | mixtral (the transformers config class)
+    family: str  # llama | mistral | mixtral (the transformers config class)
     hidden: int
     intermediate: int
     layers: int
     heads: int
     kv_heads: int
-    max_context: int            # default --seq_len
+    max_context: int  # default --seq_len
     vocab: int
     rope_theta: float
-    tokenizer: str | None       # the model's own tokenizer (hub id); None: --tokenizer is required
+    tokenizer: str | None  # the model's own tokenizer (hub id); None: --tokenizer is required
     tie_embeddings: bool = False
-    experts: int = 0            # MoE: experts per layer, and experts each token uses
+    experts: int = 0  # MoE: experts per layer, and experts each token uses
     experts_per_token: int = 0
-    llama3_rope: bool = False   # Llama 3.1/3.2 rope scaling (factor 8; 3.2: 32)
+    llama3_rope: bool = False  # Llama 3.1/3.2 rope scaling (factor 8; 3.2: 32)
     rope_factor: float = 8.0
-    strict_vocab: bool = True   # refuse a tokenizer with far fewer tokens than the vocabulary
+    strict_vocab: bool = True  # refuse a tokenizer with far fewer tokens than the vocabulary
 
 
 SHAPES: dict[str, ModelShape] = {
     "llama2_7b": ModelShape("llama", 4096, 11008, 32, 32, 32, 4096, 32000, 1e4, "meta-llama/Llama-2-7b-hf"),
     "llama2_13b": ModelShape("llama", 5120, 13824, 40, 40, 40, 4096, 32000, 1e4, "meta-llama/Llama-2-13b-hf"),
     "llama2_70b": ModelShape("llama", 8192, 28672, 80, 64, 8, 4096, 32000, 1e4, "meta-llama/Llama-2-70b-hf"),
-    "llama3_1_8b": ModelShape("llama", 4096, 14336, 32, 32, 8, 8192, 128256, 5e5, "meta-llama/Llama-3.1-8B",
-                              llama3_rope=True),
-    "llama3_1_70b": ModelShape("llama", 8192, 28672, 80, 64, 8, 8192, 128256, 5e5, "meta-llama/Llama-3.1-70B",
-                               llama3_rope=True),
-    "llama3_2_1b": ModelShape("llama", 2048, 8192, 16, 32, 8, 8192, 128256, 5e5, "meta-llama/Llama-3.2-1B",
-                              tie_embeddings=True, llama3_rope=True, rope_factor=32.0),
+    "llama3_1_8b": ModelShape(
+        "llama", 4096, 14336, 32, 32, 8, 8192, 128256, 5e5, "meta-llama/Llama-3.1-8B", llama3_rope=True
+    ),
+    "llama3_1_70b": ModelShape(
+        "llama", 8192, 28672, 80, 64, 8, 8192, 128256, 5e5, "meta-llama/Llama-3.1-70B", llama3_rope=True
+    ),
+    "llama3_2_1b": ModelShape(
+        "llama",
+        2048,
+        8192,
+        16,
+        32,
+        8,
+        8192,
+        128256,
+        5e5,
+        "meta-llama/Llama-3.2-1B",
+        tie_embeddings=True,
+        llama3_rope=True,
+        rope_factor=32.0,
+    ),
     # The AWS table says intermediate 11008 for 3.2 3B; the released config (and Meta's) is 8192.
-    "llama3_2_3b": ModelShape("llama", 3072, 8192, 28, 24, 8, 8192, 128256, 5e5, "meta-llama/Llama-3.2-3B",
-                              tie_embeddings=True, llama3_rope=True, rope_factor=32.0),
+    "llama3_2_3b": ModelShape(
+        "llama",
+        3072,
+        8192,
+        28,
+        24,
+        8,
+        8192,
+        128256,
+        5e5,
+        "meta-llama/Llama-3.2-3B",
+        tie_embeddings=True,
+        llama3_rope=True,
+        rope_factor=32.0,
+    ),
     "mistral_7b": ModelShape("mistral", 4096, 14336, 32, 32, 8, 8192, 32000, 1e4, "mistralai/Mistral-7B-v0.1"),
-    "mathstral_7b": ModelShape("mistral", 4096, 14336, 32, 32, 8, 32768, 32768, 1e6,
-                               "mistralai/Mathstral-7B-v0.1"),
-    "mixtral_8x7b": ModelShape("mixtral", 4096, 14336, 32, 32, 8, 32768, 32000, 1e6,
-                               "mistralai/Mixtral-8x7B-v0.1", experts=8, experts_per_token=2),
+    "mathstral_7b": ModelShape("mistral", 4096, 14336, 32, 32, 8, 32768, 32768, 1e6, "mistralai/Mathstral-7B-v0.1"),
+    "mixtral_8x7b": ModelShape(
+        "mixtral",
+        4096,
+        14336,
+        32,
+        32,
+        8,
+        32768,
+        32000,
+        1e6,
+        "mistralai/Mixtral-8x7B-v0.1",
+        experts=8,
+        experts_per_token=2,
+    ),
     # Local runs on CPU: a Llama-3 architecture small enough for two CPU ranks.
     "tiny": ModelShape("llama", 64, 128, 2, 4, 2, 128, 512, 5e5, None, strict_vocab=False),
-    "tiny_moe": ModelShape("mixtral", 64, 96, 2, 4, 2, 128, 512, 1e6, None, experts=4, experts_per_token=2,
-                           strict_vocab=False),
+    "tiny_moe": ModelShape(
+        "mixtral", 64, 96, 2, 4, 2, 128, 512, 1e6, None, experts=4, experts_per_token=2, strict_vocab=False
+    ),
 }
 
 
@@ -108,26 +148,44 @@ def model_config(shape: ModelShape, seq_len: int):
     """The transformers config for a shape (no download: everything comes from the table)."""
     from transformers import LlamaConfig, MistralConfig, MixtralConfig
 
-    common = dict(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
-                  num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
-                  num_key_value_heads=shape.kv_heads,
-                  max_position_embeddings=max(131072 if shape.llama3_rope else shape.max_context, seq_len),
-                  rms_norm_eps=1e-5, initializer_range=0.02, tie_word_embeddings=shape.tie_embeddings,
-                  use_cache=False)
+    common = dict(
+        vocab_size=shape.vocab,
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        max_position_embeddings=max(131072 if shape.llama3_rope else shape.max_context, seq_len),
+        rms_norm_eps=1e-5,
+        initializer_range=0.02,
+        tie_word_embeddings=shape.tie_embeddings,
+        use_cache=False,
+    )
     if shape.family == "llama":
         rope: dict = {"rope_type": "default", "rope_theta": shape.rope_theta}
         if shape.llama3_rope:
-            rope = {"rope_type": "llama3", "rope_theta": shape.rope_theta, "factor": shape.rope_factor,
-                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                    "original_max_position_embeddings": 8192}
+            rope = {
+                "rope_type": "llama3",
+                "rope_theta": shape.rope_theta,
+                "factor": shape.rope_factor,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            }
         cfg = LlamaConfig(**common, rope_parameters=rope)
     elif shape.family == "mistral":
-        cfg = MistralConfig(**common, rope_parameters={"rope_type": "default", "rope_theta": shape.rope_theta},
-                            sliding_window=None)
+        cfg = MistralConfig(
+            **common, rope_parameters={"rope_type": "default", "rope_theta": shape.rope_theta}, sliding_window=None
+        )
     elif shape.family == "mixtral":
-        cfg = MixtralConfig(**common, rope_parameters={"rope_type": "default", "rope_theta": shape.rope_theta},
-                            num_local_experts=shape.experts, num_experts_per_tok=shape.experts_per_token,
-                            sliding_window=None, output_router_logits=False)
+        cfg = MixtralConfig(
+            **common,
+            rope_parameters={"rope_type": "default", "rope_theta": shape.rope_theta},
+            num_local_experts=shape.experts,
+            num_experts_per_tok=shape.experts_per_token,
+            sliding_window=None,
+            output_router_logits=False,
+        )
     else:
         raise ValueError(f"unknown model family {shape.family!r}")
     cfg._attn_implementation = "sdpa"
@@ -140,14 +198,18 @@ def model_config(shape: ModelShape, seq_len: int):
 def check_tokenizer(n_tokens: int, shape: ModelShape, name: str, tokenizer_path: str) -> None:
     """Refuse a tokenizer that does not belong to the model (SystemExit with what to do)."""
     if n_tokens > shape.vocab:
-        raise SystemExit(f"tokenizer {tokenizer_path} has {n_tokens} tokens but model {name} has a vocabulary "
-                         f"of {shape.vocab}: token ids would fall outside the embedding table. Use the model's "
-                         f"own tokenizer ({shape.tokenizer or 'one with at most ' + str(shape.vocab) + ' tokens'}).")
+        raise SystemExit(
+            f"tokenizer {tokenizer_path} has {n_tokens} tokens but model {name} has a vocabulary "
+            f"of {shape.vocab}: token ids would fall outside the embedding table. Use the model's "
+            f"own tokenizer ({shape.tokenizer or 'one with at most ' + str(shape.vocab) + ' tokens'})."
+        )
     if shape.strict_vocab and n_tokens < 0.9 * shape.vocab:
-        raise SystemExit(f"tokenizer {tokenizer_path} has {n_tokens} tokens but model {name} has a vocabulary "
-                         f"of {shape.vocab}: this is another model family's tokenizer (e.g. Llama 2's 32000 for "
-                         f"Llama 3's 128256). Use {shape.tokenizer}, or pass --allow_vocab_mismatch=1 if you "
-                         "really mean it.")
+        raise SystemExit(
+            f"tokenizer {tokenizer_path} has {n_tokens} tokens but model {name} has a vocabulary "
+            f"of {shape.vocab}: this is another model family's tokenizer (e.g. Llama 2's 32000 for "
+            f"Llama 3's 128256). Use {shape.tokenizer}, or pass --allow_vocab_mismatch=1 if you "
+            "really mean it."
+        )
 
 
 def load_tokenizer(path: str):
@@ -156,8 +218,10 @@ def load_tokenizer(path: str):
     try:
         return AutoTokenizer.from_pretrained(path)
     except OSError as e:  # gated / missing / offline
-        raise SystemExit(f"cannot load tokenizer {path!r}: {e}\nFor gated models export HF_TOKEN (after "
-                         "accepting the licence on the model page) or pass --tokenizer=/local/folder.") from e
+        raise SystemExit(
+            f"cannot load tokenizer {path!r}: {e}\nFor gated models export HF_TOKEN (after "
+            "accepting the licence on the model page) or pass --tokenizer=/local/folder."
+        ) from e
 
 
 # --------------------------------------------------------------------------------------------- data
@@ -204,10 +268,12 @@ def local_data_files(path: Path, split: str, config: str | None) -> tuple[str, l
             kinds.setdefault(kind, []).append(str(f))
     if len(kinds) != 1:
         found = ", ".join(kinds) or "none"
-        raise SystemExit(f"dataset folder {path}: need files of one kind (.json/.jsonl/.txt/.parquet, "
-                         f"optionally .gz); found kinds: {found}")
+        raise SystemExit(
+            f"dataset folder {path}: need files of one kind (.json/.jsonl/.txt/.parquet, "
+            f"optionally .gz); found kinds: {found}"
+        )
     kind, names = next(iter(kinds.items()))
-    if any(split in Path(n).name for n in names):      # C4 layout: c4-train.*.json.gz next to c4-validation.*
+    if any(split in Path(n).name for n in names):  # C4 layout: c4-train.*.json.gz next to c4-validation.*
         names = [n for n in names if split in Path(n).name]
     return kind, names
 
@@ -222,13 +288,22 @@ def open_stream(dataset: str, config: str | None, split: str):
     return load_dataset(dataset, config, split=split, streaming=True)
 
 
-def rank_documents(dataset: str, config: str | None, split: str, text_field: str, rank: int, world_size: int,
-                   seed: int, epoch: int, shuffle_buffer: int) -> Iterator[str]:
+def rank_documents(
+    dataset: str,
+    config: str | None,
+    split: str,
+    text_field: str,
+    rank: int,
+    world_size: int,
+    seed: int,
+    epoch: int,
+    shuffle_buffer: int,
+) -> Iterator[str]:
     """This rank's documents for one epoch: a disjoint part of the stream, shuffled with the rank's seed."""
     ds = open_stream(dataset, config, split)
-    if ds.num_shards >= world_size:          # whole files per rank: each rank reads only its own files
+    if ds.num_shards >= world_size:  # whole files per rank: each rank reads only its own files
         rows = iter(ds.shard(num_shards=world_size, index=rank, contiguous=False))
-    else:                                    # fewer files than ranks: every world_size-th document
+    else:  # fewer files than ranks: every world_size-th document
         rows = rank_slice(iter(ds), rank, world_size)
     texts = (row[text_field] for row in rows)
     return buffer_shuffle(texts, shuffle_buffer, random.Random(rank_seed(seed, rank, epoch)))
@@ -242,8 +317,14 @@ class PackedBatches:
     have trained on.
     """
 
-    def __init__(self, documents: Callable[[int], Iterator[str]], encode: Callable[[str], list[int]],
-                 batch_size: int, seq_len: int, state: dict | None = None):
+    def __init__(
+        self,
+        documents: Callable[[int], Iterator[str]],
+        encode: Callable[[str], list[int]],
+        batch_size: int,
+        seq_len: int,
+        state: dict | None = None,
+    ):
         self.documents, self.encode = documents, encode
         self.need = batch_size * (seq_len + 1)
         self.batch_size, self.seq_len = batch_size, seq_len
@@ -262,15 +343,16 @@ class PackedBatches:
             except StopIteration:
                 empty_epochs = empty_epochs + 1 if self.docs == 0 else 1
                 if empty_epochs > 1:
-                    raise SystemExit("this rank's share of the dataset is empty: use more documents or "
-                                     "fewer ranks") from None
+                    raise SystemExit(
+                        "this rank's share of the dataset is empty: use more documents or fewer ranks"
+                    ) from None
                 self.epoch, self.docs = self.epoch + 1, 0
                 log.info("data: starting epoch %d", self.epoch)
                 self._it = iter(self.documents(self.epoch))
                 continue
             self.docs += 1
             self.carry.extend(self.encode(text))
-        out, self.carry = self.carry[:self.need], self.carry[self.need:]
+        out, self.carry = self.carry[: self.need], self.carry[self.need :]
         return torch.tensor(out, dtype=torch.long).view(self.batch_size, self.seq_len + 1)
 
 
@@ -327,8 +409,12 @@ class TrainState:
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        return {"model": model_sd, "optim": optim_sd, "scheduler": self.scheduler.state_dict(),
-                "step": torch.tensor(self.step)}
+        return {
+            "model": model_sd,
+            "optim": optim_sd,
+            "scheduler": self.scheduler.state_dict(),
+            "step": torch.tensor(self.step),
+        }
 
     def load_state_dict(self, sd: dict) -> None:
         from torch.distributed.checkpoint.state_dict import set_state_dict
@@ -338,8 +424,7 @@ class TrainState:
         self.step = int(sd["step"])
 
 
-def save_checkpoint(ckpt_dir: Path, state: TrainState, data_state: dict, rank: int, world_size: int,
-                    keep: int) -> Path:
+def save_checkpoint(ckpt_dir: Path, state: TrainState, data_state: dict, rank: int, world_size: int, keep: int) -> Path:
     """Write ``step-N`` atomically: DCP + per-rank data position into a temp folder, marker, rename."""
     import torch.distributed.checkpoint as dcp
 
@@ -353,8 +438,10 @@ def save_checkpoint(ckpt_dir: Path, state: TrainState, data_state: dict, rank: i
     _write_atomic(tmp / f"data-rank{rank}.json", json.dumps({**data_state, "world_size": world_size}))
     dist.barrier()
     if rank == 0:
-        _write_atomic(tmp / COMPLETE, json.dumps({"step": state.step, "world_size": world_size,
-                                                  "time": datetime.datetime.now().isoformat()}))
+        _write_atomic(
+            tmp / COMPLETE,
+            json.dumps({"step": state.step, "world_size": world_size, "time": datetime.datetime.now().isoformat()}),
+        )
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         _fsync_dir(ckpt_dir)
@@ -372,8 +459,12 @@ def load_checkpoint(path: Path, state: TrainState, rank: int, world_size: int) -
     data_file = path / f"data-rank{rank}.json"
     saved = json.loads(data_file.read_text()) if data_file.is_file() else None
     if saved is None or saved.get("world_size") != world_size:
-        log.warning("checkpoint %s was written by %s ranks, this run has %d: the data stream restarts at a "
-                    "new epoch", path, saved and saved.get("world_size"), world_size)
+        log.warning(
+            "checkpoint %s was written by %s ranks, this run has %d: the data stream restarts at a new epoch",
+            path,
+            saved and saved.get("world_size"),
+            world_size,
+        )
         return None
     return saved
 
@@ -391,9 +482,20 @@ def clean_partial_checkpoints(ckpt_dir: Path) -> None:
 # Dense bf16 peak TFLOP/s per GPU, keyed by a lower-case substring of the device name, longest first.
 # A pinned copy of cookbook/gpus.py (this script runs standalone); tests/unit/test_facts.py keeps them equal.
 PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
-    ("a100-pcie-40gb", 312.0), ("a100-sxm4-40gb", 312.0), ("h100 96gb", 989.0), ("h100 pcie", 756.0),
-    ("h100 nvl", 835.0), ("gb200", 2500.0), ("a100", 312.0), ("a800", 312.0), ("b200", 2250.0),
-    ("h100", 989.0), ("h200", 989.0), ("h800", 989.0), ("l40s", 362.0), ("l4", 121.0),
+    ("a100-pcie-40gb", 312.0),
+    ("a100-sxm4-40gb", 312.0),
+    ("h100 96gb", 989.0),
+    ("h100 pcie", 756.0),
+    ("h100 nvl", 835.0),
+    ("gb200", 2500.0),
+    ("a100", 312.0),
+    ("a800", 312.0),
+    ("b200", 2250.0),
+    ("h100", 989.0),
+    ("h200", 989.0),
+    ("h800", 989.0),
+    ("l40s", 362.0),
+    ("l4", 121.0),
 )
 
 
@@ -417,12 +519,15 @@ def flops_per_token(model: torch.nn.Module, shape: ModelShape, seq_len: int) -> 
     return 6.0 * active + 12.0 * shape.layers * shape.hidden * seq_len
 
 
-def format_step(step: int, loss: float, samples_per_sec: float, lr: float, tokens_per_sec_per_gpu: float,
-                mfu: float | None) -> str:
+def format_step(
+    step: int, loss: float, samples_per_sec: float, lr: float, tokens_per_sec_per_gpu: float, mfu: float | None
+) -> str:
     """The log line ``cookbook.metrics`` parses (the AWS FSDP format plus tokens/s/GPU and MFU)."""
     mfu_text = "N/A" if mfu is None else f"{mfu:.2f}%"
-    return (f"Batch {step} Loss: {loss:.5f}, Speed: {samples_per_sec:.2f} samples/sec, lr: {lr:.6f}, "
-            f"tokens_per_second_per_gpu: {tokens_per_sec_per_gpu:.1f}, mfu: {mfu_text}")
+    return (
+        f"Batch {step} Loss: {loss:.5f}, Speed: {samples_per_sec:.2f} samples/sec, lr: {lr:.6f}, "
+        f"tokens_per_second_per_gpu: {tokens_per_sec_per_gpu:.1f}, mfu: {mfu_text}"
+    )
 
 
 # --------------------------------------------------------------------------------------------- model
@@ -430,16 +535,25 @@ def format_step(step: int, loss: float, samples_per_sec: float, lr: float, token
 
 def lr_lambda(warmup: int, max_steps: int, min_ratio: float) -> Callable[[int], float]:
     """Linear warmup then cosine decay to ``min_ratio`` of the peak."""
+
     def f(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
         progress = min(1.0, (step - warmup) / max(1, max_steps - warmup))
         return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
     return f
 
 
-def build_model(shape: ModelShape, seq_len: int, device: torch.device, bf16: bool, activation_checkpointing: bool,
-                seed: int, rank: int):
+def build_model(
+    shape: ModelShape,
+    seq_len: int,
+    device: torch.device,
+    bf16: bool,
+    activation_checkpointing: bool,
+    seed: int,
+    rank: int,
+):
     """Build on the meta device, shard every decoder layer and the root with FSDP2, then materialise."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from transformers import AutoModelForCausalLM
@@ -449,8 +563,9 @@ def build_model(shape: ModelShape, seq_len: int, device: torch.device, bf16: boo
         model = AutoModelForCausalLM.from_config(cfg)
     if activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else \
-        MixedPrecisionPolicy()
+    mp = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+    )
     for layer in model.model.layers:
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
@@ -474,7 +589,7 @@ def init_weights(model: torch.nn.Module, std: float, seed: int, rank: int) -> No
         gen.manual_seed(rank_seed(seed, rank, i))
         local.copy_(torch.empty(local.shape, dtype=local.dtype).normal_(0.0, std, generator=gen))
     for module in model.modules():
-        if hasattr(module, "inv_freq"):       # rotary embedding: buffers were left empty by to_empty
+        if hasattr(module, "inv_freq"):  # rotary embedding: buffers were left empty by to_empty
             fresh = type(module)(module.config)
             for buf in ("inv_freq", "original_inv_freq"):
                 if hasattr(module, buf):
@@ -524,12 +639,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def setup_distributed(backend: str) -> tuple[int, int, int, torch.device]:
     """Join torchrun's process group (or make a 1-process one); gloo on CPU, nccl on GPU."""
-    if "RANK" not in os.environ:       # plain `python train.py`: a world of one
+    if "RANK" not in os.environ:  # plain `python train.py`: a world of one
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(port))
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -564,15 +678,22 @@ def make_profiler(args: argparse.Namespace, rank: int, first_step: int):
     if torch.cuda.is_available():
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     return torch.profiler.profile(
-        activities=activities, record_shapes=True, on_trace_ready=save,
-        schedule=torch.profiler.schedule(wait=wait, warmup=args.profile_warmup, active=args.profile_steps, repeat=1))
+        activities=activities,
+        record_shapes=True,
+        on_trace_ready=save,
+        schedule=torch.profiler.schedule(wait=wait, warmup=args.profile_warmup, active=args.profile_steps, repeat=1),
+    )
 
 
 def train(args: argparse.Namespace) -> int:
     rank, _, world, device = setup_distributed(args.backend)
-    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, stream=sys.stdout,
-                        format="%(asctime)s %(levelname).1s [%(filename)s:%(lineno)d] %(message)s",
-                        datefmt="%Y-%m-%d %H:%M:%S", force=True)
+    logging.basicConfig(
+        level=logging.INFO if rank == 0 else logging.WARNING,
+        stream=sys.stdout,
+        format="%(asctime)s %(levelname).1s [%(filename)s:%(lineno)d] %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S",
+        force=True,
+    )
     shape = SHAPES[args.model]
     seq_len = args.seq_len or shape.max_context
     bf16 = bool(device.type == "cuda" if args.bf16 is None else args.bf16)
@@ -597,12 +718,18 @@ def train(args: argparse.Namespace) -> int:
     model = build_model(shape, seq_len, device, bf16, bool(args.activation_checkpointing), args.seed, rank)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("Created model with total parameters: %d (%.2f B)", n_params, n_params / 1e9)
-    log.info("Wrapped model with FSDP (fully_shard, %d ranks, %s, %s)", world, "bf16" if bf16 else "fp32",
-             "activation checkpointing" if args.activation_checkpointing else "no activation checkpointing")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(args.beta1, args.beta2),
-                                  weight_decay=args.weight_decay)
+    log.info(
+        "Wrapped model with FSDP (fully_shard, %d ranks, %s, %s)",
+        world,
+        "bf16" if bf16 else "fp32",
+        "activation checkpointing" if args.activation_checkpointing else "no activation checkpointing",
+    )
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=args.lr, betas=(args.beta1, args.beta2), weight_decay=args.weight_decay
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda(args.warmup_steps, args.max_steps, args.min_lr / args.lr))
+        optimizer, lr_lambda(args.warmup_steps, args.max_steps, args.min_lr / args.lr)
+    )
     log.info("Created optimizer")
     state = TrainState(model, optimizer, scheduler)
 
@@ -620,8 +747,17 @@ def train(args: argparse.Namespace) -> int:
             data_state = {"epoch": 1_000_000 + state.step, "docs": 0, "carry": []}
 
     def documents(epoch: int) -> Iterator[str]:
-        return rank_documents(args.dataset, args.dataset_config, args.dataset_split, args.text_field, rank, world,
-                              args.seed, epoch, args.shuffle_buffer)
+        return rank_documents(
+            args.dataset,
+            args.dataset_config,
+            args.dataset_split,
+            args.text_field,
+            rank,
+            world,
+            args.seed,
+            epoch,
+            args.shuffle_buffer,
+        )
 
     data = PackedBatches(documents, encode, args.train_batch_size, seq_len, data_state)
     fpt = flops_per_token(model, shape, seq_len)
@@ -630,30 +766,68 @@ def train(args: argparse.Namespace) -> int:
         log.info("Checkpoint step %d already reaches max_steps=%d: nothing to train", state.step, args.max_steps)
         dist.destroy_process_group()
         return 0
-    log.info("Training starts at step %d (max_steps %d, %d ranks x %d samples x %d tokens)", state.step + 1,
-             args.max_steps, world, args.train_batch_size, seq_len)
+    log.info(
+        "Training starts at step %d (max_steps %d, %d ranks x %d samples x %d tokens)",
+        state.step + 1,
+        args.max_steps,
+        world,
+        args.train_batch_size,
+        seq_len,
+    )
 
     profiler = make_profiler(args, rank, state.step + 1)
     with profiler if profiler is not None else contextlib.nullcontext():
-        _train_steps(args, state, data, model, optimizer, scheduler, device, rank, world, seq_len, bf16,
-                     fpt, peak, ckpt_dir, profiler)
+        _train_steps(
+            args,
+            state,
+            data,
+            model,
+            optimizer,
+            scheduler,
+            device,
+            rank,
+            world,
+            seq_len,
+            bf16,
+            fpt,
+            peak,
+            ckpt_dir,
+            profiler,
+        )
     log.info("Training finished at step %d", state.step)
     dist.barrier()
     dist.destroy_process_group()
     return 0
 
 
-def _train_steps(args: argparse.Namespace, state: TrainState, data: PackedBatches, model, optimizer, scheduler,
-                 device: torch.device, rank: int, world: int, seq_len: int, bf16: bool, fpt: float,
-                 peak: float | None, ckpt_dir: Path, profiler) -> None:
+def _train_steps(
+    args: argparse.Namespace,
+    state: TrainState,
+    data: PackedBatches,
+    model,
+    optimizer,
+    scheduler,
+    device: torch.device,
+    rank: int,
+    world: int,
+    seq_len: int,
+    bf16: bool,
+    fpt: float,
+    peak: float | None,
+    ckpt_dir: Path,
+    profiler,
+) -> None:
     """The training loop, from the current step to ``--max_steps``."""
     first = True
     while state.step < args.max_steps:
         t0 = time.perf_counter()
         batch = data.next_batch()
-        if first:   # every rank: shows each rank trains on its own data (and where it resumed)
-            print(f"rank {rank} first batch sha256 {batch_digest(batch)} at step {state.step + 1} "
-                  f"(epoch {data.epoch}, document {data.docs})", flush=True)
+        if first:  # every rank: shows each rank trains on its own data (and where it resumed)
+            print(
+                f"rank {rank} first batch sha256 {batch_digest(batch)} at step {state.step + 1} "
+                f"(epoch {data.epoch}, document {data.docs})",
+                flush=True,
+            )
             first = False
         batch = batch.to(device, non_blocking=True)
         inputs, labels = batch[:, :-1], batch[:, 1:]
@@ -668,7 +842,7 @@ def _train_steps(args: argparse.Namespace, state: TrainState, data: PackedBatche
         state.step += 1
         if state.step % args.logging_freq == 0 or state.step == args.max_steps:
             total = loss.detach().float().clone()
-            dist.all_reduce(total)          # SUM (gloo has no AVG)
+            dist.all_reduce(total)  # SUM (gloo has no AVG)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             dt = time.perf_counter() - t0

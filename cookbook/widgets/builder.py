@@ -2,16 +2,17 @@
 
 Every change re-validates the job with the recipe engine (:func:`cookbook.render.validate`) and shows
 the problems, each saying what to change, and the planner's warning when the job will not fit in the
-memory of the chosen GPU kind (:func:`cookbook.planner.job_fit_warning`). *Render* shows the sbatch script; *Submit* checks the job
-against the cluster (:func:`cookbook.walkthrough.check_job`), submits it and shows a
+memory of the chosen GPU kind (:func:`cookbook.planner.job_fit_warning`). *Render* shows the sbatch script;
+*Submit* checks the job against the cluster (:func:`cookbook.walkthrough.check_job`), submits it and shows a
 :class:`~cookbook.widgets.monitor.JobMonitor` below.
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import ipywidgets as W
 
@@ -30,10 +31,20 @@ def _recipe_names() -> list[str]:
 class JobBuilder:
     """Fill in a job, see its problems live, render and submit it."""
 
-    def __init__(self, recipe: str = "llama3_3_70b_lora", profile: str = "generic", nodes: int = 2,
-                 gpus_per_node: int | None = None, gpu: str = "h100", partition: str = "", time: str = "",
-                 container_image: str = "", overrides: dict[str, Any] | None = None,
-                 run_root: str | Path = "runs", on_submit: Callable[[Job], None] | None = None):
+    def __init__(
+        self,
+        recipe: str = "llama3_3_70b_lora",
+        profile: str = "generic",
+        nodes: int = 2,
+        gpus_per_node: int | None = None,
+        gpu: str = "h100",
+        partition: str = "",
+        time: str = "",
+        container_image: str = "",
+        overrides: dict[str, Any] | None = None,
+        run_root: str | Path = "runs",
+        on_submit: Callable[[Job], None] | None = None,
+    ):
         defaults = profile_defaults(profile)
         style = {"description_width": "120px"}
         lay = W.Layout(width="420px")
@@ -41,38 +52,65 @@ class JobBuilder:
         self.job: Job | None = None
         self.monitor: JobMonitor | None = None
         self.recipe = W.Dropdown(options=_recipe_names(), value=recipe, description="recipe", style=style, layout=lay)
-        self.profile = W.Dropdown(options=list(PROFILES), value=profile, description="profile", style=style,
-                                  layout=lay)
+        self.profile = W.Dropdown(options=list(PROFILES), value=profile, description="profile", style=style, layout=lay)
         self.nodes = W.BoundedIntText(value=nodes, min=0, max=4096, description="nodes", style=style, layout=lay)
         gpus = gpus_per_node if gpus_per_node is not None else defaults["gpus_per_node"]
-        self.gpus = W.BoundedIntText(value=gpus,
-                                     min=0, max=64, description="GPUs per node", style=style, layout=lay)
+        self.gpus = W.BoundedIntText(value=gpus, min=0, max=64, description="GPUs per node", style=style, layout=lay)
         self.gpu = W.Dropdown(options=sorted(GPUS), value=gpu, description="GPU kind", style=style, layout=lay)
-        self.partition = W.Text(value=partition, placeholder="cluster default", description="partition",
-                                style=style, layout=lay)
-        self.time = W.Text(value=time or defaults["time"], description="time limit",
-                           style=style, layout=lay)
-        self.container = W.Text(value=container_image, placeholder="none (pyxis/enroot image)",
-                                description="container", style=style, layout=lay)
-        self.overrides = W.Textarea(value="\n".join(f"{k}={v}" for k, v in (overrides or {}).items()),
-                                    placeholder="key=value, one per line", description="overrides",
-                                    style=style, layout=W.Layout(width="420px", height="80px"))
+        self.partition = W.Text(
+            value=partition, placeholder="cluster default", description="partition", style=style, layout=lay
+        )
+        self.time = W.Text(value=time or defaults["time"], description="time limit", style=style, layout=lay)
+        self.container = W.Text(
+            value=container_image,
+            placeholder="none (pyxis/enroot image)",
+            description="container",
+            style=style,
+            layout=lay,
+        )
+        self.overrides = W.Textarea(
+            value="\n".join(f"{k}={v}" for k, v in (overrides or {}).items()),
+            placeholder="key=value, one per line",
+            description="overrides",
+            style=style,
+            layout=W.Layout(width="420px", height="80px"),
+        )
         self.status = W.HTML("")
         self.render_button = W.Button(description="Render", icon="file-code-o")
         self.submit_button = W.Button(description="Submit", button_style="primary", icon="paper-plane")
-        self.script = W.Textarea(value="", disabled=True, layout=W.Layout(width="100%", height="260px",
-                                                                          display="none"))
+        self.script = W.Textarea(value="", disabled=True, layout=W.Layout(width="100%", height="260px", display="none"))
         self.monitor_box = W.VBox([])
         self.render_button.on_click(lambda _b: self.render())
         self.submit_button.on_click(lambda _b: self.submit())
         self.profile.observe(self._profile_changed, names="value")
-        for w in (self.recipe, self.profile, self.nodes, self.gpus, self.gpu, self.partition, self.time,
-                  self.container, self.overrides):
+        for w in (
+            self.recipe,
+            self.profile,
+            self.nodes,
+            self.gpus,
+            self.gpu,
+            self.partition,
+            self.time,
+            self.container,
+            self.overrides,
+        ):
             w.observe(lambda _c: self.validate(), names="value")
-        form = W.VBox([self.recipe, self.profile, self.nodes, self.gpus, self.gpu, self.partition, self.time, self.container,
-                       self.overrides])
-        self.widget = W.VBox([form, self.status, W.HBox([self.render_button, self.submit_button]), self.script,
-                              self.monitor_box])
+        form = W.VBox(
+            [
+                self.recipe,
+                self.profile,
+                self.nodes,
+                self.gpus,
+                self.gpu,
+                self.partition,
+                self.time,
+                self.container,
+                self.overrides,
+            ]
+        )
+        self.widget = W.VBox(
+            [form, self.status, W.HBox([self.render_button, self.submit_button]), self.script, self.monitor_box]
+        )
         self.widget.add_class("cookbook-job-builder")
         self.status.add_class("cookbook-builder-status")
         self.validate()
@@ -81,10 +119,16 @@ class JobBuilder:
     def spec(self) -> JobSpec:
         """The job the form describes; :class:`SpecError` when the overrides are not ``key=value``."""
         lines = [ln.strip() for ln in self.overrides.value.splitlines() if ln.strip() and not ln.startswith("#")]
-        return job_spec(self.recipe.value, profile=self.profile.value, nodes=self.nodes.value,
-                        gpus_per_node=self.gpus.value, partition=self.partition.value.strip() or None,
-                        time=self.time.value.strip() or None, container_image=self.container.value.strip() or None,
-                        overrides=parse_overrides(lines))
+        return job_spec(
+            self.recipe.value,
+            profile=self.profile.value,
+            nodes=self.nodes.value,
+            gpus_per_node=self.gpus.value,
+            partition=self.partition.value.strip() or None,
+            time=self.time.value.strip() or None,
+            container_image=self.container.value.strip() or None,
+            overrides=parse_overrides(lines),
+        )
 
     def problems(self) -> list[str]:
         """Every problem the recipe engine finds with the form's job ([] when it can be submitted)."""
@@ -108,8 +152,9 @@ class JobBuilder:
         problems = self.problems()
         if problems:
             items = "".join(f"<li>{html.escape(p)}</li>" for p in problems)
-            status = (f"<div style='color:#c62828' data-valid='no'><b>{len(problems)} problem(s):</b>"
-                      f"<ul>{items}</ul></div>")
+            status = (
+                f"<div style='color:#c62828' data-valid='no'><b>{len(problems)} problem(s):</b><ul>{items}</ul></div>"
+            )
         else:
             status = "<div style='color:#2e7d32' data-valid='yes'><b>valid</b>: ready to render and submit</div>"
             warning = self.fit_warning()
@@ -152,8 +197,10 @@ class JobBuilder:
             self._set_status(f"<div style='color:#c62828' data-valid='no'><pre>{html.escape(str(e))}</pre></div>")
             return None
         self.job = job
-        self._set_status(f"<div style='color:#2e7d32'>submitted job <b data-job-id='{job.job_id}'>{job.job_id}</b>"
-                         f" ({html.escape(str(report).splitlines()[-1])}); script {html.escape(str(job.script))}</div>")
+        self._set_status(
+            f"<div style='color:#2e7d32'>submitted job <b data-job-id='{job.job_id}'>{job.job_id}</b>"
+            f" ({html.escape(str(report).splitlines()[-1])}); script {html.escape(str(job.script))}</div>"
+        )
         self.monitor = JobMonitor(job)
         self.monitor_box.children = [self.monitor.widget]
         self.monitor.start()

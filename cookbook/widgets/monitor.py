@@ -29,7 +29,7 @@ def figure_png(df: pd.DataFrame, title: str = "") -> bytes:
     from cookbook.metrics import plot_runs
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)        # "no artists with labels" on a 1-run legend
+        warnings.simplefilter("ignore", UserWarning)  # "no artists with labels" on a 1-run legend
         fig = plot_runs({title or "run": df}, panels=["loss", "throughput"])
     fig.set_size_inches(10, 3.2)
     buf = io.BytesIO()
@@ -40,8 +40,9 @@ def figure_png(df: pd.DataFrame, title: str = "") -> bytes:
 class JobMonitor:
     """Live view of one job (or, with ``job=None``, of a log file alone)."""
 
-    def __init__(self, job: Job | None = None, log: str | Path | None = None, interval: float = 2.0,
-                 tail_lines: int = 15):
+    def __init__(
+        self, job: Job | None = None, log: str | Path | None = None, interval: float = 2.0, tail_lines: int = 15
+    ):
         if job is None and log is None:
             raise ValueError("give a job or a log file")
         self.job, self.interval, self.tail_lines = job, interval, tail_lines
@@ -57,19 +58,29 @@ class JobMonitor:
         title = f"job {job.job_id}: {job.recipe} ({job.profile})" if job else f"log {self.log.name}"
         self.title = W.HTML(f"<b>{html.escape(title)}</b>")
         self.state = W.HTML("state: …", layout=W.Layout(min_width="220px"))
-        self.progress = W.FloatProgress(value=0.0, min=0.0, max=1.0, description="progress",
-                                        layout=W.Layout(width="320px"))
+        self.progress = W.FloatProgress(
+            value=0.0, min=0.0, max=1.0, description="progress", layout=W.Layout(width="320px")
+        )
         self.progress_text = W.Label("no training step logged yet")
         self.plot = W.Image(format="png", layout=W.Layout(max_width="900px"))
         self.tail = W.Textarea(value="", disabled=True, layout=W.Layout(width="100%", height="180px"))
         self.diagnosis = W.HTML("")
-        self.cancel_button = W.Button(description="Cancel job", button_style="danger", icon="stop",
-                                      disabled=job is None)
+        self.cancel_button = W.Button(
+            description="Cancel job", button_style="danger", icon="stop", disabled=job is None
+        )
         self.cancel_button.on_click(lambda _b: self.cancel())
-        self.widget = W.VBox([
-            self.title, W.HBox([self.state, self.cancel_button]), W.HBox([self.progress, self.progress_text]),
-            self.plot, self.diagnosis, W.HTML("<i>log tail</i>"), self.tail,
-        ], layout=W.Layout(border="1px solid #ccc", padding="6px"))
+        self.widget = W.VBox(
+            [
+                self.title,
+                W.HBox([self.state, self.cancel_button]),
+                W.HBox([self.progress, self.progress_text]),
+                self.plot,
+                self.diagnosis,
+                W.HTML("<i>log tail</i>"),
+                self.tail,
+            ],
+            layout=W.Layout(border="1px solid #ccc", padding="6px"),
+        )
         self.widget.add_class("cookbook-job-monitor")
         self.state.add_class("cookbook-monitor-state")
         self.plot.add_class("cookbook-monitor-plot")
@@ -101,8 +112,9 @@ class JobMonitor:
             return
         color = _STATE_COLORS.get(self.info.state, "#c62828")
         extra = f" on {self.info.nodes}" if self.info.nodes and self.info.state == "RUNNING" else ""
-        self.state.value = (f"state: <b style='color:{color}' data-state='{self.info.state}'>{self.info.state}</b>"
-                            f"{html.escape(extra)}")
+        self.state.value = (
+            f"state: <b style='color:{color}' data-state='{self.info.state}'>{self.info.state}</b>{html.escape(extra)}"
+        )
         self.cancel_button.disabled = self.info.done
 
     def _show_progress(self) -> None:
@@ -112,7 +124,11 @@ class JobMonitor:
         train = df[df["split"].eq("train")] if "split" in df else df
         if train.empty:
             return
-        total = train["total_steps"].dropna().iloc[-1] if "total_steps" in train and train["total_steps"].notna().any() else None
+        total = (
+            train["total_steps"].dropna().iloc[-1]
+            if "total_steps" in train and train["total_steps"].notna().any()
+            else None
+        )
         if total:
             self.progress.value = min(float(train["step"].iloc[-1]) / float(total), 1.0)
         if self.info is not None and self.info.state == "COMPLETED":
@@ -126,12 +142,13 @@ class JobMonitor:
         if not found:
             self.diagnosis.value = ""
             return
-        items = "".join(f"<li><b>{html.escape(f.kind)}</b> (line {f.line_number}): {html.escape(f.hint)}</li>"
-                        for f in found)
+        items = "".join(
+            f"<li><b>{html.escape(f.kind)}</b> (line {f.line_number}): {html.escape(f.hint)}</li>" for f in found
+        )
         self.diagnosis.value = f"<div style='color:#c62828'>diagnosis:<ul>{items}</ul></div>"
 
     # ------------------------------------------------------------------ background refresh
-    def start(self) -> "JobMonitor":
+    def start(self) -> JobMonitor:
         """Refresh in a background thread until the job ends (or :meth:`stop`)."""
         if self._thread is None or not self._thread.is_alive():
             self._stop.clear()

@@ -10,7 +10,7 @@ import os
 
 
 def _checkpointed(cfg):
-    cfg.checkpoint.enable = True          # resume from the newest step-N after a requeue
+    cfg.checkpoint.enable = True  # resume from the newest step-N after a requeue
     return cfg
 
 

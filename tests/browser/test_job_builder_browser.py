@@ -37,7 +37,7 @@ def lab(tmp_path_factory, slurm, tiny_assets):
     nb = load_notebook_node(str(notebook_dir() / NOTEBOOK))
     params = {**local_parameters(NOTEBOOK), "run_root": str(root / "runs")}
     nbformat.write(parameterize_notebook(nb, params), str(root / NOTEBOOK))
-    ipython = tmp_path_factory.mktemp("ipython")      # its own IPython history (start_lab: its own runtime)
+    ipython = tmp_path_factory.mktemp("ipython")  # its own IPython history (start_lab: its own runtime)
     server = start_lab(root, env={"IPYTHONDIR": str(ipython)}, log=root / "lab.log")
     yield server
     server.stop()
@@ -48,9 +48,18 @@ def page(lab):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run", "--disable-quic"])
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--disable-quic",
+            ],
+        )
         pg = browser.new_page(viewport={"width": 1400, "height": 1000})
         yield pg
         shots = output_dir() / "test-browser"
@@ -65,9 +74,11 @@ def watch_kernel_frames(page) -> list[str]:
 
     def on_ws(ws):
         if "/api/kernels/" in ws.url and "/channels" in ws.url:
+
             def on_frame(payload):
                 text = payload if isinstance(payload, str) else payload.decode("utf-8", "replace")
                 seen.extend(re.findall(r'"msg_type": ?"([a-z_]+)"', text)[:1])
+
             ws.on("framereceived", on_frame)
 
     page.on("websocket", on_ws)
@@ -96,8 +107,7 @@ def test_builder_submits_and_monitor_completes(page, lab):
     wait_kernel_ready(page, seen)
     page.click(".lm-MenuBar-item:has(.lm-MenuBar-itemLabel:text-is('Run'))")
     page.click(".lm-Menu-item[data-command='runmenu:run-all']")
-    expect(page.locator(".jp-CodeCell .jp-InputPrompt").last).to_have_text(re.compile(r"\[\d+\]:"),
-                                                                           timeout=120_000)
+    expect(page.locator(".jp-CodeCell .jp-InputPrompt").last).to_have_text(re.compile(r"\[\d+\]:"), timeout=120_000)
     status = page.locator(".cookbook-builder-status")
     expect(status).to_contain_text("valid", timeout=60_000)
     expect(status.locator("[data-valid='yes']")).to_have_count(1)
@@ -123,4 +133,4 @@ def test_builder_submits_and_monitor_completes(page, lab):
     assert width > 100, "the monitor shows no plotted metric"
     monitor = page.locator(".cookbook-job-monitor")
     expect(monitor).to_contain_text(re.compile(r"step \d+/\d+\s+loss \d"))
-    expect(monitor.locator("textarea")).to_have_value(re.compile(r"\S"))   # the log tail
+    expect(monitor.locator("textarea")).to_have_value(re.compile(r"\S"))  # the log tail

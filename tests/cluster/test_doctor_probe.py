@@ -18,8 +18,9 @@ SECRET = "hf_LEAKTESTdoNotWrite9876543210"
 
 def test_probe_reaches_every_node(slurm, job_dir, tiny_assets):
     nodes = [n["node"] for n in doctor.partition_nodes(slurm, "debug") if n["usable"]]
-    job, reports, expected = doctor.probe_nodes(slurm, "debug", shared_dir=job_dir,
-                                                disk_paths=[tiny_assets.llama_dir], timeout=240)
+    job, reports, expected = doctor.probe_nodes(
+        slurm, "debug", shared_dir=job_dir, disk_paths=[tiny_assets.llama_dir], timeout=240
+    )
     assert expected == nodes and sorted(r.host for r in reports) == sorted(nodes)
     assert all(r.marker_ok and r.python_ok for r in reports)
     assert all(r.free_bytes[str(tiny_assets.llama_dir)] > 0 for r in reports)
@@ -38,21 +39,47 @@ def test_probe_checks_flag_silent_nodes_and_unshared_fs():
 
 
 def _run(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cookbook", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "cookbook", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300
+    )
 
 
 def test_hf_token_appears_in_no_output_or_file(slurm, tiny_assets, tmp_path):
     """Doctor (with the probe job), download and data check run with a known HF_TOKEN: it is nowhere."""
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(project_root()), "HF_TOKEN": SECRET, "HF_HOME": str(tmp_path / "hf"),
-           "COOKBOOK_OUT": str(out), "HF_HUB_ETAG_TIMEOUT": "3", "MPLBACKEND": "Agg"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(project_root()),
+        "HF_TOKEN": SECRET,
+        "HF_HOME": str(tmp_path / "hf"),
+        "COOKBOOK_OUT": str(out),
+        "HF_HUB_ETAG_TIMEOUT": "3",
+        "MPLBACKEND": "Agg",
+    }
     results = [
-        _run(["doctor", "--probe", "--model-dir", str(tiny_assets.llama_dir), "--shared-dir", str(out / "doctor")],
-             env, tmp_path),
+        _run(
+            ["doctor", "--probe", "--model-dir", str(tiny_assets.llama_dir), "--shared-dir", str(out / "doctor")],
+            env,
+            tmp_path,
+        ),
         _run(["download", "meta-llama/Llama-3.2-1B", "--output-dir", str(out / "model")], env, tmp_path),
-        _run(["data", "check", str(tiny_assets.chat_sharegpt), "--style", "sharegpt", "--model-dir",
-              str(tiny_assets.llama_dir), "--sample", "16", "--plot", str(out / "lengths.png")], env, tmp_path),
+        _run(
+            [
+                "data",
+                "check",
+                str(tiny_assets.chat_sharegpt),
+                "--style",
+                "sharegpt",
+                "--model-dir",
+                str(tiny_assets.llama_dir),
+                "--sample",
+                "16",
+                "--plot",
+                str(out / "lengths.png"),
+            ],
+            env,
+            tmp_path,
+        ),
     ]
     assert "found (HF_TOKEN); value not shown" in results[0].stdout
     assert "probe" in results[0].stdout and results[0].returncode == 0, results[0].stdout + results[0].stderr

@@ -16,8 +16,10 @@ from cookbook.spec import JobSpec
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-BATCH = re.compile(r"Batch (\d+) Loss: ([\d.]+), Speed: [\d.]+ samples/sec, lr: [\d.]+, "
-                   r"tokens_per_second_per_gpu: [\d.]+, mfu: N/A")
+BATCH = re.compile(
+    r"Batch (\d+) Loss: ([\d.]+), Speed: [\d.]+ samples/sec, lr: [\d.]+, "
+    r"tokens_per_second_per_gpu: [\d.]+, mfu: N/A"
+)
 FIRST = re.compile(r"rank (\d) first batch sha256 (\w+) at step (\d+)")
 RESUMED = re.compile(r"Resumed from checkpoint \S*/step-(\d+) \(step (\d+)\)")
 
@@ -38,11 +40,26 @@ def _runs(log: str) -> list[str]:
 
 def test_fsdp_two_nodes_requeued_mid_run_resumes_without_losing_a_step(slurm, tiny_assets, job_dir: Path):
     max_steps = 24
-    spec = JobSpec(recipe="fsdp_llama3_1_8b", profile="local-cpu", nodes=2, gpus_per_node=0, exclusive=False,
-                   time="00:10:00", signal_seconds=30, log_dir=str(job_dir / "logs"), run_dir=str(job_dir / "run"),
-                   assets_dir=str(tiny_assets.root), job_name="fsdp-resume-test", venv=sys.prefix,
-                   overrides={"max_steps": str(max_steps), "checkpoint_freq": "4", "keep_checkpoints": "0",
-                              "throttle_seconds": "0.4"})
+    spec = JobSpec(
+        recipe="fsdp_llama3_1_8b",
+        profile="local-cpu",
+        nodes=2,
+        gpus_per_node=0,
+        exclusive=False,
+        time="00:10:00",
+        signal_seconds=30,
+        log_dir=str(job_dir / "logs"),
+        run_dir=str(job_dir / "run"),
+        assets_dir=str(tiny_assets.root),
+        job_name="fsdp-resume-test",
+        venv=sys.prefix,
+        overrides={
+            "max_steps": str(max_steps),
+            "checkpoint_freq": "4",
+            "keep_checkpoints": "0",
+            "throttle_seconds": "0.4",
+        },
+    )
     script = write_job(spec, job_dir / "job.sbatch")
     (job_dir / "logs").mkdir()
     ckpts = job_dir / "run" / "checkpoints"
@@ -58,7 +75,7 @@ def test_fsdp_two_nodes_requeued_mid_run_resumes_without_losing_a_step(slurm, ti
         return False
 
     _wait_for(step8_or_ended, 240, "checkpoint step-8")
-    time.sleep(1.0)             # a step or two past the checkpoint: that work is lost and redone
+    time.sleep(1.0)  # a step or two past the checkpoint: that work is lost and redone
     slurm.requeue(job)
     # Slurm holds a requeued job back (BeginTime, ~2 min) before it may start again; skip the wait
     _wait_for(lambda: slurm.state(job).state == "PENDING", 60, "the requeued job to pend")
@@ -85,7 +102,7 @@ def test_fsdp_two_nodes_requeued_mid_run_resumes_without_losing_a_step(slurm, ti
     assert set(range(1, resume_step + 1)) <= set(first_steps)
     losses = {**first_steps, **second_steps}
     early, late = [losses[s] for s in range(1, 5)], [losses[s] for s in range(max_steps - 3, max_steps + 1)]
-    assert sum(late) / 4 < sum(early) / 4, losses       # it learns, across the requeue
+    assert sum(late) / 4 < sum(early) / 4, losses  # it learns, across the requeue
     # exact resume: steps trained twice (after the checkpoint, before the kill) give the same loss
     for step in set(first_steps) & set(second_steps):
         assert first_steps[step] == pytest.approx(second_steps[step], abs=1e-4), step

@@ -40,13 +40,21 @@ def _log_steps(log) -> list[set[int]]:
 
 @pytest.fixture(scope="module")
 def requeued(slurm, tiny_assets, tmp_path_factory):
-    spec = job_spec("llama3_8b_c4", profile="local-cpu", nodes=2, job_name="goodput",
-                    overrides={"training.steps": str(STEPS), "checkpoint.interval": "3", "metrics.log_freq": "1"},
-                    assets_dir=str(tiny_assets.root))
+    spec = job_spec(
+        "llama3_8b_c4",
+        profile="local-cpu",
+        nodes=2,
+        job_name="goodput",
+        overrides={"training.steps": str(STEPS), "checkpoint.interval": "3", "metrics.log_freq": "1"},
+        assets_dir=str(tiny_assets.root),
+    )
     job = submit(spec, root=tmp_path_factory.mktemp("goodput"), client=slurm)
     checkpoint = job.run_dir / "checkpoint" / "step-3" / ".metadata"
-    _wait_for(lambda: checkpoint.is_file() and 4 in set().union(*_log_steps(job.log), set()), 300,
-              "step 4 after the step-3 checkpoint")
+    _wait_for(
+        lambda: checkpoint.is_file() and 4 in set().union(*_log_steps(job.log), set()),
+        300,
+        "step 4 after the step-3 checkpoint",
+    )
     slurm.requeue(job.job_id)
     _wait_for(lambda: slurm.state(job.job_id).state in ("PENDING", "REQUEUED", "REQUEUE_HOLD"), 120, "the requeue")
     slurm.run("scontrol", "update", f"JobId={job.job_id}", "StartTime=now")  # Slurm holds requeued jobs back
@@ -59,8 +67,7 @@ def _allocation_node_seconds(slurm, job_id: str) -> tuple[int, float]:
     """Starts and node-seconds straight from the job-completion log (sacct -c), not through the ledger."""
     r = slurm.run("sacct", "-c", "-D", "-P", "-n", "-j", job_id, "-o", "JobID,Start,End,NNodes")
     rows = [ln.split("|") for ln in r.stdout.splitlines() if ln.startswith(job_id + "|")]
-    total = sum((datetime.fromisoformat(e) - datetime.fromisoformat(s)).total_seconds() * int(n)
-                for _, s, e, n in rows)
+    total = sum((datetime.fromisoformat(e) - datetime.fromisoformat(s)).total_seconds() * int(n) for _, s, e, n in rows)
     return len(rows), total
 
 
@@ -91,8 +98,12 @@ def test_redone_part_is_exactly_the_steps_run_twice(requeued):
 
 
 def test_cli_prints_the_ledger_with_a_price(requeued, capsys, tmp_path):
-    assert cli_main(["goodput", str(requeued.script.parent), "--price-per-gpu-hour", "2.5",
-                     "--plot", str(tmp_path / "g.png")]) == 0
+    assert (
+        cli_main(
+            ["goodput", str(requeued.script.parent), "--price-per-gpu-hour", "2.5", "--plot", str(tmp_path / "g.png")]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "2 start(s)" in out and "redone" in out and "at 2.5 per node-hour" in out
     assert (tmp_path / "g.png").stat().st_size > 0

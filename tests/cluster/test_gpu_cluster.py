@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from cookbook.local.cluster import STEP_CPUS_SNIPPET, ClusterConfig, LocalCluster, parse_step_cpus
 from cookbook.slurm.client import SlurmClient
-from cookbook.local.cluster import (STEP_CPUS_SNIPPET, ClusterConfig, LocalCluster, parse_step_cpus)
 
 pytestmark = pytest.mark.cluster
 
@@ -28,16 +28,20 @@ GPU_HEADER = """#!/bin/bash
 #SBATCH --time=04:00:00
 #SBATCH --open-mode=append
 """
-SHOW_GPUS = ("srun bash -c 'echo \"gpus host=$(hostname) cvd=$CUDA_VISIBLE_DEVICES on_node=$SLURM_GPUS_ON_NODE "
-             "step_gpus=$SLURM_STEP_GPUS\"'\n")
+SHOW_GPUS = (
+    "srun bash -c 'echo \"gpus host=$(hostname) cvd=$CUDA_VISIBLE_DEVICES on_node=$SLURM_GPUS_ON_NODE "
+    "step_gpus=$SLURM_STEP_GPUS\"'\n"
+)
 
 
 def _step_cpus_script(header: str) -> str:
     """Two steps of one job: plain srun, then srun --cpus-per-task=$SLURM_CPUS_PER_TASK."""
     snippet = STEP_CPUS_SNIPPET.replace("'", "'\\''")
-    return (header + "set -euo pipefail\n"
-            f"echo '== plain'\nsrun bash -c '{snippet}'\n"
-            f"echo '== cpt'\nsrun --cpus-per-task=\"$SLURM_CPUS_PER_TASK\" bash -c '{snippet}'\n")
+    return (
+        header + "set -euo pipefail\n"
+        f"echo '== plain'\nsrun bash -c '{snippet}'\n"
+        f"echo '== cpt'\nsrun --cpus-per-task=\"$SLURM_CPUS_PER_TASK\" bash -c '{snippet}'\n"
+    )
 
 
 def _run(slurm: SlurmClient, script: Path, tmp_path: Path, *args: str) -> str:
@@ -64,11 +68,13 @@ def test_gpu_profile_job_runs_on_two_nodes_and_each_step_sees_eight_gpus(gpu_clu
     script.write_text(GPU_HEADER.format(cpus=cpus) + "set -euo pipefail\n" + SHOW_GPUS)
     out = _run(slurm, script, tmp_path)
     lines = sorted(ln for ln in out.splitlines() if ln.startswith("gpus "))
-    assert lines == [f"gpus host={h} cvd=0,1,2,3,4,5,6,7 on_node=8 step_gpus=0,1,2,3,4,5,6,7"
-                     for h in ("n1", "n2")], out
-    states = _node_states(gpu_cluster)       # other tests' jobs may hold nodes: none may be drained or invalid
-    assert set(states) >= {"n1", "n2"} and not [s for s in states.values() if s.startswith(("drain", "inval", "down"))], \
-        f"a GPU job must not drain its nodes: {states}"
+    assert lines == [f"gpus host={h} cvd=0,1,2,3,4,5,6,7 on_node=8 step_gpus=0,1,2,3,4,5,6,7" for h in ("n1", "n2")], (
+        out
+    )
+    states = _node_states(gpu_cluster)  # other tests' jobs may hold nodes: none may be drained or invalid
+    assert set(states) >= {"n1", "n2"} and not [
+        s for s in states.values() if s.startswith(("drain", "inval", "down"))
+    ], f"a GPU job must not drain its nodes: {states}"
 
 
 def test_plain_srun_gives_the_task_one_cpu_and_srun_cpus_per_task_gives_all(gpu_cluster, tmp_path):
@@ -89,9 +95,19 @@ def test_with_cpu_binding_plain_srun_pins_the_task_to_one_core(tmp_path_factory,
     cores = len(os.sched_getaffinity(0))
     if cores < 2:
         pytest.skip("needs 2 cores to tell 1 from --cpus-per-task")
-    cfg = ClusterConfig(name="gpubind", nodes=2, cpus_per_node=cores, gpus_per_node=2, cpu_bind=True,
-                        mode="netns", subnet="10.80.0", ctld_port=7027, slurmd_port=7028, multi_port0=17400,
-                        base_dir=tmp_path_factory.mktemp("gpubind"))
+    cfg = ClusterConfig(
+        name="gpubind",
+        nodes=2,
+        cpus_per_node=cores,
+        gpus_per_node=2,
+        cpu_bind=True,
+        mode="netns",
+        subnet="10.80.0",
+        ctld_port=7027,
+        slurmd_port=7028,
+        multi_port0=17400,
+        base_dir=tmp_path_factory.mktemp("gpubind"),
+    )
     cluster = LocalCluster(cfg)
     try:
         assert cluster.up().up
@@ -113,8 +129,15 @@ def test_with_cpu_binding_plain_srun_pins_the_task_to_one_core(tmp_path_factory,
 def test_gpu_nodes_work_in_the_multiple_slurmd_fallback(tmp_path_factory, tmp_path):
     if os.geteuid() != 0:
         pytest.skip("the local Slurm cluster needs root")
-    cfg = dataclasses.replace(ClusterConfig.named("gpu"), name="gpumulti", nodes=2, mode="multi", ctld_port=7037,
-                              multi_port0=17500, base_dir=tmp_path_factory.mktemp("gpumulti"))
+    cfg = dataclasses.replace(
+        ClusterConfig.named("gpu"),
+        name="gpumulti",
+        nodes=2,
+        mode="multi",
+        ctld_port=7037,
+        multi_port0=17500,
+        base_dir=tmp_path_factory.mktemp("gpumulti"),
+    )
     cluster = LocalCluster(cfg)
     try:
         assert cluster.up().mode == "multi"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cookbook.slurm.client import SlurmClient, SlurmError
 from cookbook.local.cluster import ClusterConfig, LocalCluster
+from cookbook.slurm.client import SlurmClient, SlurmError
 
 # `make test` distributes by file (--dist loadfile), so these tests share one worker and run in order.
 pytestmark = pytest.mark.cluster
@@ -21,8 +21,15 @@ pytestmark = pytest.mark.cluster
 def private_cluster(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("the local Slurm cluster needs root")
-    cfg = ClusterConfig(name="cbtest", nodes=2, cpus_per_node=2, subnet="10.78.0", ctld_port=6917,
-                        multi_port0=17100, base_dir=tmp_path_factory.mktemp("cbtest"))
+    cfg = ClusterConfig(
+        name="cbtest",
+        nodes=2,
+        cpus_per_node=2,
+        subnet="10.78.0",
+        ctld_port=6917,
+        multi_port0=17100,
+        base_dir=tmp_path_factory.mktemp("cbtest"),
+    )
     cluster = LocalCluster(cfg)
     yield cluster
     cluster.down()
@@ -129,8 +136,15 @@ def test_multiple_slurmd_fallback_runs_a_two_node_job(tmp_path_factory, tmp_path
     hostname, all on 127.0.0.1; a 2-node job still sees two nodes; down leaves nothing behind."""
     if os.geteuid() != 0:
         pytest.skip("the local Slurm cluster needs root")
-    cfg = ClusterConfig(name="cbmulti", nodes=2, cpus_per_node=1, mode="multi", ctld_port=6927,
-                        multi_port0=17200, base_dir=tmp_path_factory.mktemp("cbmulti"))
+    cfg = ClusterConfig(
+        name="cbmulti",
+        nodes=2,
+        cpus_per_node=1,
+        mode="multi",
+        ctld_port=6927,
+        multi_port0=17200,
+        base_dir=tmp_path_factory.mktemp("cbmulti"),
+    )
     cluster = LocalCluster(cfg)
     try:
         status = cluster.up()

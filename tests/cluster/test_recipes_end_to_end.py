@@ -28,8 +28,7 @@ PROFILE = {"steps": 1, "warmup": 1, "start_step": 2}
 
 
 def _submit(slurm: SlurmClient, root: Path, tiny, recipe: str, name: str, overrides: dict[str, str]) -> Job:
-    spec = job_spec(recipe, profile="local-cpu", nodes=2, job_name=name, overrides=overrides,
-                    assets_dir=str(tiny.root))
+    spec = job_spec(recipe, profile="local-cpu", nodes=2, job_name=name, overrides=overrides, assets_dir=str(tiny.root))
     return submit(spec, root=root, client=slurm)
 
 
@@ -43,9 +42,11 @@ def _wait_for(predicate, timeout: float, what: str, poll: float = 0.5) -> None:
 
 def _release_requeued(slurm: SlurmClient, job: Job, timeout: float = 120) -> None:
     """Slurm holds a requeued job back (BeginTime a few minutes ahead); let it start again now."""
+
     def requeued() -> bool:
         info = slurm.state(job.job_id)
         return info.state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
+
     _wait_for(requeued, timeout, f"job {job.job_id} to be requeued")
     slurm.run("scontrol", "update", f"JobId={job.job_id}", "StartTime=now")
 
@@ -60,18 +61,31 @@ def _segments(log: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def runs(slurm, tiny_assets, tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
-    titan_overrides = {"training.steps": str(TITAN_STEPS), "checkpoint.interval": "3",
-                       "metrics.enable_tensorboard": "True", "metrics.log_freq": "1",
-                       **profiling_overrides("llama3_8b_c4", "local-cpu", **PROFILE)}
+    titan_overrides = {
+        "training.steps": str(TITAN_STEPS),
+        "checkpoint.interval": "3",
+        "metrics.enable_tensorboard": "True",
+        "metrics.log_freq": "1",
+        **profiling_overrides("llama3_8b_c4", "local-cpu", **PROFILE),
+    }
     jobs = {
         "full": _submit(slurm, root, tiny_assets, "llama3_3_70b_full", "tt-full", TUNE_FULL),
         "full_resumed": _submit(slurm, root, tiny_assets, "llama3_3_70b_full", "tt-full-resumed", TUNE_FULL),
         "lora": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora", TUNE_FULL),
         "lora_resumed": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora-resumed", TUNE_FULL),
         "titan": _submit(slurm, root, tiny_assets, "llama3_8b_c4", "titan-c4", titan_overrides),
-        "flux": _submit(slurm, root, tiny_assets, "flux_schnell", "flux",
-                        {"training.steps": "4", "metrics.enable_tensorboard": "True",
-                         **profiling_overrides("flux_schnell", "local-cpu", **PROFILE)}),
+        "flux": _submit(
+            slurm,
+            root,
+            tiny_assets,
+            "flux_schnell",
+            "flux",
+            {
+                "training.steps": "4",
+                "metrics.enable_tensorboard": "True",
+                **profiling_overrides("flux_schnell", "local-cpu", **PROFILE),
+            },
+        ),
     }
     # The copy-paste scripts of slurm-recipes/ as they are, two at once on the same nodes (fixed names,
     # fixed base port: each job must still get its own rendezvous port).
@@ -85,12 +99,21 @@ def runs(slurm, tiny_assets, tmp_path_factory):
     #   job once its first checkpoint is complete.
     full, lora, titan = jobs["full_resumed"], jobs["lora_resumed"], jobs["titan"]
     plan = {
-        "full_resumed": (lambda: (full.run_dir / "epoch_0").is_dir() and _step_logged(full.log, 5),
-                         lambda: slurm.run("scancel", "--signal=USR1", "--batch", full.job_id), "USR1"),
-        "lora_resumed": (lambda: (lora.run_dir / "recipe_state" / "recipe_state.pt").is_file()
-                         and _step_logged(lora.log, 5), lambda: slurm.requeue(lora.job_id), "requeue"),
-        "titan": (lambda: any((titan.run_dir / "checkpoint").glob("step-*/.metadata")),
-                  lambda: slurm.requeue(titan.job_id), "requeue"),
+        "full_resumed": (
+            lambda: (full.run_dir / "epoch_0").is_dir() and _step_logged(full.log, 5),
+            lambda: slurm.run("scancel", "--signal=USR1", "--batch", full.job_id),
+            "USR1",
+        ),
+        "lora_resumed": (
+            lambda: (lora.run_dir / "recipe_state" / "recipe_state.pt").is_file() and _step_logged(lora.log, 5),
+            lambda: slurm.requeue(lora.job_id),
+            "requeue",
+        ),
+        "titan": (
+            lambda: any((titan.run_dir / "checkpoint").glob("step-*/.metadata")),
+            lambda: slurm.requeue(titan.job_id),
+            "requeue",
+        ),
     }
     end = time.monotonic() + 300
     while len(interruptions) < len(plan):
@@ -122,16 +145,25 @@ def _submit_copied_scripts(slurm: SlurmClient, root: Path, tiny, recipes: tuple[
     (checkout / ".cache" / "tiny").symlink_to(tiny.root)
     folder = checkout / "slurm-recipes" / "torchtitan"
     shutil.copytree(Path(__file__).resolve().parents[2] / "slurm-recipes" / "torchtitan", folder)
-    jobs = {}   # no folder to create first: the log goes where sbatch runs
+    jobs = {}  # no folder to create first: the log goes where sbatch runs
     for recipe in recipes:
         script, name = folder / f"{recipe}.local-cpu.sbatch", f"{recipe}-local-cpu".replace("_", "-")
         # as the README says: sbatch from the script's folder ($SLURM_SUBMIT_DIR is where sbatch ran, which
         # --chdir does not change, and the scripts find their configs through it)
-        r = subprocess.run(["sbatch", "--parsable", script.name], cwd=folder, env=slurm.env, capture_output=True,
-                           text=True, check=True)
+        r = subprocess.run(
+            ["sbatch", "--parsable", script.name], cwd=folder, env=slurm.env, capture_output=True, text=True, check=True
+        )
         job_id = r.stdout.strip().split(";")[0]
-        jobs[f"copied {recipe}"] = Job(job_id, script, folder / f"{name}-{job_id}.out",
-                                       folder / "runs" / name, recipe, "local-cpu", name, client=slurm)
+        jobs[f"copied {recipe}"] = Job(
+            job_id,
+            script,
+            folder / f"{name}-{job_id}.out",
+            folder / "runs" / name,
+            recipe,
+            "local-cpu",
+            name,
+            client=slurm,
+        )
     return jobs
 
 
@@ -150,7 +182,7 @@ def _traces(job: Job) -> list[Path]:
     return [folder / f"rank{rank}_trace.json.gz" for rank in (0, 1)]
 
 
-def _tensorboard_steps(job: Job) -> "set[int]":
+def _tensorboard_steps(job: Job) -> set[int]:
     """Steps logged to TensorBoard (every tb/<minute>/ folder: a requeued run may start a new one)."""
     from cookbook.metrics import parse_log
 
@@ -164,7 +196,7 @@ def _tensorboard_steps(job: Job) -> "set[int]":
     return steps
 
 
-def _losses(job: Job) -> "list[float]":
+def _losses(job: Job) -> list[float]:
     df = job.metrics()
     df = df[df.get("split", "train") == "train"] if "split" in df else df
     return df.sort_values("step")["loss"].tolist()
@@ -200,7 +232,7 @@ def test_torchtune_lora_writes_an_adapter_that_loads(runs, tiny_assets):
     losses = _losses(job)
     assert len(losses) == 8 and all(math.isfinite(x) for x in losses) and losses[-1] < losses[0], losses
     out = job.run_dir / "epoch_1"
-    weights = load_file(out / "adapter_model.safetensors")          # PEFT layout, for Hugging Face users
+    weights = load_file(out / "adapter_model.safetensors")  # PEFT layout, for Hugging Face users
     assert weights and all("lora" in k for k in weights), list(weights)[:5]
     # The adapter loads, strictly, into the recipe's own LoRA model on top of the base weights it was
     # trained from, and changes what the model computes.
@@ -208,8 +240,12 @@ def test_torchtune_lora_writes_an_adapter_that_loads(runs, tiny_assets):
     model = tt_config.instantiate(OmegaConf.create(OmegaConf.to_container(cfg.model)))
     base_dir = tiny_assets.root / "llama3"
     hf = json.loads((base_dir / "config.json").read_text())
-    base = hf_to_tune(load_file(next(base_dir.glob("*.safetensors"))), num_heads=hf["num_attention_heads"],
-                      num_kv_heads=hf["num_key_value_heads"], dim=hf["hidden_size"])
+    base = hf_to_tune(
+        load_file(next(base_dir.glob("*.safetensors"))),
+        num_heads=hf["num_attention_heads"],
+        num_kv_heads=hf["num_key_value_heads"],
+        dim=hf["hidden_size"],
+    )
     adapter = torch.load(out / "adapter_model.pt", weights_only=True)
     model.load_state_dict({**base, **adapter}, strict=True)
     assert json.loads((out / "adapter_config.json").read_text())["r"] == cfg.model.lora_rank
@@ -263,7 +299,8 @@ def test_torchtitan_llama3_c4_requeued_mid_run_resumes_without_losing_a_step(run
     assert sorted(train["step"]) == list(range(1, TITAN_STEPS + 1))
     assert train["loss"].map(math.isfinite).all()
     assert (job.run_dir / "checkpoint" / f"step-{TITAN_STEPS}").is_dir() or any(
-        (job.run_dir / "checkpoint").glob("step-*"))
+        (job.run_dir / "checkpoint").glob("step-*")
+    )
     assert all(seg.startswith(f"job {job.job_id}:") for seg in segments), "the same job id ran again"
     assert all(t.is_file() and t.stat().st_size > 0 for t in _traces(job)), _traces(job)
     assert _tensorboard_steps(job) == set(range(1, TITAN_STEPS + 1))

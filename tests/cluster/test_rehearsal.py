@@ -30,16 +30,41 @@ GPU_SCRIPTS = sorted(n for n in generated_files() if n.endswith(".sbatch") and "
 SECRET = "hf_rehearsalSECRET0123456789"
 
 # the files of each download (names as on the Hub; contents empty)
-LLAMA_70B = ["config.json", "generation_config.json", "model.safetensors.index.json", "special_tokens_map.json",
-             "tokenizer.json", "tokenizer_config.json", "original/params.json", "original/tokenizer.model",
-             *(f"model-{i:05d}-of-00030.safetensors" for i in range(1, 31))]
-LLAMA_8B = ["config.json", "generation_config.json", "model.safetensors.index.json", "special_tokens_map.json",
-            "tokenizer.json", "tokenizer_config.json", "original/params.json", "original/tokenizer.model",
-            *(f"model-{i:05d}-of-00004.safetensors" for i in range(1, 5))]
-FLUX_SCHNELL = ["model_index.json", "ae.safetensors", "flux1-schnell.safetensors", "scheduler/scheduler_config.json",
-                "transformer/config.json", "transformer/diffusion_pytorch_model.safetensors.index.json",
-                "text_encoder/config.json", "text_encoder_2/config.json", "tokenizer/vocab.json",
-                "tokenizer_2/spiece.model", "vae/config.json"]
+LLAMA_70B = [
+    "config.json",
+    "generation_config.json",
+    "model.safetensors.index.json",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "original/params.json",
+    "original/tokenizer.model",
+    *(f"model-{i:05d}-of-00030.safetensors" for i in range(1, 31)),
+]
+LLAMA_8B = [
+    "config.json",
+    "generation_config.json",
+    "model.safetensors.index.json",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "original/params.json",
+    "original/tokenizer.model",
+    *(f"model-{i:05d}-of-00004.safetensors" for i in range(1, 5)),
+]
+FLUX_SCHNELL = [
+    "model_index.json",
+    "ae.safetensors",
+    "flux1-schnell.safetensors",
+    "scheduler/scheduler_config.json",
+    "transformer/config.json",
+    "transformer/diffusion_pytorch_model.safetensors.index.json",
+    "text_encoder/config.json",
+    "text_encoder_2/config.json",
+    "tokenizer/vocab.json",
+    "tokenizer_2/spiece.model",
+    "vae/config.json",
+]
 
 
 def stage(root: Path) -> dict[str, str]:
@@ -56,11 +81,15 @@ def stage(root: Path) -> dict[str, str]:
 def job_env(root: Path, script: str) -> dict[str, str]:
     """What a user exports before `sbatch`: the model folder, a run folder, the training venv on PATH."""
     model = "Llama-3.1-8B" if "llama3_8b_c4" in script else "Llama-3.3-70B-Instruct"
-    return {"MODEL_DIR": str(root / "models" / model), "FLUX_DIR": str(root / "models" / "FLUX.1-schnell"),
-            "RUN_DIR": str(root / "runs" / Path(script).stem), "HF_TOKEN": SECRET,
-            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-            # the local bench's GPU nodes have torchtitan but no triton (a GPU-only wheel): import it without
-            "COOKBOOK_PRELOAD": "cookbook.local.compat.triton_standin:import_torchtitan_without_triton"}
+    return {
+        "MODEL_DIR": str(root / "models" / model),
+        "FLUX_DIR": str(root / "models" / "FLUX.1-schnell"),
+        "RUN_DIR": str(root / "runs" / Path(script).stem),
+        "HF_TOKEN": SECRET,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        # the local bench's GPU nodes have torchtitan but no triton (a GPU-only wheel): import it without
+        "COOKBOOK_PRELOAD": "cookbook.local.compat.triton_standin:import_torchtitan_without_triton",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +106,10 @@ def staged(tmp_path_factory):
 
 def run_all(gpu: SlurmClient, jobs: dict[str, tuple[Path, dict[str, str]]], folder: Path) -> dict[str, RehearsalReport]:
     """Start every rehearsal, then collect them all (the cluster runs as many at once as it has nodes)."""
-    started = {name: start_rehearsal(script, gpu, folder=folder / name.replace("/", "_"), env=env)
-               for name, (script, env) in jobs.items()}
+    started = {
+        name: start_rehearsal(script, gpu, folder=folder / name.replace("/", "_"), env=env)
+        for name, (script, env) in jobs.items()
+    }
     return {name: finish_rehearsal(r, timeout=1200) for name, r in started.items()}
 
 
@@ -128,9 +159,13 @@ def hidden_but_on_n1(gpu_cluster, staged):
     target = staged / "models" / "Llama-3.3-70B-Instruct"
     empty = staged / "empty"
     empty.mkdir(exist_ok=True)
-    pids = [pid for name, pid in gpu_cluster.status().daemons.items() if name.startswith("slurmd ") and name != "slurmd n1"]
+    pids = [
+        pid for name, pid in gpu_cluster.status().daemons.items() if name.startswith("slurmd ") and name != "slurmd n1"
+    ]
     for pid in pids:
-        subprocess.run(["nsenter", f"--mount=/proc/{pid}/ns/mnt", "mount", "--bind", str(empty), str(target)], check=True)
+        subprocess.run(
+            ["nsenter", f"--mount=/proc/{pid}/ns/mnt", "mount", "--bind", str(empty), str(target)], check=True
+        )
     yield target
     for pid in pids:
         subprocess.run(["nsenter", f"--mount=/proc/{pid}/ns/mnt", "umount", str(target)], check=True)
@@ -159,8 +194,12 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
     _edit(s, '  --encoder.autoencoder_path \\\n  "${FLUX_DIR}"/ae.safetensors \\\n', "")
     # 5, 6, 7: profiling on, plain FSDP at batch 64, the 100 s collective timeout
     s = broken("titan-defaults", "torchtitan/flux_schnell.crusoe.sbatch")
-    _edit(s, '  --parallelism.data_parallel_replicate_degree \\\n  "${SLURM_JOB_NUM_NODES}" \\\n',
-          "  --profiler.enable_profiling \\\n  --training.local_batch_size 64 \\\n  --comm.train_timeout_seconds 100 \\\n")
+    _edit(
+        s,
+        '  --parallelism.data_parallel_replicate_degree \\\n  "${SLURM_JOB_NUM_NODES}" \\\n',
+        "  --profiler.enable_profiling \\\n  --training.local_batch_size 64 \\\n"
+        "  --comm.train_timeout_seconds 100 \\\n",
+    )
     # 8. CPUs asked for but not passed to srun
     s = broken("cpus", "fsdp/fsdp_llama3_2_1b.nebius.sbatch")
     _edit(s, "#SBATCH --exclusive\n", "#SBATCH --exclusive\n#SBATCH --cpus-per-task=16\n")
@@ -170,14 +209,19 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
     _edit(s, "export FI_EFA_USE_HUGE_PAGE=0", "export NCCL_SOCKET_IFNAME=ib-nope")
     # 10. a container whose mounts miss the model (and this cluster has no pyxis)
     s = broken("mounts", "torchtune/llama3_3_70b_full.generic.sbatch")
-    _edit(s, "srun --ntasks-per-node=1", f"srun --container-image=img --container-mounts={s.parent}:{s.parent} "
-                                         "--ntasks-per-node=1")
+    _edit(
+        s,
+        "srun --ntasks-per-node=1",
+        f"srun --container-image=img --container-mounts={s.parent}:{s.parent} --ntasks-per-node=1",
+    )
     # 11. the log in a folder Slurm does not create
     s = broken("logs", "fsdp/fsdp_mistral_7b.crusoe.sbatch")
     _edit(s, "#SBATCH --output=%x-%j.out", "#SBATCH --output=logs/%x-%j.out")
     # 12. the model folder missing on the nodes but n1 (hidden_but_on_n1) -- the committed script itself
-    jobs["one-node"] = (RECIPES / "torchtune/llama3_3_70b_full.crusoe.sbatch",
-                        job_env(staged, "torchtune/llama3_3_70b_full.crusoe.sbatch"))
+    jobs["one-node"] = (
+        RECIPES / "torchtune/llama3_3_70b_full.crusoe.sbatch",
+        job_env(staged, "torchtune/llama3_3_70b_full.crusoe.sbatch"),
+    )
     # 13. untagged log lines; and a tensor-parallel degree that does not divide the GPUs (a hand-edited config)
     s = broken("untagged-tp", "torchtune/llama3_3_70b_full.nebius.sbatch")
     _edit(s, " --label", "")
@@ -202,42 +246,73 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
     assert not r["head"].ok and said("head", "SIGPIPE")
     assert not r["config"].ok and said("config", "was written for other.sbatch")
     flux = r["flux"]
-    assert not flux.ok and all(any("encoder.autoencoder_path" in p and "relative path" in p for p in n.problems)
-                               for n in flux.nodes)
-    assert not said("flux", "hf_assets_path")                            # the folder itself is there
-    for key, text in (("parallelism.data_parallel_replicate_degree=1", "HSDP"),
-                      ("profiler.enable_profiling=True", "on request"),
-                      ("comm.train_timeout_seconds=100", "shared filesystem"),
-                      ("training.local_batch_size=64", "32 images")):
+    assert not flux.ok and all(
+        any("encoder.autoencoder_path" in p and "relative path" in p for p in n.problems) for n in flux.nodes
+    )
+    assert not said("flux", "hf_assets_path")  # the folder itself is there
+    for key, text in (
+        ("parallelism.data_parallel_replicate_degree=1", "HSDP"),
+        ("profiler.enable_profiling=True", "on request"),
+        ("comm.train_timeout_seconds=100", "shared filesystem"),
+        ("training.local_batch_size=64", "32 images"),
+    ):
         assert all(any(key in x and text in x for x in n.notes) for n in r["titan-defaults"].nodes), key
-    for key, text, note in (("cpus", "step has 1 CPU(s) but the job has 16", False),
-                            ("iface", "NCCL_SOCKET_IFNAME=ib-nope: no such interface", False),
-                            ("iface", "FI_EFA_USE_HUGE_PAGE=None where the profile sets '0'", True),
-                            ("untagged-tp", "not tagged", True),
-                            ("untagged-tp", "tensor_parallel_dim=3 does not divide the 8 processes per node", False)):
-        assert len(r[key].nodes) == 2 and all(any(text in x for x in (n.notes if note else n.problems))
-                                              for n in r[key].nodes), (key, text, r[key].table())
-    assert not r["mounts"].ok and said("mounts", "has no such option (the pyxis plugin") and said("mounts", "inside no --container-mounts")
+    for key, text, note in (
+        ("cpus", "step has 1 CPU(s) but the job has 16", False),
+        ("iface", "NCCL_SOCKET_IFNAME=ib-nope: no such interface", False),
+        ("iface", "FI_EFA_USE_HUGE_PAGE=None where the profile sets '0'", True),
+        ("untagged-tp", "not tagged", True),
+        ("untagged-tp", "tensor_parallel_dim=3 does not divide the 8 processes per node", False),
+    ):
+        assert len(r[key].nodes) == 2 and all(
+            any(text in x for x in (n.notes if note else n.problems)) for n in r[key].nodes
+        ), (key, text, r[key].table())
+    assert (
+        not r["mounts"].ok
+        and said("mounts", "has no such option (the pyxis plugin")
+        and said("mounts", "inside no --container-mounts")
+    )
     assert not r["logs"].ok and said("logs", "does not create logs/")
     one = r["one-node"]
     assert not one.ok and [n.node for n in one.nodes if not n.ok] == [n.node for n in one.nodes if n.node != "n1"]
-    assert all(any("checkpointer.checkpoint_dir" in p and "lacks config.json" in p for p in n.problems)
-               for n in one.nodes if n.node != "n1")
+    assert all(
+        any("checkpointer.checkpoint_dir" in p and "lacks config.json" in p for p in n.problems)
+        for n in one.nodes
+        if n.node != "n1"
+    )
     hits = [p for p in tmp_path.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert hits == []
 
 
 def test_cli_rehearse_prints_the_table_and_exits_0_only_when_every_node_passes(gpu_cluster, staged, tmp_path):
     env = {**gpu_cluster.env(), **job_env(staged, "fsdp/fsdp_llama3_2_1b.generic.sbatch")}
-    ok = subprocess.run([sys.executable, "-m", "cookbook", "rehearse", str(RECIPES / "fsdp/fsdp_llama3_2_1b.generic.sbatch"),
-                         "--json", str(tmp_path / "r.json")], env=env, capture_output=True, text=True, timeout=900)
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cookbook",
+            "rehearse",
+            str(RECIPES / "fsdp/fsdp_llama3_2_1b.generic.sbatch"),
+            "--json",
+            str(tmp_path / "r.json"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert re.search(r"^n\d\s+n\d\s+8\s+192/192\s+head, reached by 1", ok.stdout, re.M), ok.stdout
     assert "PASSED" in ok.stdout and SECRET not in ok.stdout + ok.stderr
     shutil.rmtree(RECIPES / "fsdp" / ".rehearsal", ignore_errors=True)
     env["NCCL_SOCKET_IFNAME"] = "ib-nope"
-    bad = subprocess.run([sys.executable, "-m", "cookbook", "rehearse", str(RECIPES / "fsdp/fsdp_llama3_2_1b.nebius.sbatch")],
-                         env=env, capture_output=True, text=True, timeout=900)
+    bad = subprocess.run(
+        [sys.executable, "-m", "cookbook", "rehearse", str(RECIPES / "fsdp/fsdp_llama3_2_1b.nebius.sbatch")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     shutil.rmtree(RECIPES / "fsdp" / ".rehearsal", ignore_errors=True)
     assert bad.returncode == 1 and re.search(r"problem on n\d: NCCL_SOCKET_IFNAME=ib-nope", bad.stdout), bad.stdout
     assert "Traceback" not in bad.stderr
@@ -252,8 +327,9 @@ def test_head_node_line_survives_4000_nodes_under_the_scripts_own_pipefail(gpu_c
     def runs(cmd: str, n: int = 30) -> int:
         ok = 0
         for _ in range(n):
-            p = subprocess.run(["bash", "-c", f"set -euo pipefail\n{cmd}\necho \"$HEAD_NODE\""], env=env,
-                               capture_output=True, text=True)
+            p = subprocess.run(
+                ["bash", "-c", f'set -euo pipefail\n{cmd}\necho "$HEAD_NODE"'], env=env, capture_output=True, text=True
+            )
             ok += p.returncode == 0 and p.stdout.strip() == "gpu1"
         return ok
 
@@ -266,6 +342,7 @@ def test_rehearse_with_a_missing_model_names_it_before_training(gpu, staged, tmp
     env = {**job_env(staged, "torchtitan/llama3_8b_c4.crusoe.sbatch"), "MODEL_DIR": str(tmp_path / "nowhere")}
     report = rehearse(RECIPES / "torchtitan/llama3_8b_c4.crusoe.sbatch", gpu, folder=tmp_path / "r", env=env)
     assert not report.ok
-    assert all(any("hf_assets_path" in p and "does not exist on this node" in p for p in n.problems)
-               for n in report.nodes)
+    assert all(
+        any("hf_assets_path" in p and "does not exist on this node" in p for p in n.problems) for n in report.nodes
+    )
     assert "FAILED" in report.table()

@@ -23,7 +23,8 @@ def test_two_node_job_sees_two_hosts_and_reaches_the_head_node_over_tcp(slurm, j
     # What torchrun's c10d rendezvous needs: the second node opens a TCP connection to the first
     # node's hostname. Node 0 listens, node 1 connects and sends its hostname.
     probe = job_dir / "probe.py"
-    probe.write_text(textwrap.dedent("""
+    probe.write_text(
+        textwrap.dedent("""
         import os, socket, subprocess, sys, time
         node = int(os.environ["SLURM_NODEID"])
         head = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
@@ -46,9 +47,16 @@ def test_two_node_job_sees_two_hosts_and_reaches_the_head_node_over_tcp(slurm, j
                 sys.exit("could not connect to the head node")
             c.sendall(socket.gethostname().encode())
             print("connected to head", flush=True)
-    """))
-    script = _script(job_dir / "two_nodes.sbatch", f"srun python3 {probe}\n",
-                     "--nodes=2", "--ntasks-per-node=1", f"--output={job_dir}/%j.out", "--time=2")
+    """)
+    )
+    script = _script(
+        job_dir / "two_nodes.sbatch",
+        f"srun python3 {probe}\n",
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        f"--output={job_dir}/%j.out",
+        "--time=2",
+    )
     job = slurm.submit(script)
     info = slurm.wait(job, timeout=120)
     out = read_output(job_dir / f"{job}.out")
@@ -119,8 +127,9 @@ def test_state_after_the_job_left_the_queue_comes_from_the_completion_log(slurm,
 
 
 def test_wait_gives_up_with_the_state_it_saw_and_the_output_tail(slurm, job_dir):
-    script = _script(job_dir / "slow.sbatch", "for i in 1 2 3 4 5; do echo line $i; done; sleep 30\n",
-                     f"--output={job_dir}/%j.out")
+    script = _script(
+        job_dir / "slow.sbatch", "for i in 1 2 3 4 5; do echo line $i; done; sleep 30\n", f"--output={job_dir}/%j.out"
+    )
     job = slurm.submit(script)
     assert slurm.wait(job, timeout=60, until=frozenset({"RUNNING"})).state == "RUNNING"
     with pytest.raises(JobTimeout, match=f"job {job} still RUNNING after 2 s"):
@@ -138,8 +147,7 @@ def test_wait_gives_up_with_the_state_it_saw_and_the_output_tail(slurm, job_dir)
 
 
 def test_output_path_is_what_slurm_resolved(slurm, job_dir):
-    script = _script(job_dir / "named.sbatch", "echo hello\n", "--job-name=hello",
-                     f"--output={job_dir}/%x-%j.out")
+    script = _script(job_dir / "named.sbatch", "echo hello\n", "--job-name=hello", f"--output={job_dir}/%x-%j.out")
     job = slurm.submit(script)
     path = slurm.output_path(job)
     slurm.wait(job, timeout=60)

@@ -17,24 +17,35 @@ pytestmark = pytest.mark.cluster
 
 COOKBOOK = [sys.executable, "-c", "import sys; from cookbook.cli import main; sys.exit(main())"]
 # Real torchtitan step lines (ANSI colours, thousands separators), as rank 0 prints them under torchrun.
-STEP = (r"[rank0]:[titan] 2026-11-22 22:19:0%d,470 - root - INFO - \033[31mstep: %2d  \033[32mloss: %s  "
-        r"\033[38;2;180;60;0mgrad_norm:  1.4093  \033[38;2;54;234;195mmemory:  0.70GiB(2.97%%)  "
-        r"\033[34mtps: 1,549  \033[36mtflops: 0.00  \033[35mmfu: 0.00%%\033[39m\n")
+STEP = (
+    r"[rank0]:[titan] 2026-11-22 22:19:0%d,470 - root - INFO - \033[31mstep: %2d  \033[32mloss: %s  "
+    r"\033[38;2;180;60;0mgrad_norm:  1.4093  \033[38;2;54;234;195mmemory:  0.70GiB(2.97%%)  "
+    r"\033[34mtps: 1,549  \033[36mtflops: 0.00  \033[35mmfu: 0.00%%\033[39m\n"
+)
 LOSSES = ["7.98863", "7.74540", "7.13840", "6.18503", "5.42659", "5.06574"]
+
+OOM_LINE = (
+    "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+    "GPU 0 has a total capacity of 79.11 GiB of which 1.25 GiB is free."
+)
 
 
 def _job(job_dir: Path, name: str, body: str) -> Path:
     script = job_dir / f"{name}.sbatch"
-    script.write_text(f"#!/bin/bash\n#SBATCH --output={job_dir}/%j.out\n#SBATCH --time=2\n"
-                      f"{textwrap.dedent(body)}")
+    script.write_text(f"#!/bin/bash\n#SBATCH --output={job_dir}/%j.out\n#SBATCH --time=2\n{textwrap.dedent(body)}")
     return script
 
 
 def _watch(slurm, job: str, timeout: float = 120) -> tuple[int, list[tuple[float, str]]]:
     """Run `cookbook watch JOB` as users do; return its exit code and (seconds since start, line) pairs."""
     env = {**os.environ, **slurm.env}
-    proc = subprocess.Popen([*COOKBOOK, "watch", job, "--interval", "0.3"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [*COOKBOOK, "watch", job, "--interval", "0.3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     lines: list[tuple[float, str]] = []
     t0 = time.monotonic()
 
@@ -80,12 +91,18 @@ def test_watch_shows_steps_live_and_reports_completed(slurm, job_dir):
 
 
 def test_watch_of_a_failed_job_exits_nonzero_with_the_diagnosis(slurm, job_dir):
-    job = slurm.submit(_job(job_dir, "oom", f"""\
+    job = slurm.submit(
+        _job(
+            job_dir,
+            "oom",
+            f"""\
         printf '%b' '{STEP % (1, 1, LOSSES[0])}'
         sleep 1
-        echo '[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.25 GiB is free.'
+        echo '{OOM_LINE}'
         exit 1
-        """))
+        """,
+        )
+    )
     rc, lines = _watch(slurm, job)
     text = "\n".join(line for _, line in lines)
     assert rc != 0, text

@@ -43,4 +43,3 @@ def known_hf_token() -> str:
     token = f"hf_cookbookNEVERWRITTEN{secrets.token_hex(8)}"
     os.environ["HF_TOKEN"] = token
     return token
-

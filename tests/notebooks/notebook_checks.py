@@ -34,8 +34,9 @@ def run_and_check(name: str, tiny_assets, artifacts: Path, tmp_path: Path, known
     """Run notebook ``name`` with the local parameters in ``tmp_path`` and check what it produced."""
     t0 = time.monotonic()
     try:
-        executed = run_notebook(name, artifacts, local_parameters(name, tiny_assets), cwd=tmp_path,
-                                name=f"{name}.local")
+        executed = run_notebook(
+            name, artifacts, local_parameters(name, tiny_assets), cwd=tmp_path, name=f"{name}.local"
+        )
     except NotebookStopped as e:
         pytest.fail(f"{e} (see {e.path})")
     print(f"{name}: {time.monotonic() - t0:.0f} s")
@@ -46,14 +47,19 @@ def run_and_check(name: str, tiny_assets, artifacts: Path, tmp_path: Path, known
     if name.startswith("00_"):
         assert (tiny_assets.root / "VERSION").exists()
         return
-    if name.startswith("08_"):           # the builder submits on a click: tests/browser does that
+    if name.startswith("08_"):  # the builder submits on a click: tests/browser does that
         nb = nbformat.read(str(executed), as_version=4)
-        shown = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
-                 if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+        shown = [
+            o
+            for c in nb.cells
+            if c.cell_type == "code"
+            for o in c.outputs
+            if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+        ]
         assert shown and not jobs
         return
     assert jobs, "the notebook submitted no job"
-    if name.startswith(("02_", "03_", "04_", "05_", "06_")):     # the check step rehearses the job on every node
+    if name.startswith(("02_", "03_", "04_", "05_", "06_")):  # the check step rehearses the job on every node
         text = Path(executed).read_text()
         assert "PASSED: every node can run this job" in text and "head, reached by 1" in text
     for job in jobs:

@@ -31,8 +31,19 @@ import nbformat
 from cookbook.notebook_runner import SHARED_CELLS, cluster_parameters, default_parameters
 
 MAX_CODE_LINES = 6
-_STATEMENTS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.For, ast.AsyncFor,
-               ast.While, ast.If, ast.Try, ast.With, ast.AsyncWith)
+_STATEMENTS = (
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.Lambda,
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.If,
+    ast.Try,
+    ast.With,
+    ast.AsyncWith,
+)
 
 
 def _is_parameters(cell: Any) -> bool:
@@ -53,14 +64,15 @@ def _same_code(a: str, b: str) -> bool:
 def _clean(nb: Any) -> list[str]:
     out = []
     if "widgets" in nb.metadata:
-        out.append("widget state is saved in the notebook's metadata (Settings > Save Widget State "
-                   "Automatically: off, then clear it)")
+        out.append(
+            "widget state is saved in the notebook's metadata (Settings > Save Widget State "
+            "Automatically: off, then clear it)"
+        )
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
         if cell.get("outputs"):
-            out.append(f"cell {i} has outputs: clear them before committing "
-                       "(Edit > Clear Outputs of All Cells)")
+            out.append(f"cell {i} has outputs: clear them before committing (Edit > Clear Outputs of All Cells)")
         if cell.get("execution_count") is not None:
             out.append(f"cell {i} has an execution count: clear outputs before committing")
         if "execution" in cell.metadata:
@@ -92,12 +104,16 @@ def _parameters(nb: Any, name: str) -> list[str]:
     for key in expected.keys() - found.keys():
         out.append(f"cell {i} (parameters) lacks `{key}` (default_parameters: {expected[key]!r})")
     for key in found.keys() - expected.keys():
-        out.append(f"cell {i} (parameters) has `{key}`, which cookbook.notebook_runner.default_parameters "
-                   "does not know: add it there")
+        out.append(
+            f"cell {i} (parameters) has `{key}`, which cookbook.notebook_runner.default_parameters "
+            "does not know: add it there"
+        )
     for key in found.keys() & expected.keys():
         if found[key] != expected[key]:
-            out.append(f"cell {i} (parameters): {key} = {found[key]!r}, but cookbook.notebook_runner."
-                       f"default_parameters says {expected[key]!r}: change one place, then the other")
+            out.append(
+                f"cell {i} (parameters): {key} = {found[key]!r}, but cookbook.notebook_runner."
+                f"default_parameters says {expected[key]!r}: change one place, then the other"
+            )
     return out
 
 
@@ -112,12 +128,15 @@ def _steps(nb: Any) -> list[str]:
             out.append(f"cell {i} is not valid Python: {e.msg} (line {e.lineno})")
             continue
         if _code_lines(cell.source) > MAX_CODE_LINES:
-            out.append(f"cell {i} has {_code_lines(cell.source)} lines of code (at most {MAX_CODE_LINES}): "
-                       "split the step, or move the logic into the package")
+            out.append(
+                f"cell {i} has {_code_lines(cell.source)} lines of code (at most {MAX_CODE_LINES}): "
+                "split the step, or move the logic into the package"
+            )
         logic = sorted({type(n).__name__ for n in ast.walk(tree) if isinstance(n, _STATEMENTS)})
         if logic:
-            out.append(f"cell {i} has {', '.join(logic)}: logic a reader would copy belongs in the package "
-                       "(the cell calls it)")
+            out.append(
+                f"cell {i} has {', '.join(logic)}: logic a reader would copy belongs in the package (the cell calls it)"
+            )
         if not any(isinstance(n, (ast.Call, ast.Import, ast.ImportFrom)) for n in ast.walk(tree)):
             out.append(f"cell {i} calls nothing: a step calls the package")
     return out
@@ -131,14 +150,18 @@ def _shared(nb: Any, name: str) -> list[str]:
         for key, want in SHARED_CELLS.items():
             hit = next((k for k in range(at, len(code)) if _same_code(code[k][1], want)), None)
             if hit is None:
-                out.append(f"the shared `{key}` cell (cookbook.notebook_runner.SHARED_CELLS) is missing or "
-                           f"out of order; it reads:\n{want}")
+                out.append(
+                    f"the shared `{key}` cell (cookbook.notebook_runner.SHARED_CELLS) is missing or "
+                    f"out of order; it reads:\n{want}"
+                )
             else:
                 at = hit + 1
     imports_wt = [i for i, src in code if "import walkthrough" in src]
     if imports_wt and not any(_same_code(src, SHARED_CELLS["setup"]) for _, src in code):
-        out.append(f"cell {imports_wt[0]} imports cookbook.walkthrough, but not as the shared `setup` cell:\n"
-                   f"{SHARED_CELLS['setup']}")
+        out.append(
+            f"cell {imports_wt[0]} imports cookbook.walkthrough, but not as the shared `setup` cell:\n"
+            f"{SHARED_CELLS['setup']}"
+        )
     return out
 
 

@@ -23,11 +23,27 @@ from cookbook.lab import free_port
 
 def _start(args: list[str], tmp_path: Path) -> tuple[subprocess.Popen, str]:
     """Start the CLI and read its output up to the line after the tokened URL."""
-    env = dict(os.environ, COOKBOOK_OUT=str(tmp_path / "out"), HF_TOKEN="hf_secretvalue_never_printed",
-               PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "cookbook.lab", "--root", str(tmp_path), "--login-node", "login1",
-                             "--user", "alice", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env)
+    env = dict(
+        os.environ, COOKBOOK_OUT=str(tmp_path / "out"), HF_TOKEN="hf_secretvalue_never_printed", PYTHONUNBUFFERED="1"
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cookbook.lab",
+            "--root",
+            str(tmp_path),
+            "--login-node",
+            "login1",
+            "--user",
+            "alice",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     lines: list[str] = []
     deadline = time.monotonic() + 90
     while not any("token=" in ln for ln in lines):
@@ -71,7 +87,7 @@ def test_lab_on_a_private_socket_by_default(tmp_path):
         assert len(token) >= 32
         assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700 and stat.S_ISSOCK(sock.stat().st_mode)
         assert sockethttp.get(f"/api/status?token={token}", sock=sock)[0] == 200
-        assert sockethttp.get("/api/contents", sock=sock)[0] == 403            # the token is still required
+        assert sockethttp.get("/api/contents", sock=sock)[0] == 403  # the token is still required
         argv = _tree_argv(proc.pid)
         assert len(argv) >= 2 and not any(token.encode() in a for a in argv)  # the CLI and JupyterLab
         assert not list(sock.parent.glob("*config*.json")), "the token's config file outlived the start"
@@ -102,11 +118,21 @@ def test_lab_kernels_start_whatever_the_callers_runtime_folder(tmp_path):
     from cookbook.lab import start_lab
 
     long_runtime = tmp_path / ("r" * 70)
-    server = start_lab(tmp_path, unix_socket=True, log=tmp_path / "lab.log",
-                       env=dict(os.environ, JUPYTER_RUNTIME_DIR=str(long_runtime)))
+    server = start_lab(
+        tmp_path,
+        unix_socket=True,
+        log=tmp_path / "lab.log",
+        env=dict(os.environ, JUPYTER_RUNTIME_DIR=str(long_runtime)),
+    )
     try:
-        status, body = sockethttp.request("POST", "/api/kernels", sock=server.sock, body=b"{}", timeout=60,
-                                         headers={"Authorization": f"token {server.token}"})
+        status, body = sockethttp.request(
+            "POST",
+            "/api/kernels",
+            sock=server.sock,
+            body=b"{}",
+            timeout=60,
+            headers={"Authorization": f"token {server.token}"},
+        )
         assert status == 201, f"{body!r}\n{server.log.read_text()[-3000:]}"
         assert (server.private / "runtime" / f"kernel-{json.loads(body)['id']}.json").exists()
     finally:

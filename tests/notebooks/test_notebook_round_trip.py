@@ -53,8 +53,12 @@ class Contents:
         conn = _UnixConnection(self.sock)
         headers = {"Authorization": f"token {self.token}", "Content-Type": "application/json"}
         try:
-            conn.request(method, f"/api/contents/{quote(f'{self.folder}/{path}'.strip('/'))}{query}",
-                         body=None if body is None else json.dumps(body), headers=headers)
+            conn.request(
+                method,
+                f"/api/contents/{quote(f'{self.folder}/{path}'.strip('/'))}{query}",
+                body=None if body is None else json.dumps(body),
+                headers=headers,
+            )
             resp = conn.getresponse()
             return resp.status, json.loads(resp.read() or b"null")
         finally:
@@ -77,13 +81,18 @@ def server(tmp_path_factory) -> Iterator[tuple[Contents, Path]]:
     tmp_path = tmp_path_factory.mktemp("jupyter")
     root = tmp_path / "root"
     root.mkdir()
-    sockdir = Path(tempfile.mkdtemp(prefix="nb-", dir="/tmp"))       # a unix socket path is short
+    sockdir = Path(tempfile.mkdtemp(prefix="nb-", dir="/tmp"))  # a unix socket path is short
     sock, token = str(sockdir / "jupyter.sock"), secrets.token_hex(16)
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-               JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"))
-    cmd = [sys.executable, "-m", "jupyter_server", f"--ServerApp.sock={sock}",
-           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-           "--ServerApp.open_browser=False"]
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"))
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyter_server",
+        f"--ServerApp.sock={sock}",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        "--ServerApp.open_browser=False",
+    ]
     if os.geteuid() == 0:
         cmd.append("--allow-root")
     log = (tmp_path / "server.log").open("w")
@@ -96,7 +105,7 @@ def server(tmp_path_factory) -> Iterator[tuple[Contents, Path]]:
             try:
                 if api.request("GET", "")[0] == 200:
                     break
-            except OSError:               # not listening yet
+            except OSError:  # not listening yet
                 pass
             assert time.monotonic() < deadline, "the Jupyter server did not answer in 120 s"
             time.sleep(0.2)
@@ -145,17 +154,21 @@ def test_a_cell_edited_and_saved_in_jupyterlab_passes_the_checks(jupyter):
     assert problems(root / NOTEBOOK) == []
 
 
-@pytest.mark.parametrize("edit, message", [
-    ("output", "has outputs: clear them"),
-    ("default", "nodes = 4, but cookbook.notebook_runner.default_parameters says 2"),
-    ("loop", "has For: logic a reader would copy belongs in the package"),
-    ("shared", "the shared `rehearse` cell (cookbook.notebook_runner.SHARED_CELLS) is missing"),
-], ids=["output", "default", "loop", "shared"])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ("output", "has outputs: clear them"),
+        ("default", "nodes = 4, but cookbook.notebook_runner.default_parameters says 2"),
+        ("loop", "has For: logic a reader would copy belongs in the package"),
+        ("shared", "the shared `rehearse` cell (cookbook.notebook_runner.SHARED_CELLS) is missing"),
+    ],
+    ids=["output", "default", "loop", "shared"],
+)
 def test_an_edit_that_breaks_a_rule_is_caught(jupyter, edit, message):
     api, root = jupyter
     nb = api.load(NOTEBOOK)
     params = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
-    if edit == "output":              # run a cell and save without clearing its output
+    if edit == "output":  # run a cell and save without clearing its output
         cell = _cell(nb, "wt.check_job(spec)")
         cell.update(execution_count=3, outputs=[{"output_type": "stream", "name": "stdout", "text": "ok\n"}])
     elif edit == "default":

@@ -18,8 +18,15 @@ from cookbook.notebook_runner import (
     notebooks,
 )
 
-REQUIRED = ["00_setup", "01_plug_in_your_dataset", "02_llama3_3_70b_full_finetune", "03_llama3_3_70b_lora",
-            "04_flux_schnell_pretraining", "05_profiling", "06_llama3_8b_c4_torchtitan"]
+REQUIRED = [
+    "00_setup",
+    "01_plug_in_your_dataset",
+    "02_llama3_3_70b_full_finetune",
+    "03_llama3_3_70b_lora",
+    "04_flux_schnell_pretraining",
+    "05_profiling",
+    "06_llama3_8b_c4_torchtitan",
+]
 
 
 def test_every_required_notebook_exists():
@@ -38,7 +45,7 @@ def test_local_parameters_are_parameters_of_the_notebook(name, tiny_assets):
     """papermill passes local_parameters to the notebook: each name must be one its parameters cell sets."""
     local = local_parameters(name, tiny_assets)
     assert set(local) <= set(default_parameters(name))
-    if "base_parameters" in local:             # the sweep passes them on to notebook 03
+    if "base_parameters" in local:  # the sweep passes them on to notebook 03
         assert set(local["base_parameters"]) <= set(default_parameters("03_llama3_3_70b_lora"))
 
 
@@ -48,11 +55,12 @@ def test_notebooks_are_named_not_numbered():
         local_parameters("99_nope")
 
 
-
 def _set(source: str, new: str):
     """An edit: the first code cell reading ``source`` now reads ``new``."""
+
     def edit(nb):
         next(c for c in nb.cells if c.cell_type == "code" and c.source == source).source = new
+
     return edit
 
 
@@ -63,20 +71,25 @@ def _params(nb):
 def _set_params(change):
     def edit(nb):
         _params(nb).source = change(_params(nb).source)
+
     return edit
 
 
-BREAKS = {   # an edit of notebook 03 -> the problem it must be reported as
-    "code first": (lambda nb: nb.cells.insert(0, nbformat.v4.new_code_cell("wt.check_job(spec)")),
-                   "prose first: cell 0 must be markdown"),
-    "two parameters cells": (lambda nb: nb.cells.insert(1, _params(nb).copy()),
-                             "2 cells are tagged `parameters`"),
-    "a parameter removed": (_set_params(lambda src: src.replace("gpu = ", "# gpu = ")),
-                            "lacks `gpu` (default_parameters: 'H100')"),
-    "a computed parameter": (_set_params(lambda src: src + "\nn = nodes * 2"),
-                             "only `name = literal` lines belong there"),
-    "a function": (_set("job.plot()", "def show():\n    job.plot()"),
-                   "has FunctionDef: logic a reader would copy"),
+BREAKS = {  # an edit of notebook 03 -> the problem it must be reported as
+    "code first": (
+        lambda nb: nb.cells.insert(0, nbformat.v4.new_code_cell("wt.check_job(spec)")),
+        "prose first: cell 0 must be markdown",
+    ),
+    "two parameters cells": (lambda nb: nb.cells.insert(1, _params(nb).copy()), "2 cells are tagged `parameters`"),
+    "a parameter removed": (
+        _set_params(lambda src: src.replace("gpu = ", "# gpu = ")),
+        "lacks `gpu` (default_parameters: 'H100')",
+    ),
+    "a computed parameter": (
+        _set_params(lambda src: src + "\nn = nodes * 2"),
+        "only `name = literal` lines belong there",
+    ),
+    "a function": (_set("job.plot()", "def show():\n    job.plot()"), "has FunctionDef: logic a reader would copy"),
     "a long cell": (_set("job.plot()", "job.plot()\n" * 7), "has 7 lines of code (at most 6)"),
     "a cell that calls nothing": (_set("job.plot()", "x = 1"), "calls nothing"),
     "widget state saved": (lambda nb: nb.metadata.update(widgets={"state": {}}), "widget state is saved"),

@@ -24,6 +24,6 @@ def test_real_defaults_stop_at_check(name, slurm, kernel_dirs, artifacts, tmp_pa
     err = error_output(stop.path)
     text = "\n".join(err["traceback"])
     assert err["traceback"][0].startswith("STOP: ")
-    assert "Traceback" not in text and "File \"" not in text, text
+    assert "Traceback" not in text and 'File "' not in text, text
     assert not list(tmp_path.rglob("job.json")), "nothing may be submitted"
     assert "local-cpu" in text, "the message says how to run it here"

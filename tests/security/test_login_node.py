@@ -151,12 +151,15 @@ def _run_in_lab_kernel(sock: Path, token: str, kernel_id: str, code: str, log: P
     kc.start_channels()
     try:
         kc.wait_for_ready(timeout=180)
-        reply = kc.execute_interactive(code, timeout=120, output_hook=lambda m: out.append(
-            m["content"].get("text", "") if m["msg_type"] == "stream" else ""))
+        reply = kc.execute_interactive(
+            code,
+            timeout=120,
+            output_hook=lambda m: out.append(m["content"].get("text", "") if m["msg_type"] == "stream" else ""),
+        )
     finally:
         kc.stop_channels()
     assert reply["content"]["status"] == "ok", f"{reply['content']}\n{log.read_text()[-3000:]}"
-    deadline, state = time.monotonic() + 60, None      # the server's own view of it (its iopub watcher)
+    deadline, state = time.monotonic() + 60, None  # the server's own view of it (its iopub watcher)
     while state != "idle":
         assert time.monotonic() < deadline, f"the server still sees the kernel as {state}"
         status, body = sockethttp.get(f"/api/kernels/{kernel_id}?token={token}", sock=sock, timeout=10)
@@ -183,7 +186,7 @@ def _environment(**values: str):
 
 def _stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
-        proc.send_signal(2)           # Ctrl-C, as the user stops them
+        proc.send_signal(2)  # Ctrl-C, as the user stops them
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:
@@ -232,7 +235,7 @@ class Session:
 # ------------------------------------------------------------------------------------------ the run
 @pytest.fixture(scope="module")
 def session(slurm, tiny_assets, tmp_path_factory):
-    with contextlib.ExitStack() as cleanup:      # whatever started is stopped again, also when setup fails
+    with contextlib.ExitStack() as cleanup:  # whatever started is stopped again, also when setup fails
         yield from _sweep(cleanup, slurm, tiny_assets, tmp_path_factory)
 
 
@@ -255,10 +258,17 @@ def _sweep(cleanup: contextlib.ExitStack, slurm, tiny_assets, tmp_path_factory):
     job_dir, nb_dir = root / "runs", root / "notebook"
 
     # a short profiled FSDP job on the cluster (runs while the notebook and the servers start)
-    spec = job_spec("fsdp_llama3_1_8b", profile="local-cpu", nodes=1, job_name="sweep-fsdp",
-                    assets_dir=str(tiny_assets.root),
-                    overrides={"max_steps": "6", **profiling_overrides("fsdp_llama3_1_8b", "local-cpu", steps=1,
-                                                                       warmup=1, start_step=2)})
+    spec = job_spec(
+        "fsdp_llama3_1_8b",
+        profile="local-cpu",
+        nodes=1,
+        job_name="sweep-fsdp",
+        assets_dir=str(tiny_assets.root),
+        overrides={
+            "max_steps": "6",
+            **profiling_overrides("fsdp_llama3_1_8b", "local-cpu", steps=1, warmup=1, start_step=2),
+        },
+    )
     job = submit(spec, root=job_dir, client=slurm)
     cleanup.callback(lambda: job.state().done or job.cancel())
     # the program the job really runs on its node, as its recipe launches it ($RECIPE_DIR: the job's folder)
@@ -269,8 +279,13 @@ def _sweep(cleanup: contextlib.ExitStack, slurm, tiny_assets, tmp_path_factory):
     # a folder of this test (out/lab/jupyterlab.log is every other `make lab`'s too)
     env = dict(os.environ, PYTHONUNBUFFERED="1", COOKBOOK_OUT=str(root / "out"))
     lab_out: list[str] = []
-    lab_cli = subprocess.Popen([PY, "-m", "cookbook.lab", "--root", str(root), "--login-node", "login1"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lab_cli = subprocess.Popen(
+        [PY, "-m", "cookbook.lab", "--root", str(root), "--login-node", "login1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     cleanup.callback(_stop, lab_cli)
     m = _wait_line(lab_cli, r"ssh -N -L 8888:(\S+\.sock) \S+@login1", lab_out)
     lab_sock = Path(m.group(1))
@@ -283,20 +298,35 @@ def _sweep(cleanup: contextlib.ExitStack, slurm, tiny_assets, tmp_path_factory):
     # a kernel in the socket-mode lab: kernels are processes too (their argv, their connection files)
     from cookbook import sockethttp
 
-    status, body = sockethttp.request("POST", "/api/kernels", sock=lab_sock, body=b"{}",
-                                     headers={"Authorization": f"token {token}",
-                                              "Content-Type": "application/json"}, timeout=60)
+    status, body = sockethttp.request(
+        "POST",
+        "/api/kernels",
+        sock=lab_sock,
+        body=b"{}",
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+        timeout=60,
+    )
     lab_log = root / "out" / "lab" / "jupyterlab.log"
     assert status == 201, f"{body!r}\n{lab_log.read_text()[-3000:]}"
     kernel_id = json.loads(body)["id"]
 
     # one small notebook, executed by papermill (the kernel inherits both secrets)
-    run_notebook("01_plug_in_your_dataset", nb_dir, local_parameters("01_plug_in_your_dataset", tiny_assets),
-                 cwd=nb_dir / "work", name="01.sweep")
+    run_notebook(
+        "01_plug_in_your_dataset",
+        nb_dir,
+        local_parameters("01_plug_in_your_dataset", tiny_assets),
+        cwd=nb_dir / "work",
+        name="01.sweep",
+    )
     print(f"notebook done: {time.time() - started:.0f} s")
     # the lab's kernel answers over its ipc sockets and sees the secrets (without printing them)
-    seen = _run_in_lab_kernel(lab_sock, token, kernel_id, "import os; print(sorted(k for k in "
-                              "('HF_TOKEN', 'WANDB_API_KEY') if os.environ.get(k)))", lab_log)
+    seen = _run_in_lab_kernel(
+        lab_sock,
+        token,
+        kernel_id,
+        "import os; print(sorted(k for k in ('HF_TOKEN', 'WANDB_API_KEY') if os.environ.get(k)))",
+        lab_log,
+    )
     assert seen.strip() == "['HF_TOKEN', 'WANDB_API_KEY']", seen
 
     info = job.wait(timeout=300, echo=lambda s: None)
@@ -305,18 +335,38 @@ def _sweep(cleanup: contextlib.ExitStack, slurm, tiny_assets, tmp_path_factory):
 
     # cookbook profile view on the job's traces (private Unix socket)
     view_out: list[str] = []
-    view_cli = subprocess.Popen([COOKBOOK, "profile", "view", str(job.script.parent), "--login-node", "login1"],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    view_cli = subprocess.Popen(
+        [COOKBOOK, "profile", "view", str(job.script.parent), "--login-node", "login1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     cleanup.callback(_stop, view_cli)
     tb_sock = Path(_wait_line(view_cli, r"ssh -N -L 6006:(\S+\.sock) login1", view_out).group(1))
     print(f"view up: {time.time() - started:.0f} s")
 
-    yield Session(started, hf, wandb, [token, jupyter_tcp], sampler, job_dir, nb_dir, lab_cli, lab_sock, lab_tcp,
-                  view_cli, tb_sock, root, job_program, lab_out + view_out)
+    yield Session(
+        started,
+        hf,
+        wandb,
+        [token, jupyter_tcp],
+        sampler,
+        job_dir,
+        nb_dir,
+        lab_cli,
+        lab_sock,
+        lab_tcp,
+        view_cli,
+        tb_sock,
+        root,
+        job_program,
+        lab_out + view_out,
+    )
 
 
 # ------------------------------------------------------------------------------------------ 1. second user
-SECOND_USER_SCRIPT = r'''
+SECOND_USER_SCRIPT = r"""
 import json, os, socket, sys, http.client
 cfg = json.load(sys.stdin)
 needles = [t.encode() for t in cfg["secrets"]]
@@ -360,7 +410,7 @@ for path in cfg["files"]:
     except OSError as e:
         out["files"][path] = type(e).__name__
 print(json.dumps(out))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -369,8 +419,9 @@ def second_user():
     if os.geteuid() != 0 or shutil.which("useradd") is None:
         pytest.skip("creating a second user needs root and useradd")
     name = f"cbsec{secrets.token_hex(3)}"
-    subprocess.run(["useradd", "--no-create-home", "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin",
-                    name], check=True)
+    subprocess.run(
+        ["useradd", "--no-create-home", "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name], check=True
+    )
     try:
         yield pwd.getpwnam(name)
     finally:
@@ -382,13 +433,26 @@ def test_second_user_finds_no_token_and_is_refused_by_every_server(session, seco
 
     # Slurm's controller keeps each live job's environment (HF_TOKEN included): not for other users
     state_envs = [str(p) for p in (LocalCluster().cfg.root / "state").rglob("environment")]
-    cfg = {"secrets": session.secrets, "server_pids": session.server_pids(),
-           "sockets": [str(session.lab_sock), str(session.tb_sock)], "tcp_ports": [session.lab_tcp.port],
-           "files": [str(session.lab_sock.parent), *state_envs[:5]]}
+    cfg = {
+        "secrets": session.secrets,
+        "server_pids": session.server_pids(),
+        "sockets": [str(session.lab_sock), str(session.tb_sock)],
+        "tcp_ports": [session.lab_tcp.port],
+        "files": [str(session.lab_sock.parent), *state_envs[:5]],
+    }
     # the secrets go in on stdin (never argv) and the environment is a bare one, not ours
-    r = subprocess.run(["/usr/bin/python3", "-c", SECOND_USER_SCRIPT], input=json.dumps(cfg), text=True,
-                       capture_output=True, user=second_user.pw_uid, group=second_user.pw_gid, extra_groups=[],
-                       env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}, cwd="/", timeout=120)
+    r = subprocess.run(
+        ["/usr/bin/python3", "-c", SECOND_USER_SCRIPT],
+        input=json.dumps(cfg),
+        text=True,
+        capture_output=True,
+        user=second_user.pw_uid,
+        group=second_user.pw_gid,
+        extra_groups=[],
+        env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"},
+        cwd="/",
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     seen = json.loads(r.stdout)
     print(json.dumps(seen, indent=1))
@@ -414,18 +478,28 @@ def test_no_secret_in_any_process_argv(session):
     for what in ("jupyterlab", "ipykernel", "cookbook.profiling.view", "slurmstepd", session.job_program):
         assert what in everything, f"the sampler never saw a {what} process"
     assert sampler.hits == [], sampler.hits[:5]
-    assert not any(s in "".join(session.outputs).replace(session.jupyter_tokens[0], "")
-                   for s in (session.hf_token, session.wandb_key))
+    assert not any(
+        s in "".join(session.outputs).replace(session.jupyter_tokens[0], "")
+        for s in (session.hf_token, session.wandb_key)
+    )
 
 
 # ------------------------------------------------------------------------------------------ 3. files
 def test_no_secret_in_any_file_the_run_wrote(session):
     session.stop_servers()
     time.sleep(1)
-    assert not session.lab_sock.parent.exists() and not session.tb_sock.parent.exists(), \
+    assert not session.lab_sock.parent.exists() and not session.tb_sock.parent.exists(), (
         "a server left its private folder (token, socket) behind"
-    roots = [output_dir(), (project_root() / ".cluster").resolve(), project_root() / ".cache", session.root,
-             Path(tempfile.gettempdir()), Path.home(), Path("/var/tmp")]
+    )
+    roots = [
+        output_dir(),
+        (project_root() / ".cluster").resolve(),
+        project_root() / ".cache",
+        session.root,
+        Path(tempfile.gettempdir()),
+        Path.home(),
+        Path("/var/tmp"),
+    ]
     files = _changed_files(roots, session.started)
     assert len(files) > 20, f"only {len(files)} files written: the sweep looks in the wrong places"
     assert any(str(p).startswith(str(session.job_dir)) for p in files)

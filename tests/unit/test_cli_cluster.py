@@ -21,9 +21,25 @@ def test_env_prints_the_export_line(capsys):
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to drop to nobody")
 def test_up_without_root_says_what_is_needed_and_that_a_real_cluster_needs_none_of_it(tmp_path):
     env = {**os.environ, "COOKBOOK_HOME": str(tmp_path)}
-    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                        sys.executable, "-m", "cookbook", "cluster", "up", "--name", "nobody"],
-                       capture_output=True, text=True, env=env, timeout=60)
+    r = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sys.executable,
+            "-m",
+            "cookbook",
+            "cluster",
+            "up",
+            "--name",
+            "nobody",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert r.returncode == 2
     assert all(s in r.stderr for s in ("needs root", "slurmctld", "real Slurm cluster", "sudo make cluster-up"))
     assert "Traceback" not in r.stderr
@@ -45,8 +61,14 @@ def test_the_gpu_preset_can_run_beside_the_shared_cpu_cluster():
     assert ClusterConfig.named("gpu", nodes=4, cpus_per_node=None).nodes == 4
 
 
-@pytest.mark.parametrize("args, flag", [(["--gpus-per-node", "-1"], "--gpus-per-node"), (["--nodes", "0"], "--nodes"),
-                                        (["--cpus-per-node", "0"], "--cpus-per-node")])
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--gpus-per-node", "-1"], "--gpus-per-node"),
+        (["--nodes", "0"], "--nodes"),
+        (["--cpus-per-node", "0"], "--cpus-per-node"),
+    ],
+)
 def test_up_refuses_impossible_counts_in_one_line(capsys, args, flag):
     assert main(["cluster", "up", *args]) == 2
     err = capsys.readouterr().err.strip()
@@ -63,8 +85,10 @@ def test_gpu_nodes_are_written_with_device_files_gres_and_claimed_cpus(tmp_path,
     cluster._configure()
     conf = cluster.cfg.conf.read_text().splitlines()
     assert "GresTypes=gpu" in conf and "TaskPlugin=task/none" in conf and "SlurmdParameters=config_overrides" in conf
-    assert f"NodeName=n1 NodeAddr=10.79.0.1 CPUs=192 Boards=1 SocketsPerBoard=1 CoresPerSocket=192 ThreadsPerCore=1 " \
-           f"RealMemory=1843200 Gres=gpu:8 State=UNKNOWN" in conf
+    assert (
+        "NodeName=n1 NodeAddr=10.79.0.1 CPUs=192 Boards=1 SocketsPerBoard=1 CoresPerSocket=192 ThreadsPerCore=1 "
+        "RealMemory=1843200 Gres=gpu:8 State=UNKNOWN" in conf
+    )
     assert "SlurmctldPort=7017" in conf and "SlurmdPort=7018" in conf
     gres = (cluster.etc / "gres.conf").read_text().splitlines()
     assert gres[1:] == ["AutoDetect=off", f"NodeName=n[1-4] Name=gpu File={tmp_path}/dev/nvidia[0-7]"]
@@ -74,8 +98,10 @@ def test_gpu_nodes_are_written_with_device_files_gres_and_claimed_cpus(tmp_path,
 def test_step_cpus_lines_are_parsed_and_a_short_task_is_named():
     from cookbook.local.cluster import StepCpus, parse_step_cpus
 
-    out = "hello\nstep_cpus host=n1 slurm_cpus_per_task=1 affinity=2 job_cpus_per_task=16\n" \
-          "step_cpus host=n2 slurm_cpus_per_task=16 affinity=16 job_cpus_per_task=16\n"
+    out = (
+        "hello\nstep_cpus host=n1 slurm_cpus_per_task=1 affinity=2 job_cpus_per_task=16\n"
+        "step_cpus host=n2 slurm_cpus_per_task=16 affinity=16 job_cpus_per_task=16\n"
+    )
     got = parse_step_cpus(out)
     assert got == [StepCpus("n1", 1, 2, 16), StepCpus("n2", 16, 16, 16)]
     assert [s.short for s in got] == [True, False]
@@ -85,8 +111,9 @@ def test_step_cpus_snippet_survives_strict_bash_outside_a_step():
     from cookbook.local.cluster import STEP_CPUS_SNIPPET, parse_step_cpus
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    r = subprocess.run(["bash", "-euo", "pipefail", "-c", STEP_CPUS_SNIPPET], capture_output=True, text=True,
-                       env=env, timeout=60)
+    r = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", STEP_CPUS_SNIPPET], capture_output=True, text=True, env=env, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     (line,) = parse_step_cpus(r.stdout)
     assert (line.slurm_cpus_per_task, line.job_cpus_per_task) == (1, 1)

@@ -20,7 +20,11 @@ from cookbook.paths import project_root
 
 def test_launch_args() -> None:
     assert cpu.cpu_launch_args("torchtune", "full_finetune_distributed") == [
-        "-m", "cookbook.local.compat.cpu", "torchtune", "full_finetune_distributed"]
+        "-m",
+        "cookbook.local.compat.cpu",
+        "torchtune",
+        "full_finetune_distributed",
+    ]
     assert cpu.cpu_launch_args("torchtitan") == ["-m", "cookbook.local.compat.cpu", "torchtitan"]
     with pytest.raises(cpu.CompatError):
         cpu.cpu_launch_args("torchtune")
@@ -52,7 +56,11 @@ def test_recipe_lookup() -> None:
 
 def test_torchtitan_default_args_only_when_absent() -> None:
     assert cpu.with_torchtitan_defaults(["--module", "m"]) == [
-        "--module", "m", "--parallelism.spmd_backend", "partial_dtensor"]
+        "--module",
+        "m",
+        "--parallelism.spmd_backend",
+        "partial_dtensor",
+    ]
     given = ["--parallelism.spmd_backend=spmd_types"]
     assert cpu.with_torchtitan_defaults(given) == given
 
@@ -66,54 +74,99 @@ def test_every_shim_is_documented() -> None:
 
 
 def test_cli_errors_are_short() -> None:
-    res = subprocess.run([sys.executable, "-m", "cookbook.local.compat.cpu", "torchtune", "nope"],
-                         capture_output=True, text=True, cwd=project_root())
+    res = subprocess.run(
+        [sys.executable, "-m", "cookbook.local.compat.cpu", "torchtune", "nope"],
+        capture_output=True,
+        text=True,
+        cwd=project_root(),
+    )
     assert res.returncode == 2 and "unknown torchtune recipe 'nope'" in res.stderr
     assert "Traceback" not in res.stderr
 
 
 # ------------------------------------------------------------------------------------- real runs
 
+
 def tiny_torchtune_config(assets: TinyAssets, output_dir: Path, lora: bool = False) -> dict:
     """A tiny full_finetune_distributed / lora_finetune_distributed config on the tiny assets."""
     model: dict = {"_component_": "torchtune.models.llama3_1.llama3_1"}
     if lora:
-        model = {"_component_": "torchtune.models.llama3_1.lora_llama3_1",
-                 "lora_attn_modules": ["q_proj", "v_proj", "output_proj"], "apply_lora_to_mlp": True,
-                 "apply_lora_to_output": False, "lora_rank": 8, "lora_alpha": 16, "lora_dropout": 0.0}
-    model |= {"vocab_size": DIMS.vocab_size, "num_layers": DIMS.n_layers, "num_heads": DIMS.n_heads,
-              "num_kv_heads": DIMS.n_kv_heads, "embed_dim": DIMS.dim, "intermediate_dim": DIMS.ffn_dim,
-              "max_seq_len": DIMS.max_seq_len, "rope_base": DIMS.rope_theta, "norm_eps": DIMS.norm_eps}
+        model = {
+            "_component_": "torchtune.models.llama3_1.lora_llama3_1",
+            "lora_attn_modules": ["q_proj", "v_proj", "output_proj"],
+            "apply_lora_to_mlp": True,
+            "apply_lora_to_output": False,
+            "lora_rank": 8,
+            "lora_alpha": 16,
+            "lora_dropout": 0.0,
+        }
+    model |= {
+        "vocab_size": DIMS.vocab_size,
+        "num_layers": DIMS.n_layers,
+        "num_heads": DIMS.n_heads,
+        "num_kv_heads": DIMS.n_kv_heads,
+        "embed_dim": DIMS.dim,
+        "intermediate_dim": DIMS.ffn_dim,
+        "max_seq_len": DIMS.max_seq_len,
+        "rope_base": DIMS.rope_theta,
+        "norm_eps": DIMS.norm_eps,
+    }
     config = {
         "output_dir": str(output_dir),
-        "tokenizer": {"_component_": "torchtune.models.llama3.llama3_tokenizer",
-                      "path": str(assets.tokenizer_model), "special_tokens_path": str(assets.special_tokens),
-                      "max_seq_len": 256},
-        "dataset": {"_component_": "torchtune.datasets.chat_dataset", "source": "json",
-                    "data_files": str(assets.chat_sharegpt), "split": "train",
-                    "conversation_column": "conversations", "conversation_style": "sharegpt",
-                    "train_on_input": False, "packed": False},
-        "seed": 1234, "shuffle": True, "model": model,
-        "checkpointer": {"_component_": "torchtune.training.FullModelHFCheckpointer",
-                         "checkpoint_dir": str(assets.llama_dir),
-                         "checkpoint_files": ["model-00001-of-00001.safetensors"],
-                         "recipe_checkpoint": None, "output_dir": str(output_dir), "model_type": "LLAMA3"},
+        "tokenizer": {
+            "_component_": "torchtune.models.llama3.llama3_tokenizer",
+            "path": str(assets.tokenizer_model),
+            "special_tokens_path": str(assets.special_tokens),
+            "max_seq_len": 256,
+        },
+        "dataset": {
+            "_component_": "torchtune.datasets.chat_dataset",
+            "source": "json",
+            "data_files": str(assets.chat_sharegpt),
+            "split": "train",
+            "conversation_column": "conversations",
+            "conversation_style": "sharegpt",
+            "train_on_input": False,
+            "packed": False,
+        },
+        "seed": 1234,
+        "shuffle": True,
+        "model": model,
+        "checkpointer": {
+            "_component_": "torchtune.training.FullModelHFCheckpointer",
+            "checkpoint_dir": str(assets.llama_dir),
+            "checkpoint_files": ["model-00001-of-00001.safetensors"],
+            "recipe_checkpoint": None,
+            "output_dir": str(output_dir),
+            "model_type": "LLAMA3",
+        },
         "resume_from_checkpoint": False,
-        "batch_size": 4, "epochs": 2, "max_steps_per_epoch": 3, "gradient_accumulation_steps": 1,
+        "batch_size": 4,
+        "epochs": 2,
+        "max_steps_per_epoch": 3,
+        "gradient_accumulation_steps": 1,
         "optimizer": {"_component_": "torch.optim.AdamW", "lr": 3e-3 if lora else 2e-3, "fused": False},
         "loss": {"_component_": "torchtune.modules.loss.CEWithChunkedOutputLoss"},
-        "device": "cpu", "dtype": "fp32", "compile": False, "clip_grad_norm": None,
-        "enable_activation_checkpointing": False, "enable_activation_offloading": False,
-        "metric_logger": {"_component_": "torchtune.training.metric_logging.DiskLogger",
-                          "log_dir": str(output_dir / "logs")},
-        "log_every_n_steps": 1, "log_peak_memory_stats": False,
+        "device": "cpu",
+        "dtype": "fp32",
+        "compile": False,
+        "clip_grad_norm": None,
+        "enable_activation_checkpointing": False,
+        "enable_activation_offloading": False,
+        "metric_logger": {
+            "_component_": "torchtune.training.metric_logging.DiskLogger",
+            "log_dir": str(output_dir / "logs"),
+        },
+        "log_every_n_steps": 1,
+        "log_peak_memory_stats": False,
         "profiler": {"_component_": "torchtune.training.setup_torch_profiler", "enabled": False},
     }
     if lora:
         config["save_adapter_weights_only"] = False
         config["lr_scheduler"] = {
             "_component_": "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup",
-            "num_warmup_steps": 1}
+            "num_warmup_steps": 1,
+        }
     else:
         config |= {"fsdp_cpu_offload": False, "optimizer_in_bwd": False}
     return config
@@ -154,8 +207,16 @@ def test_torchtune_full_finetune_distributed_and_resume(tiny_assets: TinyAssets,
     shutil.rmtree(out / "epoch_1")
     shutil.move(out / "logs", tmp_path / "first_logs")
     # torchtune 0.6.1 reads a full-finetune resume's checkpoint_files relative to output_dir.
-    torchrun([*launch, "--config", str(cfg), "resume_from_checkpoint=True",
-              "checkpointer.checkpoint_files=[epoch_0/model-00001-of-00001.safetensors]"], cwd=tmp_path)
+    torchrun(
+        [
+            *launch,
+            "--config",
+            str(cfg),
+            "resume_from_checkpoint=True",
+            "checkpointer.checkpoint_files=[epoch_0/model-00001-of-00001.safetensors]",
+        ],
+        cwd=tmp_path,
+    )
     resumed = disk_logger_losses(out / "logs")
     assert resumed == {4: losses[4], 5: losses[5], 6: losses[6]}
 
@@ -192,13 +253,27 @@ def titan_losses(output: str) -> dict[int, float]:
 
 
 @pytest.mark.slow
-def test_torchtitan_tiny_llama3_checkpoint_profile_tensorboard_resume(tiny_assets: TinyAssets,
-                                                                      tmp_path: Path) -> None:
+def test_torchtitan_tiny_llama3_checkpoint_profile_tensorboard_resume(tiny_assets: TinyAssets, tmp_path: Path) -> None:
     dump = tmp_path / "titan"
-    args = [*cpu.cpu_launch_args("torchtitan"), "--module", "cookbook.local.compat.titan_tiny_configs",
-            "--config", "tiny_llama3", "--hf_assets_path", str(tiny_assets.hf_tokenizer_dir),
-            "--dataloader.dataset_path", str(tiny_assets.c4_dir), "--dump_folder", str(dump),
-            "--training.steps", "6", "--checkpoint.interval", "3", "--profiler.profile_freq", "3"]
+    args = [
+        *cpu.cpu_launch_args("torchtitan"),
+        "--module",
+        "cookbook.local.compat.titan_tiny_configs",
+        "--config",
+        "tiny_llama3",
+        "--hf_assets_path",
+        str(tiny_assets.hf_tokenizer_dir),
+        "--dataloader.dataset_path",
+        str(tiny_assets.c4_dir),
+        "--dump_folder",
+        str(dump),
+        "--training.steps",
+        "6",
+        "--checkpoint.interval",
+        "3",
+        "--profiler.profile_freq",
+        "3",
+    ]
     losses = titan_losses(torchrun(args, cwd=tmp_path))
     assert sorted(losses) == [1, 2, 3, 4, 5, 6] and losses[6] < losses[1]
     assert (dump / "checkpoint" / "step-3" / ".metadata").is_file()
@@ -208,7 +283,9 @@ def test_torchtitan_tiny_llama3_checkpoint_profile_tensorboard_resume(tiny_asset
 
     # "Interrupted" after step 6: a longer run resumes from step-6 and trains 7..8 only.
     shutil.rmtree(dump / "checkpoint" / "step-3")
-    out = torchrun([*args[:-6], "--training.steps", "8", "--checkpoint.interval", "3",
-                    "--profiler.profile_freq", "3"], cwd=tmp_path)
+    out = torchrun(
+        [*args[:-6], "--training.steps", "8", "--checkpoint.interval", "3", "--profiler.profile_freq", "3"],
+        cwd=tmp_path,
+    )
     assert "Training starts at step 7" in out
     assert sorted(titan_losses(out)) == [7, 8]

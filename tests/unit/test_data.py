@@ -8,9 +8,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cookbook.data import (DataError, DatasetSpec, TokenizerSpec, check_dataset, check_vocab, dataset_overrides,
-                           dataset_yaml, read_rows, validate_rows)
-from cookbook.data import titan
+from cookbook.data import (
+    DataError,
+    DatasetSpec,
+    TokenizerSpec,
+    check_dataset,
+    check_vocab,
+    dataset_overrides,
+    dataset_yaml,
+    read_rows,
+    titan,
+    validate_rows,
+)
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "data"
 
@@ -21,16 +30,28 @@ def _problems(spec: DatasetSpec) -> str:
     return str(e.value)
 
 
-@pytest.mark.parametrize("name,style,cmap,expected", [
-    ("sharegpt_bad_role.jsonl", "sharegpt", {}, "row 1 (line 2), column 'conversations[0].from': role 'user'"),
-    ("sharegpt_empty.jsonl", "sharegpt", {}, "row 2 (line 3), column 'conversations[1].value': empty message"),
-    ("invalid_json.jsonl", "sharegpt", {}, "row 1 (line 3): invalid JSON"),
-    ("openai_wrong_order.jsonl", "openai", {}, "row 1 (line 2), column 'messages': Assistant message before"),
-    ("instruct_wrong_column.csv", "instruct", {"input": "question", "output": "answer"},
-     "row 0 (line 2), column 'answer': missing (row has: question, reply)"),
-    ("openai_good.jsonl", "sharegpt", {}, "row 0 (line 1), column 'conversations': missing (row has: messages); "
-     "it has 'messages': use --style openai"),
-])
+@pytest.mark.parametrize(
+    "name,style,cmap,expected",
+    [
+        ("sharegpt_bad_role.jsonl", "sharegpt", {}, "row 1 (line 2), column 'conversations[0].from': role 'user'"),
+        ("sharegpt_empty.jsonl", "sharegpt", {}, "row 2 (line 3), column 'conversations[1].value': empty message"),
+        ("invalid_json.jsonl", "sharegpt", {}, "row 1 (line 3): invalid JSON"),
+        ("openai_wrong_order.jsonl", "openai", {}, "row 1 (line 2), column 'messages': Assistant message before"),
+        (
+            "instruct_wrong_column.csv",
+            "instruct",
+            {"input": "question", "output": "answer"},
+            "row 0 (line 2), column 'answer': missing (row has: question, reply)",
+        ),
+        (
+            "openai_good.jsonl",
+            "sharegpt",
+            {},
+            "row 0 (line 1), column 'conversations': missing (row has: messages); "
+            "it has 'messages': use --style openai",
+        ),
+    ],
+)
 def test_bad_files_name_row_and_column(name, style, cmap, expected):
     assert expected in _problems(DatasetSpec(str(FIX / name), style, cmap))
 
@@ -54,8 +75,7 @@ def test_hub_dataset_offline_is_a_clear_error(monkeypatch):
     assert "someone/nonexistent-chat-set" in str(e.value)
 
 
-@pytest.mark.parametrize("style,attr", [("sharegpt", "chat_sharegpt"), ("openai", "chat_openai"),
-                                        ("alpaca", "alpaca")])
+@pytest.mark.parametrize("style,attr", [("sharegpt", "chat_sharegpt"), ("openai", "chat_openai"), ("alpaca", "alpaca")])
 def test_check_tiny_datasets_with_real_tokenizer(tiny_assets, style, attr):
     spec = DatasetSpec(str(getattr(tiny_assets, attr)), style)
     tok = TokenizerSpec(str(tiny_assets.tokenizer_model), str(tiny_assets.special_tokens))

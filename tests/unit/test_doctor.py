@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from cookbook import doctor
 from cookbook.slurm.client import SlurmClient
 
@@ -23,8 +20,12 @@ def test_installed_packages_are_the_known_good_set():
 
 
 def test_package_versions_outside_known_good():
-    checks = {c.name: c for c in doctor.check_packages(
-        {"torch": "2.14.1+cu130", "torchtune": "0.6.1", "torchao": "0.16.0", "torchtitan": None})}
+    checks = {
+        c.name: c
+        for c in doctor.check_packages(
+            {"torch": "2.14.1+cu130", "torchtune": "0.6.1", "torchao": "0.16.0", "torchtitan": None}
+        )
+    }
     assert checks["torch"].status == "warn" and "torch==2.13.0" in checks["torch"].fix
     assert checks["torchao"].status == "warn" and "0.13" in checks["torchao"].detail
     assert checks["torchtune"].status == "pass"

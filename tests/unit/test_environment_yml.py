@@ -52,7 +52,9 @@ def test_pip_section_matches_pyproject_exactly():
     wanted = {canonicalize_name(r.name): r for r in map(Requirement, PROJECT["dependencies"])}
     assert sorted(env) == sorted(wanted), "same packages in both files"
     for name, req in wanted.items():
-        assert env[name].specifier == req.specifier, f"{name}: pyproject {req.specifier} vs environment.yml {env[name].specifier}"
+        assert env[name].specifier == req.specifier, (
+            f"{name}: pyproject {req.specifier} vs environment.yml {env[name].specifier}"
+        )
 
 
 def test_pinned_versions_are_the_ones_installed_here():
@@ -62,4 +64,5 @@ def test_pinned_versions_are_the_ones_installed_here():
     for req in map(Requirement, PROJECT["dependencies"]):
         installed = Version(version(req.name))
         assert req.specifier.contains(installed, prereleases=True) or req.specifier.contains(
-            Version(installed.base_version)), f"{req.name} {installed} not in {req.specifier}"
+            Version(installed.base_version)
+        ), f"{req.name} {installed} not in {req.specifier}"

@@ -7,8 +7,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cookbook.analysis.explain import (check_checkpointing, check_cpu_binding, check_gpus_per_node, check_scaling,
-                                       explain_log, explain_plot)
+from cookbook.analysis.explain import (
+    check_checkpointing,
+    check_cpu_binding,
+    check_gpus_per_node,
+    check_scaling,
+    explain_log,
+    explain_plot,
+)
 from cookbook.analysis.stragglers import rank_step_times, stragglers, stragglers_plot
 from cookbook.cli import main as cli_main
 from cookbook.metrics import parse_log
@@ -50,8 +56,11 @@ def test_even_ranks_have_no_straggler():
 
 
 def test_per_rank_step_times_name_a_slow_rank():
-    rows = [{"step": s, "rank": r, "split": "train", "seconds_per_step": 1.0 + (0.5 if r == 1 else 0.0)}
-            for s in range(1, 8) for r in range(4)]
+    rows = [
+        {"step": s, "rank": r, "split": "train", "seconds_per_step": 1.0 + (0.5 if r == 1 else 0.0)}
+        for s in range(1, 8)
+        for r in range(4)
+    ]
     found = stragglers(pd.DataFrame(rows))
     assert [s.rank for s in found] == [1] and found[0].median_ratio == pytest.approx(1.5)
 
@@ -75,13 +84,27 @@ def test_other_checks():
 
 
 def test_measured_vs_planned_mfu_and_the_cli(tmp_path, capsys):
-    report = explain_log(LOGS / "torchtitan_dataloader_stall.log", recipe="llama3_8b_c4", gpu="h100", nodes=1,
-                         gpus_per_node=2)
+    report = explain_log(
+        LOGS / "torchtitan_dataloader_stall.log", recipe="llama3_8b_c4", gpu="h100", nodes=1, gpus_per_node=2
+    )
     assert report.expected_mfu == pytest.approx(0.42) and report.measured_mfu is not None
     assert "planner expects 42.0%" in report.render()
     assert explain_plot(report).axes
-    assert cli_main(["explain", str(LOGS / "nccl_socket_gcp_slurm.log"), "--nodes", "2", "--gpu", "h100",
-                     "--plot", str(tmp_path / "e.png")]) == 0
+    assert (
+        cli_main(
+            [
+                "explain",
+                str(LOGS / "nccl_socket_gcp_slurm.log"),
+                "--nodes",
+                "2",
+                "--gpu",
+                "h100",
+                "--plot",
+                str(tmp_path / "e.png"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "nccl_socket" in out and (tmp_path / "e.png").exists()
     assert cli_main(["explain", str(tmp_path / "missing.log")]) == 2
@@ -92,6 +115,7 @@ def test_watch_lines_name_the_straggler():
     from cookbook.analysis.stragglers import straggler_lines
 
     assert straggler_lines(str(LOGS / "torchtitan_slow_rank.log"), ["n1", "n2"], 2) == [
-        "straggler: rank 3 on n2 is slow in 100% of 11 steps: reaches each step 0.68 s after the first rank"]
+        "straggler: rank 3 on n2 is slow in 100% of 11 steps: reaches each step 0.68 s after the first rank"
+    ]
     assert straggler_lines(str(LOGS / "torchtitan_debug_2rank.log")) == []
     assert straggler_lines(str(LOGS / "no_such.log")) == []

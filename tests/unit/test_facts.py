@@ -29,10 +29,21 @@ def test_fsdp_script_peak_table_is_the_pinned_copy_of_cookbook_gpus():
     assert list(ft.PEAK_BF16_TFLOPS) == gpus.device_name_peaks("bf16")
 
 
-@pytest.mark.parametrize("device_name", [
-    "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200", "NVIDIA B200",
-    "NVIDIA GB200", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB", "NVIDIA L40S", "NVIDIA L4",
-])
+@pytest.mark.parametrize(
+    "device_name",
+    [
+        "NVIDIA H100 80GB HBM3",
+        "NVIDIA H100 PCIe",
+        "NVIDIA H100 NVL",
+        "NVIDIA H200",
+        "NVIDIA B200",
+        "NVIDIA GB200",
+        "NVIDIA A100-SXM4-80GB",
+        "NVIDIA A100-SXM4-40GB",
+        "NVIDIA L40S",
+        "NVIDIA L4",
+    ],
+)
 def test_every_reader_of_a_gpu_peak_gets_the_same_number(device_name):
     kind = gpus.gpu_kind(device_name)
     assert ft.peak_tflops(device_name) == metrics_peak(device_name) == kind.peak_bf16_tflops
@@ -50,7 +61,13 @@ def test_planner_gpus_are_kinds_of_the_one_table():
 def test_fsdp_shapes_are_the_planner_shapes(name):
     script, planner = ft.SHAPES[name], get_model(name)
     assert (script.hidden, script.intermediate, script.layers, script.heads, script.kv_heads, script.vocab) == (
-        planner.hidden, planner.intermediate, planner.layers, planner.heads, planner.kv_heads, planner.vocab_size)
+        planner.hidden,
+        planner.intermediate,
+        planner.layers,
+        planner.heads,
+        planner.kv_heads,
+        planner.vocab_size,
+    )
     assert script.tie_embeddings == planner.tied_embeddings
     assert (script.experts or 1, script.experts_per_token or 1) == (planner.experts, planner.experts_per_token)
 
@@ -63,7 +80,8 @@ def test_fsdp_script_flops_per_token_is_the_planner_formula(name):
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(ft.model_config(shape, seq))
     assert ft.flops_per_token(model, shape, seq) == pytest.approx(
-        flops_per_token(get_model(name), Settings(seq_len=seq)), rel=1e-9)
+        flops_per_token(get_model(name), Settings(seq_len=seq)), rel=1e-9
+    )
 
 
 def test_versions_come_from_pyproject():

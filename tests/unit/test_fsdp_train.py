@@ -47,21 +47,38 @@ def tokenizer_dir(tmp_path_factory) -> Path:
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(_docs(300), trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
-                            unk_token="<unk>").save_pretrained(out)
+    tok.train_from_iterator(
+        _docs(300),
+        trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=["<unk>", "<s>", "</s>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>").save_pretrained(
+        out
+    )
     return out
 
 
 # ------------------------------------------------------------------------------------------ shapes
 
 
-@pytest.mark.parametrize("name,billions", [
-    ("llama2_7b", 6.74), ("llama2_13b", 13.02), ("llama2_70b", 68.98), ("llama3_1_8b", 8.03),
-    ("llama3_1_70b", 70.55), ("llama3_2_1b", 1.24), ("llama3_2_3b", 3.21), ("mistral_7b", 7.24),
-    ("mathstral_7b", 7.25), ("mixtral_8x7b", 46.70),
-])
+@pytest.mark.parametrize(
+    "name,billions",
+    [
+        ("llama2_7b", 6.74),
+        ("llama2_13b", 13.02),
+        ("llama2_70b", 68.98),
+        ("llama3_1_8b", 8.03),
+        ("llama3_1_70b", 70.55),
+        ("llama3_2_1b", 1.24),
+        ("llama3_2_3b", 3.21),
+        ("mistral_7b", 7.24),
+        ("mathstral_7b", 7.25),
+        ("mixtral_8x7b", 46.70),
+    ],
+)
 def test_shapes_build_the_published_parameter_counts(name, billions):
     from transformers import AutoModelForCausalLM
 
@@ -75,13 +92,13 @@ def test_shapes_build_the_published_parameter_counts(name, billions):
 def test_tokenizer_must_belong_to_the_model():
     llama3 = ft.SHAPES["llama3_1_8b"]
     ft.check_tokenizer(128256, llama3, "llama3_1_8b", "meta-llama/Llama-3.1-8B")
-    with pytest.raises(SystemExit, match="another model family"):      # the seed's flaw: Llama 2 tokenizer
+    with pytest.raises(SystemExit, match="another model family"):  # the seed's flaw: Llama 2 tokenizer
         ft.check_tokenizer(32000, llama3, "llama3_1_8b", "hf-internal-testing/llama-tokenizer")
     with pytest.raises(SystemExit, match="outside the embedding table"):
         ft.check_tokenizer(128300, llama3, "llama3_1_8b", "x")
     with pytest.raises(SystemExit, match="outside the embedding table"):
         ft.check_tokenizer(600, ft.SHAPES["tiny"], "tiny", "x")
-    ft.check_tokenizer(397, ft.SHAPES["tiny"], "tiny", "tiny tokenizer")   # tiny: any small enough tokenizer
+    ft.check_tokenizer(397, ft.SHAPES["tiny"], "tiny", "tiny tokenizer")  # tiny: any small enough tokenizer
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -97,10 +114,10 @@ def test_rank_slices_are_disjoint_and_cover_everything():
     items = list(range(103))
     parts = [list(ft.rank_slice(iter(items), r, 4)) for r in range(4)]
     assert sorted(sum(parts, [])) == items
-    assert all(set(a).isdisjoint(b) for i, a in enumerate(parts) for b in parts[i + 1:])
+    assert all(set(a).isdisjoint(b) for i, a in enumerate(parts) for b in parts[i + 1 :])
 
 
-@pytest.mark.parametrize("files", [1, 4])     # 1 file < 2 ranks: every 2nd document; 4 files: 2 files per rank
+@pytest.mark.parametrize("files", [1, 4])  # 1 file < 2 ranks: every 2nd document; 4 files: 2 files per rank
 def test_each_rank_reads_its_own_documents_in_its_own_order(tmp_path, files):
     docs = _docs(60)
     folder = _write_jsonl(tmp_path / "data", docs, files)
@@ -108,9 +125,9 @@ def test_each_rank_reads_its_own_documents_in_its_own_order(tmp_path, files):
     assert set(per_rank[0]).isdisjoint(per_rank[1])
     assert sorted(per_rank[0] + per_rank[1]) == sorted(docs)
     again = list(ft.rank_documents(str(folder), None, "train", "text", 0, 2, 42, 0, 16))
-    assert again == per_rank[0]                                       # reproducible
+    assert again == per_rank[0]  # reproducible
     next_epoch = list(ft.rank_documents(str(folder), None, "train", "text", 0, 2, 42, 1, 16))
-    assert sorted(next_epoch) == sorted(per_rank[0]) and next_epoch != per_rank[0]   # reshuffled
+    assert sorted(next_epoch) == sorted(per_rank[0]) and next_epoch != per_rank[0]  # reshuffled
 
 
 def test_local_c4_layout_uses_the_split_files_and_refuses_mixed_kinds(tmp_path):
@@ -136,7 +153,7 @@ def test_packed_batches_resume_exactly_and_cycle_epochs():
         return [len(w) for w in text.split()] + [0]
 
     ref = ft.PackedBatches(documents, encode, batch_size=2, seq_len=5)
-    batches = [ref.next_batch() for _ in range(12)]          # several epochs of 9 short documents
+    batches = [ref.next_batch() for _ in range(12)]  # several epochs of 9 short documents
     assert ref.epoch >= 2
     assert all(b.shape == (2, 6) for b in batches)
     for k in range(12):
@@ -173,16 +190,19 @@ def test_only_complete_checkpoints_count(tmp_path):
 
 def test_log_line_keeps_the_seed_format_and_adds_throughput():
     line = ft.format_step(12, 5.4321, 14.5, 1e-4, 3712.04, 38.123)
-    assert line == ("Batch 12 Loss: 5.43210, Speed: 14.50 samples/sec, lr: 0.000100, "
-                    "tokens_per_second_per_gpu: 3712.0, mfu: 38.12%")
+    assert line == (
+        "Batch 12 Loss: 5.43210, Speed: 14.50 samples/sec, lr: 0.000100, tokens_per_second_per_gpu: 3712.0, mfu: 38.12%"
+    )
     assert ft.format_step(1, 1.0, 1.0, 1.0, 1.0, None).endswith("mfu: N/A")
 
 
 def test_cookbook_metrics_parses_the_log_line():
     from cookbook.metrics.parse import parse_text
 
-    text = ("2026-11-22 22:22:16 I [train.py:627] " + ft.format_step(1, 6.2, 5.7, 5e-4, 183.6, None) + "\n"
-            "0: 2026-11-22 22:22:17 I [train.py:627] " + ft.format_step(2, 6.1, 34.9, 1e-3, 1118.2, 12.5) + "\n")
+    text = (
+        "2026-11-22 22:22:16 I [train.py:627] " + ft.format_step(1, 6.2, 5.7, 5e-4, 183.6, None) + "\n"
+        "0: 2026-11-22 22:22:17 I [train.py:627] " + ft.format_step(2, 6.1, 34.9, 1e-3, 1118.2, 12.5) + "\n"
+    )
     df = parse_text(text)
     assert list(df["step"]) == [1, 2]
     assert list(df["loss"]) == pytest.approx([6.2, 6.1])
@@ -215,11 +235,30 @@ def test_lr_schedule_warms_up_then_decays_to_the_floor():
 
 
 def _torchrun(args: list[str], cwd: Path, nproc: int = 2) -> str:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": ""}
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-                        str(ROOT / "cookbook" / "training" / "fsdp_train.py"), *args],
-                       cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            str(ROOT / "cookbook" / "training" / "fsdp_train.py"),
+            *args,
+        ],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return r.stdout
 
@@ -230,15 +269,25 @@ def _losses(log: str) -> dict[int, float]:
 
 def _tiny_args(tmp_path: Path, tokenizer_dir: Path, model: str) -> list[str]:
     data = _write_jsonl(tmp_path / "data", _docs(200), 4)
-    return [f"--model={model}", "--seq_len=32", f"--tokenizer={tokenizer_dir}", f"--dataset={data}",
-            f"--checkpoint_dir={tmp_path / 'ckpt'}", "--max_steps=6", "--checkpoint_freq=3", "--warmup_steps=2",
-            "--lr=1e-3", "--keep_checkpoints=0"]
+    return [
+        f"--model={model}",
+        "--seq_len=32",
+        f"--tokenizer={tokenizer_dir}",
+        f"--dataset={data}",
+        f"--checkpoint_dir={tmp_path / 'ckpt'}",
+        "--max_steps=6",
+        "--checkpoint_freq=3",
+        "--warmup_steps=2",
+        "--lr=1e-3",
+        "--keep_checkpoints=0",
+    ]
 
 
 @pytest.mark.slow
 def test_mixtral_shape_trains_with_activation_checkpointing(tmp_path, tokenizer_dir):
-    log = _torchrun(_tiny_args(tmp_path, tokenizer_dir, "tiny_moe")
-                    + ["--activation_checkpointing=1", "--max_steps=3"], tmp_path)
+    log = _torchrun(
+        _tiny_args(tmp_path, tokenizer_dir, "tiny_moe") + ["--activation_checkpointing=1", "--max_steps=3"], tmp_path
+    )
     losses = _losses(log)
     assert sorted(losses) == [1, 2, 3] and losses[3] < losses[1]
     assert "activation checkpointing" in log and ft.latest_checkpoint(tmp_path / "ckpt").name == "step-3"
@@ -261,7 +310,7 @@ def test_two_ranks_train_checkpoint_and_resume_exactly(tmp_path, tokenizer_dir):
 
     shutil.rmtree(ckpt / "step-6")
     (ckpt / ".step-6.tmp").mkdir()
-    (ckpt / "step-9").mkdir()                       # no COMPLETE marker: not a checkpoint
+    (ckpt / "step-9").mkdir()  # no COMPLETE marker: not a checkpoint
     resumed = _torchrun(args, tmp_path)
     assert "Resumed from checkpoint" in resumed and "step-3 (step 3)" in resumed
     second = _losses(resumed)
@@ -277,9 +326,19 @@ def test_two_ranks_train_checkpoint_and_resume_exactly(tmp_path, tokenizer_dir):
 @pytest.mark.slow
 def test_a_missing_tokenizer_fails_with_what_to_do():
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    r = subprocess.run([sys.executable, str(ROOT / "cookbook" / "training" / "fsdp_train.py"), "--model=llama2_7b",
-                        "--tokenizer=/nonexistent/tokenizer", "--dataset=x"], env=env, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "cookbook" / "training" / "fsdp_train.py"),
+            "--model=llama2_7b",
+            "--tokenizer=/nonexistent/tokenizer",
+            "--dataset=x",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode != 0 and "cannot load tokenizer" in r.stderr
 
 
@@ -321,8 +380,7 @@ def test_overrides_are_checked_by_the_scripts_own_parser():
 def test_rendered_script_runs_train_py_with_the_recipe_arguments():
     from cookbook.render import render_job
 
-    job = render_job(_spec(profile="aws-efa", container_image="/fsx/pytorch-fsdp.sqsh",
-                           container_mounts=["/fsx:/fsx"]))
+    job = render_job(_spec(profile="aws-efa", container_image="/fsx/pytorch-fsdp.sqsh", container_mounts=["/fsx:/fsx"]))
     assert job.files == {"train.py": (ROOT / "cookbook" / "training" / "fsdp_train.py").read_text()}
     assert '"${RECIPE_DIR}"/train.py' in job.script and "--model=llama3_1_8b" in job.script
     assert "--container-image=/fsx/pytorch-fsdp.sqsh" in job.script and "FI_PROVIDER=efa" in job.script
@@ -347,12 +405,11 @@ def test_slurm_recipes_fsdp_is_up_to_date():
 @pytest.mark.slow
 def test_profiling_traces_the_chosen_steps_on_every_rank(tmp_path, tokenizer_dir):
     from cookbook.profiling.collect import find_traces
-    from cookbook.recipes import get_recipe
     from cookbook.profiling.summarize import summarize
+    from cookbook.recipes import get_recipe
 
     profile_dir = tmp_path / "run" / "profiling" / "traces"
-    overrides = get_recipe("fsdp_llama3_2_1b").profiling_overrides(device="cpu", steps=2, warmup=1,
-                                                                   start_step=3)
+    overrides = get_recipe("fsdp_llama3_2_1b").profiling_overrides(device="cpu", steps=2, warmup=1, start_step=3)
     flags = [f"--{k}={v}".replace("$RUN_DIR", str(tmp_path / "run")) for k, v in overrides.items()]
     log = _torchrun(_tiny_args(tmp_path, tokenizer_dir, "tiny") + flags, tmp_path)
     assert sorted(_losses(log)) == [1, 2, 3, 4, 5, 6]

@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from cookbook.analysis.goodput import (ALLOCATED_PARTS, Attempt, goodput_ledger, log_segments, parse_accounting,
-                                       price_per_gpu_hour, resolve_run)
+from cookbook.analysis.goodput import (
+    ALLOCATED_PARTS,
+    Attempt,
+    goodput_ledger,
+    log_segments,
+    parse_accounting,
+    price_per_gpu_hour,
+    resolve_run,
+)
 from cookbook.cli import main as cli_main
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
@@ -28,8 +35,11 @@ def test_accounting_gives_one_attempt_per_start(attempts):
     assert len(attempts) == 2
     assert attempts[0].state != "COMPLETED" and attempts[1].state == "COMPLETED"
     assert attempts[0].end <= attempts[1].start and attempts[0].nodes == 2 and attempts[0].gpus == 0
-    gpu = parse_accounting("7|COMPLETED|2026-01-01T00:00:00|2026-01-01T00:01:00|2026-01-01T01:01:00|2|"
-                           "billing=16,cpu=32,gres/gpu=16,node=2", "7")[0]
+    gpu = parse_accounting(
+        "7|COMPLETED|2026-01-01T00:00:00|2026-01-01T00:01:00|2026-01-01T01:01:00|2|"
+        "billing=16,cpu=32,gres/gpu=16,node=2",
+        "7",
+    )[0]
     assert gpu.gpus == 16 and gpu.units == 16 and gpu.seconds == 3600
 
 

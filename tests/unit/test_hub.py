@@ -23,8 +23,12 @@ from cookbook.paths import project_root
 
 SECRET = "hf_TESTSECRETdoNotLeak0123456789"
 SHA = "a" * 40
-FILES = {"config.json": b'{"vocab_size": 512}', "model.safetensors": b"x" * 4096,
-         "original/tokenizer.model": b"tok", "original/consolidated.00.pth": b"big" * 1000}
+FILES = {
+    "config.json": b'{"vocab_size": 512}',
+    "model.safetensors": b"x" * 4096,
+    "original/tokenizer.model": b"tok",
+    "original/consolidated.00.pth": b"big" * 1000,
+}
 
 
 class _Hub(BaseHTTPRequestHandler):
@@ -56,12 +60,14 @@ class _Hub(BaseHTTPRequestHandler):
             info = {"id": "owner/tiny", "sha": SHA, "siblings": [{"rfilename": f} for f in FILES]}
             return self._send(200, json.dumps(info).encode(), {"Content-Type": "application/json"}, head)
         if path.startswith(f"/api/models/owner/tiny/tree/{SHA}"):
-            tree = [{"type": "file", "path": f, "size": len(b), "oid": hashlib.sha1(b).hexdigest()}
-                    for f, b in FILES.items()]
+            tree = [
+                {"type": "file", "path": f, "size": len(b), "oid": hashlib.sha1(b).hexdigest()}
+                for f, b in FILES.items()
+            ]
             return self._send(200, json.dumps(tree).encode(), {"Content-Type": "application/json"}, head)
         prefix = f"/owner/tiny/resolve/{SHA}/"
-        if path.startswith(prefix) and path[len(prefix):] in FILES:
-            body = FILES[path[len(prefix):]]
+        if path.startswith(prefix) and path[len(prefix) :] in FILES:
+            body = FILES[path[len(prefix) :]]
             return self._send(200, body, {"X-Repo-Commit": SHA, "ETag": f'"{hashlib.sha1(body).hexdigest()}"'}, head)
         return self._send(404, b"{}", {"X-Error-Code": "EntryNotFound"}, head)
 
@@ -77,8 +83,9 @@ def local_hub():
 def cookbook(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the real CLI in a subprocess (fresh huggingface_hub constants from the environment)."""
     full = {**os.environ, "PYTHONPATH": str(project_root()), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "cookbook", *args], capture_output=True, text=True, env=full,
-                          cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "cookbook", *args], capture_output=True, text=True, env=full, cwd=cwd, timeout=120
+    )
 
 
 def _isolated(tmp_path: Path, **extra: str) -> dict:
@@ -88,8 +95,13 @@ def _isolated(tmp_path: Path, **extra: str) -> dict:
 
 def test_offline_unreachable_hub_gives_clear_message(tmp_path):
     t0 = time.monotonic()
-    r = cookbook("download", "meta-llama/Llama-3.2-1B", "--output-dir", str(tmp_path / "m"),
-                 env=_isolated(tmp_path, HF_HUB_ETAG_TIMEOUT="3"))
+    r = cookbook(
+        "download",
+        "meta-llama/Llama-3.2-1B",
+        "--output-dir",
+        str(tmp_path / "m"),
+        env=_isolated(tmp_path, HF_HUB_ETAG_TIMEOUT="3"),
+    )
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr
     assert "cannot reach https://huggingface.co" in r.stderr
@@ -99,21 +111,28 @@ def test_offline_unreachable_hub_gives_clear_message(tmp_path):
 
 
 def test_connection_refused_endpoint(tmp_path):
-    r = cookbook("download", "owner/tiny", "--output-dir", str(tmp_path / "m"),
-                 env=_isolated(tmp_path, HF_ENDPOINT="http://127.0.0.1:9"))
+    r = cookbook(
+        "download",
+        "owner/tiny",
+        "--output-dir",
+        str(tmp_path / "m"),
+        env=_isolated(tmp_path, HF_ENDPOINT="http://127.0.0.1:9"),
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "cannot reach http://127.0.0.1:9" in r.stderr and "Connection refused" in r.stderr
 
 
 def test_hf_hub_offline_mode(tmp_path):
-    r = cookbook("download", "owner/tiny", "--output-dir", str(tmp_path / "m"),
-                 env=_isolated(tmp_path, HF_HUB_OFFLINE="1"))
+    r = cookbook(
+        "download", "owner/tiny", "--output-dir", str(tmp_path / "m"), env=_isolated(tmp_path, HF_HUB_OFFLINE="1")
+    )
     assert r.returncode == 2 and "HF_HUB_OFFLINE=1" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_gated_repo_says_where_to_request_access(tmp_path, local_hub):
-    r = cookbook("download", "owner/gated", "--output-dir", str(tmp_path / "m"),
-                 env=_isolated(tmp_path, HF_ENDPOINT=local_hub))
+    r = cookbook(
+        "download", "owner/gated", "--output-dir", str(tmp_path / "m"), env=_isolated(tmp_path, HF_ENDPOINT=local_hub)
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert f"Request access at {local_hub}/owner/gated" in r.stderr
     assert "your token has no access" in r.stderr
@@ -129,8 +148,9 @@ def test_gated_repo_without_token_says_where_to_set_it(tmp_path, local_hub):
 
 
 def test_missing_repo(tmp_path, local_hub):
-    r = cookbook("download", "owner/missing", "--output-dir", str(tmp_path / "m"),
-                 env=_isolated(tmp_path, HF_ENDPOINT=local_hub))
+    r = cookbook(
+        "download", "owner/missing", "--output-dir", str(tmp_path / "m"), env=_isolated(tmp_path, HF_ENDPOINT=local_hub)
+    )
     assert r.returncode == 2 and "owner/missing was not found" in r.stderr and "Traceback" not in r.stderr
 
 

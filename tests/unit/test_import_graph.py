@@ -11,8 +11,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # Front ends: notebooks' steps, widgets, the CLI, papermill runs, JupyterLab. Nothing below imports them.
-FRONT = ("cookbook.walkthrough", "cookbook.widgets", "cookbook.cli", "cookbook.notebook_runner", "cookbook.lab",
-         "cookbook.__main__")
+FRONT = (
+    "cookbook.walkthrough",
+    "cookbook.widgets",
+    "cookbook.cli",
+    "cookbook.notebook_runner",
+    "cookbook.lab",
+    "cookbook.__main__",
+)
 # The local CPU bench (cluster, shims, tiny assets, demo): it uses the engine; the engine never imports it.
 LOCAL = "cookbook.local"
 # Framework config modules: loaded by torchtitan (``--module``) in the job or the engine's child parser, never
@@ -104,7 +110,9 @@ def test_the_engine_imports_neither_a_front_end_nor_the_local_bench():
     graph = import_graph()
     bad = {m: sorted(d for d in deps if not _engine(d)) for m, deps in graph.items() if _engine(m)}
     assert {m: d for m, d in bad.items() if d} == {}
-    assert any(d.startswith(LOCAL + ".") for m, deps in graph.items() for d in deps if m.startswith(FRONT))  # the rule has teeth
+    assert any(
+        d.startswith(LOCAL + ".") for m, deps in graph.items() for d in deps if m.startswith(FRONT)
+    )  # the rule has teeth
 
 
 def test_the_local_bench_is_only_reached_through_rendered_scripts():
@@ -118,7 +126,9 @@ def test_the_local_bench_is_only_reached_through_rendered_scripts():
 
 
 def test_importing_the_engine_loads_no_shim_and_no_triton_stand_in():
-    code = ("import sys, cookbook.recipes, cookbook.render, cookbook.planner, cookbook.metrics; "
-            "print([m for m in sys.modules if m.startswith(('cookbook.local.compat', 'triton', 'cookbook.local.assets'))])")
+    code = (
+        "import sys, cookbook.recipes, cookbook.render, cookbook.planner, cookbook.metrics; "
+        "print([m for m in sys.modules if m.startswith(('cookbook.local.compat', 'triton', 'cookbook.local.assets'))])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"

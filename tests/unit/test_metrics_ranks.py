@@ -16,11 +16,15 @@ from cookbook.metrics import LogFollower, best_source, diagnose_text, parse_log,
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
 # pytorch/torchtitan issue #1232 (pipeline parallelism, 2 nodes): ranks without the last stage print -1.0000
-PP = ("[rank0]:[titan] 2025-05-28 21:13:37,816 - root - INFO - step:  1  loss: -1.0000  memory: 36.90GiB(46.63%)  "
-      "tps: 4  tflops: 0.90  mfu: 0.29%")
+PP = (
+    "[rank0]:[titan] 2025-05-28 21:13:37,816 - root - INFO - step:  1  loss: -1.0000  memory: 36.90GiB(46.63%)  "
+    "tps: 4  tflops: 0.90  mfu: 0.29%"
+)
 # pytorch/torchtitan PR #3393: a torchrun [rankN]: line
-TITAN = ("[rank0]:[titan] 2026-05-18 16:04:46,338 - root - INFO - step: 14  loss:  3.24405  grad_norm:  0.8319  "
-         "memory:  9.46GiB(64.99%)  tps: 7,282  tflops: 0.52  mfu: 0.17%")
+TITAN = (
+    "[rank0]:[titan] 2026-05-18 16:04:46,338 - root - INFO - step: 14  loss:  3.24405  grad_norm:  0.8319  "
+    "memory:  9.46GiB(64.99%)  tps: 7,282  tflops: 0.52  mfu: 0.17%"
+)
 # meta-pytorch/torchtune PR #2620 (LoRA on multi-node): the [trainerN|M]: prefix, a redraw ending in the next
 # line's prefix, and (cut by the log viewer) a bar without its closing bracket
 TRAINER = [
@@ -43,7 +47,7 @@ def test_torchtune_multi_node_prefix_and_a_cut_bar():
     assert df.attrs["skipped"] == []
     assert df["step"].tolist() == [54, 55, 56, 61]
     assert df["loss"].tolist() == [1.0960569381713867, 1.0744975805282593, 1.073961615562439, 0.9896326661109924]
-    assert df["seconds_per_step"].tolist() == [14.73, 14.73, 15.06, 14.55]   # each step's first line
+    assert df["seconds_per_step"].tolist() == [14.73, 14.73, 15.06, 14.55]  # each step's first line
     assert df["rank"].tolist() == [0] * 4 and df["total_steps"].tolist() == [101] * 4
 
 
@@ -59,21 +63,28 @@ def test_rank_zero_kept_on_the_real_torchtitan_line():
 def test_tqdm_redraws_are_read_once_and_never_hide_another_step():
     """A redraw of the bar just read is skipped before the regex (the step's first line wins anyway); a
     step whose number starts like the last one's (5 then 55) is still read."""
-    bars = [TRAINER[0].replace("|54|", "|5|"), TRAINER[0].replace("|54|", "|5|").replace("55/101", "56/101"),
-            TRAINER[0].replace("|54|", "|55|"), TRAINER[0].replace("|54|", "|5|").replace("Loss: 1.09", "Loss: 9.09")]
+    bars = [
+        TRAINER[0].replace("|54|", "|5|"),
+        TRAINER[0].replace("|54|", "|5|").replace("55/101", "56/101"),
+        TRAINER[0].replace("|54|", "|55|"),
+        TRAINER[0].replace("|54|", "|5|").replace("Loss: 1.09", "Loss: 9.09"),
+    ]
     df = parse_text("\r".join(bars) + "\r")
     assert df["step"].tolist() == [5, 55] and df["progress"].tolist() == [55, 55]
     assert df["loss"].tolist() == [1.0960569381713867] * 2 and df.attrs["skipped"] == []
     redrawn_typo = TRAINER[0] + "\r" + TRAINER[0].replace("1.0960569381713867", "1.09605693817I3867")
-    assert parse_text(redrawn_typo).attrs["skipped"] == []     # a redraw of a step read: not parsed again
+    assert parse_text(redrawn_typo).attrs["skipped"] == []  # a redraw of a step read: not parsed again
 
 
-@pytest.mark.parametrize("prefix, rank, node", [
-    ("", 0, None),                 # [rank0]: only
-    ("0: ", 0, 0),                 # srun --label with torchrun's [rankN]: the label is the node
-    ("12: ", 0, 12),
-    ("1: ", 0, 1),
-])
+@pytest.mark.parametrize(
+    "prefix, rank, node",
+    [
+        ("", 0, None),  # [rank0]: only
+        ("0: ", 0, 0),  # srun --label with torchrun's [rankN]: the label is the node
+        ("12: ", 0, 12),
+        ("1: ", 0, 1),
+    ],
+)
 def test_srun_label_with_a_rank_tag_is_the_node(prefix, rank, node):
     df = parse_text(prefix + TITAN + "\n", ranks="all")
     assert df["rank"].tolist() == [rank] and df["loss"].tolist() == [3.24405]
@@ -82,11 +93,13 @@ def test_srun_label_with_a_rank_tag_is_the_node(prefix, rank, node):
 
 
 def test_rehearsal_prefixes_and_rank_zero_wins_not_the_last_line():
-    line = ("{pre}[titan] 2026-01-01 10:00:0{s},000 - root - INFO - step: {s}  loss:  {loss}  memory:  9.46GiB(64.99%)"
-            "  tps: 7,282")
+    line = (
+        "{pre}[titan] 2026-01-01 10:00:0{s},000 - root - INFO - step: {s}  loss:  {loss}  memory:  9.46GiB(64.99%)"
+        "  tps: 7,282"
+    )
     lines = []
     for s in (1, 2):
-        for node, rank in ((1, 9), (0, 0), (1, 8)):    # rank 0 is neither first nor last
+        for node, rank in ((1, 9), (0, 0), (1, 8)):  # rank 0 is neither first nor last
             lines.append(line.format(pre=f"{node}: [rank{rank}]:", s=s, loss=f"{s + rank / 100:.2f}"))
     text = "\n".join(lines) + "\n"
     df = parse_text(text)
@@ -116,13 +129,17 @@ def _mixed_log() -> bytes:
         for r in (1, 0):
             loss = "0.7O52" if s % 17 == 0 and r == 0 else f"{10 / s:.5f}"
             pre = ["[rank{r}]:", "{r}: [default{r}]:", "{r}: ", ""][s % 4].format(r=r)
-            out.append(pre + f"[titan] 2025-06-10 21:58:{s % 60:02d},{s:03d} - root - INFO - "
-                       f"\x1b[31mstep: {100 + s}  \x1b[32mloss: {loss}  \x1b[38;2;180;60;0mgrad_norm: {1.5 + r:7.4f}  "
-                       f"\x1b[38;2;54;234;195mmemory: {70 + r:.2f}GiB(96.97%)  \x1b[34mtps: {1_500_000 + s:,}  "
-                       f"\x1b[36mtflops: 412.50  \x1b[35mmfu: {'N/A' if s % 5 == 0 else '41.71%'}\x1b[39m")
+            out.append(
+                pre + f"[titan] 2025-06-10 21:58:{s % 60:02d},{s:03d} - root - INFO - "
+                f"\x1b[31mstep: {100 + s}  \x1b[32mloss: {loss}  \x1b[38;2;180;60;0mgrad_norm: {1.5 + r:7.4f}  "
+                f"\x1b[38;2;54;234;195mmemory: {70 + r:.2f}GiB(96.97%)  \x1b[34mtps: {1_500_000 + s:,}  "
+                f"\x1b[36mtflops: 412.50  \x1b[35mmfu: {'N/A' if s % 5 == 0 else '41.71%'}\x1b[39m"
+            )
         if s % 10 == 0:
-            out.append(f"3: 2025-06-17 16:24:52 I [train.py:103] Batch {1000 + s} Loss: {s / 7:.5f}, "
-                       f"Speed: 4.88 samples/sec, lr: 0.000100")
+            out.append(
+                f"3: 2025-06-17 16:24:52 I [train.py:103] Batch {1000 + s} Loss: {s / 7:.5f}, "
+                f"Speed: 4.88 samples/sec, lr: 0.000100"
+            )
             out.append(f"Step {2000 + s} | loss:6.2{s} lr:0.001 tokens_per_second_per_gpu:273.99 ")
     return "\n".join(out).encode("utf-8").replace(b"garbage", b"garb\xfe\xffage")
 
@@ -135,7 +152,7 @@ def test_read_windows_change_nothing(tmp_path, monkeypatch, window):
     log.write_bytes(_mixed_log())
     whole = {r: parse_log(log, ranks=r) for r in ("first", "all")}
     monkeypatch.setattr(parse, "WINDOW", window)
-    monkeypatch.setattr(parse, "BATCH", window // 50)     # rows converted and reduced in small batches too
+    monkeypatch.setattr(parse, "BATCH", window // 50)  # rows converted and reduced in small batches too
     for ranks, expected in whole.items():
         got = parse_log(log, ranks=ranks)
         pd.testing.assert_frame_equal(got, expected)
@@ -160,16 +177,16 @@ def test_tqdm_carriage_return_stream_is_read_in_linear_time(tmp_path):
 
 
 def test_follower_emits_each_step_once_with_rank_zeros_row(tmp_path):
-    src = (LOGS / "torchtitan_debug_2rank.log").read_bytes()   # rank 1's line comes first for most steps
+    src = (LOGS / "torchtitan_debug_2rank.log").read_bytes()  # rank 1's line comes first for most steps
     log = tmp_path / "job.out"
     log.write_bytes(b"")
     follower, emitted = LogFollower(log), []
     for i in range(0, len(src), 200):
         with open(log, "ab") as f:
-            f.write(src[i:i + 200])
+            f.write(src[i : i + 200])
         new = follower.poll()
         emitted += list(zip(new["split"], new["step"], new["rank"])) if len(new) else []
-    assert len(emitted) == len(set((s, t) for s, t, _ in emitted)) == 9      # 6 train + 3 validation steps
+    assert len(emitted) == len(set((s, t) for s, t, _ in emitted)) == 9  # 6 train + 3 validation steps
     assert {r for _, _, r in emitted} == {0}
     pd.testing.assert_frame_equal(follower.df, parse_log(log))
     assert follower.eta(total_steps=10).total_seconds() > 0
@@ -190,7 +207,7 @@ def test_run_folder_reads_its_best_source(tmp_path):
 
 
 def test_diagnose_windows_change_nothing(monkeypatch, tmp_path):
-    diag = importlib.import_module("cookbook.metrics.diagnose")   # the package exports diagnose(), the function
+    diag = importlib.import_module("cookbook.metrics.diagnose")  # the package exports diagnose(), the function
 
     before = (LOGS / "torchtune_missing_checkpoint.log").read_bytes() * 3
     slurm = (LOGS / "slurm_timeout.out").read_bytes()
@@ -198,7 +215,7 @@ def test_diagnose_windows_change_nothing(monkeypatch, tmp_path):
     monkeypatch.setattr(diag, "WINDOW", 333)
     assert diag.diagnose_bytes(before + slurm) == whole
     assert whole[0].kind == "missing_checkpoint" and whole[0].count == 3
-    log = tmp_path / "job.err"   # a tqdm stream (no \n, longer than a window) then the failure, from a file
+    log = tmp_path / "job.err"  # a tqdm stream (no \n, longer than a window) then the failure, from a file
     log.write_bytes(b"".join(b"\r" + TRAINER[0].encode() for _ in range(40)) + b"\n" + before + slurm)
     found = diag.diagnose(log)
     assert [(f.kind, f.line_number - 1, f.count) for f in found] == [(f.kind, f.line_number, f.count) for f in whole]

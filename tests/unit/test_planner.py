@@ -12,8 +12,17 @@ import pytest
 
 from cookbook.cli import main as cli_main
 from cookbook.planner import (
-    MODELS, Settings, count_parameters, estimate_memory, fit_warning, get_gpu, get_model, plan,
-    settings_overrides, shape_from_config, suggest,
+    MODELS,
+    Settings,
+    count_parameters,
+    estimate_memory,
+    fit_warning,
+    get_gpu,
+    get_model,
+    plan,
+    settings_overrides,
+    shape_from_config,
+    suggest,
 )
 from cookbook.planner.hardware import GIB
 
@@ -21,15 +30,18 @@ MEMORY_TOLERANCE = 0.15
 FLUX_MEMORY_TOLERANCE = 0.20
 
 
-@pytest.mark.parametrize("key, expected", [
-    ("llama3_1_8b", 8_030_261_248),  # Meta's published count for Llama 3.1 8B
-    ("llama3_1_70b", 70_553_706_496),
-    ("mixtral_8x7b", 46_702_792_704),  # seed 003 log: "Created model with total parameters: 46702792704"
-    ("mathstral_7b", 7_248_023_552),  # seed 003 log: "total parameters: 7248023552"
-    ("llama3_2_1b", 1_235_814_400),
-    ("llama2_7b", 6_738_415_616),
-    ("flux_dev", 11_901_408_320),  # FLUX.1-dev transformer; schnell lacks the guidance embedder
-])
+@pytest.mark.parametrize(
+    "key, expected",
+    [
+        ("llama3_1_8b", 8_030_261_248),  # Meta's published count for Llama 3.1 8B
+        ("llama3_1_70b", 70_553_706_496),
+        ("mixtral_8x7b", 46_702_792_704),  # seed 003 log: "Created model with total parameters: 46702792704"
+        ("mathstral_7b", 7_248_023_552),  # seed 003 log: "total parameters: 7248023552"
+        ("llama3_2_1b", 1_235_814_400),
+        ("llama2_7b", 6_738_415_616),
+        ("flux_dev", 11_901_408_320),  # FLUX.1-dev transformer; schnell lacks the guidance embedder
+    ],
+)
 def test_exact_parameter_counts(key, expected):
     assert get_model(key).total_params == expected
 
@@ -55,17 +67,29 @@ def test_tiny_model_count_matches_the_model_itself(tiny_assets):
     for shard in tiny_assets.llama_dir.glob("*.safetensors"):
         with safe_open(str(shard), "pt") as f:
             in_file += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
-    module = llama3_1(vocab_size=config["vocab_size"], num_layers=config["num_hidden_layers"],
-                      num_heads=config["num_attention_heads"], num_kv_heads=config["num_key_value_heads"],
-                      embed_dim=config["hidden_size"], intermediate_dim=config["intermediate_size"],
-                      max_seq_len=config["max_position_embeddings"])
+    module = llama3_1(
+        vocab_size=config["vocab_size"],
+        num_layers=config["num_hidden_layers"],
+        num_heads=config["num_attention_heads"],
+        num_kv_heads=config["num_key_value_heads"],
+        embed_dim=config["hidden_size"],
+        intermediate_dim=config["intermediate_size"],
+        max_seq_len=config["max_position_embeddings"],
+    )
     assert in_file > 0
     assert shape_from_config(config).total_params == in_file == count_parameters(module)
 
 
 def test_hf_config_dict_gives_the_same_shape():
-    hf = {"vocab_size": 128256, "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-          "num_key_value_heads": 8, "intermediate_size": 14336, "tie_word_embeddings": False}
+    hf = {
+        "vocab_size": 128256,
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "tie_word_embeddings": False,
+    }
     assert shape_from_config(hf).total_params == MODELS["llama3_1_8b"].total_params
     with pytest.raises(ValueError, match="hidden_size"):
         shape_from_config({"vocab_size": 1})
@@ -75,15 +99,18 @@ def _within(planned: float, published: float, tol: float) -> None:
     assert abs(planned / published - 1) <= tol, f"planner {planned:.1f} GiB vs published {published:.1f} GiB"
 
 
-@pytest.mark.parametrize("nodes, gpn, gpu, settings, published_gib", [
-    # torchtitan docs/performance.md Table 1: 8B, 8x H100 96GB, FSDP, bs 2, seq 8192, selective AC
-    (1, 8, "h100-96", {}, 82.4),
-    (1, 8, "h100-96", {"compile": True}, 77.0),
-    # Crusoe torchtitan results (seed 002), local batch 5: memory = torch max reserved
-    (2, 8, "b200", {"micro_batch": 5}, 161.51),
-    (3, 4, "gb200", {"micro_batch": 5}, 161.65),
-    (17, 4, "gb200", {"micro_batch": 5}, 158.61),
-])
+@pytest.mark.parametrize(
+    "nodes, gpn, gpu, settings, published_gib",
+    [
+        # torchtitan docs/performance.md Table 1: 8B, 8x H100 96GB, FSDP, bs 2, seq 8192, selective AC
+        (1, 8, "h100-96", {}, 82.4),
+        (1, 8, "h100-96", {"compile": True}, 77.0),
+        # Crusoe torchtitan results (seed 002), local batch 5: memory = torch max reserved
+        (2, 8, "b200", {"micro_batch": 5}, 161.51),
+        (3, 4, "gb200", {"micro_batch": 5}, 161.65),
+        (17, 4, "gb200", {"micro_batch": 5}, 158.61),
+    ],
+)
 def test_torchtitan_8b_memory_matches_published(nodes, gpn, gpu, settings, published_gib):
     _within(plan("llama3_8b_c4", nodes, gpn, gpu, **settings).peak_gib, published_gib, MEMORY_TOLERANCE)
 
@@ -95,8 +122,15 @@ def test_torchtune_readme_memory_matches_published():
     lora = plan("llama3_3_70b_lora", 1, 8, "a100-80", seq_len=2048, micro_batch=2, compile=True)
     _within(lora.live_gib, 27.6, MEMORY_TOLERANCE)
     # optimization-flags table: Llama 3.2 3B single device, bs 2, seq 4096, compile + chunked CE + AC
-    s = Settings(seq_len=4096, micro_batch=2, checkpointing="full", loss="chunked", compile=True,
-                 master_weights_fp32=False, optimizer_state_bytes=2)
+    s = Settings(
+        seq_len=4096,
+        micro_batch=2,
+        checkpointing="full",
+        loss="chunked",
+        compile=True,
+        master_weights_fp32=False,
+        optimizer_state_bytes=2,
+    )
     _within(estimate_memory(get_model("llama3_2_3b"), s, 1).live / GIB, 24.9, MEMORY_TOLERANCE)
 
 
@@ -109,8 +143,9 @@ def test_flux_memory_matches_published():
 
 def test_memory_responds_to_each_lever():
     base = plan("llama3_8b_c4", 1, 8, "h100")
-    modes = [plan("llama3_8b_c4", 1, 8, "h100", checkpointing=m).memory.activations
-             for m in ("none", "selective", "full")]
+    modes = [
+        plan("llama3_8b_c4", 1, 8, "h100", checkpointing=m).memory.activations for m in ("none", "selective", "full")
+    ]
     assert modes[0] > modes[1] > modes[2]
     assert plan("llama3_8b_c4", 4, 8, "h100").memory.optimizer == pytest.approx(base.memory.optimizer / 4)
     assert plan("llama3_8b_c4", 1, 8, "h100", tp=2).memory.activations < base.memory.activations
@@ -154,7 +189,9 @@ def test_suggest_returns_shapes_that_fit_with_margin():
 
 def test_overrides_accept_config_keys_and_reject_nonsense():
     assert settings_overrides({"batch_size": "8", "enable_activation_checkpointing": "False"}) == {
-        "micro_batch": 8, "checkpointing": "none"}
+        "micro_batch": 8,
+        "checkpointing": "none",
+    }
     with pytest.raises(ValueError, match="unknown setting"):
         settings_overrides({"bogus": 1})
     with pytest.raises(ValueError, match="whole number"):

@@ -24,13 +24,20 @@ from cookbook.cli import main as cli_main
 from cookbook.profiling import intervals, memory
 from cookbook.profiling.collect import collect, find_traces, trace_rank
 from cookbook.profiling.enable import schedule
-from cookbook.recipes import get_recipe
-from cookbook.recipes.torchtitan import cli_args
 from cookbook.profiling.summarize import (
-    is_comm, plot_summary, self_times, step_times, summarize, time_breakdown, top_kernels, top_operators,
+    is_comm,
+    plot_summary,
+    self_times,
+    step_times,
+    summarize,
+    time_breakdown,
+    top_kernels,
+    top_operators,
 )
 from cookbook.profiling.trace import load_trace
 from cookbook.profiling.view import free_port, ssh_tunnel_command, start_tensorboard, viewing_instructions
+from cookbook.recipes import get_recipe
+from cookbook.recipes.torchtitan import cli_args
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 TT = FIX / "torchtune"
@@ -55,6 +62,7 @@ def gpu_traces():
 
 # ---------------------------------------------------------------- enable
 
+
 def test_schedule_counts_steps_like_the_logs():
     s = schedule(steps=3, warmup=1, start_step=3)
     assert (s.wait, s.warmup, s.active) == (1, 1, 3)
@@ -69,11 +77,17 @@ def test_torchtune_overrides_build_torchtunes_profiler(tmp_path):
 
     tune = get_recipe("llama3_3_70b_lora")
     ovr = tune.profiling_overrides(device="cpu", steps=2, start_step=4)
-    cfg = OmegaConf.merge(OmegaConf.create({"output_dir": str(tmp_path)}),
-                          OmegaConf.from_dotlist([f"{k}={v}" for k, v in ovr.items()]))
+    cfg = OmegaConf.merge(
+        OmegaConf.create({"output_dir": str(tmp_path)}), OmegaConf.from_dotlist([f"{k}={v}" for k, v in ovr.items()])
+    )
     prof, prof_cfg = tt_config.instantiate(cfg.profiler)
     assert prof_cfg["enabled"] is True and prof_cfg["cuda"] is False
-    assert (prof_cfg["wait_steps"], prof_cfg["warmup_steps"], prof_cfg["active_steps"], prof_cfg["num_cycles"]) == (2, 1, 2, 1)
+    assert (prof_cfg["wait_steps"], prof_cfg["warmup_steps"], prof_cfg["active_steps"], prof_cfg["num_cycles"]) == (
+        2,
+        1,
+        2,
+        1,
+    )
     assert prof_cfg["output_dir"] == f"{tmp_path}/profiling_outputs"
     assert tune.profiling_overrides(device="cuda")["profiler.cuda"] == "True"
 
@@ -84,7 +98,8 @@ def test_torchtitan_flags_parse_into_its_profiler_config():
 
     # the real Profiler.Config under the same section name as in torchtitan's Trainer.Config
     Wrap = dataclasses.make_dataclass(
-        "Wrap", [("profiler", Profiler.Config, dataclasses.field(default_factory=Profiler.Config))])
+        "Wrap", [("profiler", Profiler.Config, dataclasses.field(default_factory=Profiler.Config))]
+    )
 
     titan = get_recipe("llama3_8b_c4")
     flags = cli_args(titan.profiling_overrides(device="cuda", steps=2, start_step=4, memory=True))
@@ -105,6 +120,7 @@ def test_enable_rejects_bad_requests():
 
 
 # ---------------------------------------------------------------- collect
+
 
 def _torchtune_layout(tmp_path: Path) -> Path:
     """The traces as torchtune 0.6.1 leaves them: both ranks named r0-<date>.<ns>.pt.trace.json.gz."""
@@ -158,11 +174,14 @@ def test_collect_picks_latest_iteration_and_skips_empty_traces(tmp_path):
 
 # ---------------------------------------------------------------- numbers vs the runs' own logs
 
+
 def test_torchtune_step_times_match_its_log(tt_traces):
     # every step holds 2 x 256 labelled tokens per rank (packed text, split across packs), and the
     # recipe logs tokens_per_second_per_gpu = all ranks' tokens / (step seconds * world size)
-    tps = {int(m[1]): float(m[2]) for m in
-           re.finditer(r"Step (\d+) \|.*tokens_per_second_per_gpu:([\d.]+)", (TT / "metrics_log.txt").read_text())}
+    tps = {
+        int(m[1]): float(m[2])
+        for m in re.finditer(r"Step (\d+) \|.*tokens_per_second_per_gpu:([\d.]+)", (TT / "metrics_log.txt").read_text())
+    }
     st = step_times(tt_traces[0])
     assert list(st["training_step"]) == [3, 4, 5]
     for _, row in st.iterrows():
@@ -179,9 +198,13 @@ def test_torchtune_step_times_match_its_key_averages(tt_traces):
 
 def test_torchtitan_step_times_match_its_log(ti_trace):
     log = (TI / "run.log").read_text()
-    rank0 = [(m[1], int(m[2]), int(m[3].replace(",", ""))) for m in re.finditer(
-        r"\[default0\]:\[titan\] \S+ (\S+) - root - INFO - step:\s+(\d+)\s.*?tps: ([\d,]+)", log)]
-    stamp = {step: float(hms[:2]) * 3600 + float(hms[3:5]) * 60 + float(hms[6:].replace(",", ".")) for hms, step, _ in rank0}
+    rank0 = [
+        (m[1], int(m[2]), int(m[3].replace(",", "")))
+        for m in re.finditer(r"\[default0\]:\[titan\] \S+ (\S+) - root - INFO - step:\s+(\d+)\s.*?tps: ([\d,]+)", log)
+    ]
+    stamp = {
+        step: float(hms[:2]) * 3600 + float(hms[3:5]) * 60 + float(hms[6:].replace(",", ".")) for hms, step, _ in rank0
+    }
     tps = {step: t for _, step, t in rank0}
     st = step_times(ti_trace)
     assert list(st["training_step"]) == [4, 5]
@@ -193,6 +216,7 @@ def test_torchtitan_step_times_match_its_log(ti_trace):
 
 
 # ---------------------------------------------------------------- operators, breakdown
+
 
 def test_operator_names_and_self_times(tt_traces, ti_trace):
     for tr in (*tt_traces, ti_trace):
@@ -241,10 +265,20 @@ def test_gpu_breakdown_on_synthetic_trace(gpu_traces):
     bd0, bd1 = time_breakdown(gpu_traces[0]), time_breakdown(gpu_traces[1])
     assert list(bd0["training_step"]) == [9, 10]
     row0, row1 = bd0.iloc[0], bd1.iloc[0]
-    assert (row0["step_ms"], row0["compute_ms"], row0["comm_ms"], row0["comm_overlapped_ms"], row0["idle_ms"]) == \
-        pytest.approx((10.0, 5.5, 2.0, 2.0, 2.5))
-    assert (row1["step_ms"], row1["compute_ms"], row1["comm_ms"], row1["comm_overlapped_ms"], row1["idle_ms"]) == \
-        pytest.approx((12.0, 7.5, 0.0, 4.0, 4.5))
+    assert (
+        row0["step_ms"],
+        row0["compute_ms"],
+        row0["comm_ms"],
+        row0["comm_overlapped_ms"],
+        row0["idle_ms"],
+    ) == pytest.approx((10.0, 5.5, 2.0, 2.0, 2.5))
+    assert (
+        row1["step_ms"],
+        row1["compute_ms"],
+        row1["comm_ms"],
+        row1["comm_overlapped_ms"],
+        row1["idle_ms"],
+    ) == pytest.approx((12.0, 7.5, 0.0, 4.0, 4.5))
     s = summarize(gpu_traces)
     assert s.slowest_rank == 1 and s.straggler_rank == 1
     assert set(s.per_rank["device"]) == {"gpu"}
@@ -264,17 +298,22 @@ def test_intervals():
 
 # ---------------------------------------------------------------- memory
 
+
 def _snapshot() -> dict:
     """SYNTHETIC snapshot in torch.cuda.memory._snapshot()'s layout (no GPU here to record one):
     1 MiB allocated before recording, then +4 MiB, +2 MiB, -4 MiB."""
     mib = 2**20
-    trace = [{"action": "alloc", "addr": 1, "size": 4 * mib, "stream": 0, "time_us": 100, "frames": []},
-             {"action": "alloc", "addr": 2, "size": 2 * mib, "stream": 0, "time_us": 200, "frames": []},
-             {"action": "free_requested", "addr": 1, "size": 4 * mib, "stream": 0, "time_us": 300, "frames": []},
-             {"action": "free_completed", "addr": 1, "size": 4 * mib, "stream": 0, "time_us": 310, "frames": []}]
-    blocks = [{"address": 0, "size": 1 * mib, "state": "active_allocated"},
-              {"address": 2, "size": 2 * mib, "state": "active_allocated"},
-              {"address": 3, "size": 17 * mib, "state": "inactive"}]
+    trace = [
+        {"action": "alloc", "addr": 1, "size": 4 * mib, "stream": 0, "time_us": 100, "frames": []},
+        {"action": "alloc", "addr": 2, "size": 2 * mib, "stream": 0, "time_us": 200, "frames": []},
+        {"action": "free_requested", "addr": 1, "size": 4 * mib, "stream": 0, "time_us": 300, "frames": []},
+        {"action": "free_completed", "addr": 1, "size": 4 * mib, "stream": 0, "time_us": 310, "frames": []},
+    ]
+    blocks = [
+        {"address": 0, "size": 1 * mib, "state": "active_allocated"},
+        {"address": 2, "size": 2 * mib, "state": "active_allocated"},
+        {"address": 3, "size": 17 * mib, "state": "inactive"},
+    ]
     seg = {"device": 0, "address": 0, "total_size": 20 * mib, "stream": 0, "segment_type": "large", "blocks": blocks}
     return {"segments": [seg], "device_traces": [trace]}
 
@@ -289,7 +328,10 @@ def test_memory_timeline_from_snapshot(tmp_path):
     run = _torchtune_layout(tmp_path)
     shutil.copy(path, run / "profiling_outputs" / "iteration_5" / "rank0_memory_snapshot.pickle")
     out = collect(run, tmp_path / "view", ranks=[0])
-    assert sorted(Path(d).name for d in out["dest"]) == ["rank0_iter5.memory_snapshot.pickle", "rank0_iter5.pt.trace.json.gz"]
+    assert sorted(Path(d).name for d in out["dest"]) == [
+        "rank0_iter5.memory_snapshot.pickle",
+        "rank0_iter5.pt.trace.json.gz",
+    ]
     assert cli_main(["profile", "summary", str(tmp_path / "view"), "--plot", str(tmp_path / "s.png")]) == 0
     assert (tmp_path / "s_rank0_iter5.memory_snapshot.png").exists()
     bad = tmp_path / "x.pickle"
@@ -300,6 +342,7 @@ def test_memory_timeline_from_snapshot(tmp_path):
 
 # ---------------------------------------------------------------- view
 
+
 def test_tensorboard_starts_on_a_private_socket_and_stops(tmp_path):
     shutil.copy(GPU / "rank0_iter10.pt.trace.json.gz", tmp_path)
     with start_tensorboard(tmp_path) as tb:
@@ -307,7 +350,7 @@ def test_tensorboard_starts_on_a_private_socket_and_stops(tmp_path):
         assert oct(tb.sock.parent.stat().st_mode & 0o777) == "0o700"
         assert tb.process.poll() is None
     assert tb.process.poll() is not None and not tb.private.exists()
-    with pytest.raises(PermissionError, match="every user"):        # a TCP port only when said so
+    with pytest.raises(PermissionError, match="every user"):  # a TCP port only when said so
         start_tensorboard(tmp_path, port=free_port())
     with start_tensorboard(tmp_path, open_to_all_users=True) as tb:
         with urllib.request.urlopen(f"http://127.0.0.1:{tb.port}/", timeout=10) as r:
@@ -320,6 +363,7 @@ def test_tensorboard_starts_on_a_private_socket_and_stops(tmp_path):
 
 
 # ---------------------------------------------------------------- CLI
+
 
 def test_cli_collect_and_summary(tmp_path, capsys):
     run = _torchtune_layout(tmp_path)

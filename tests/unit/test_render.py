@@ -16,14 +16,28 @@ GOLDEN = ROOT / "tests" / "golden"
 EVIL = "my job 'x\" $(touch PWNED) `touch PWNED2` ${HOME}"
 
 GOLDEN_SPECS = {
-    "llama3_3_70b_full.generic.sbatch": JobSpec("llama3_3_70b_full", partition="gpu", account="acct",
-                                                cpus_per_task=96, recipe_dir="/shared/recipes"),
-    "llama3_3_70b_lora.local-cpu.sbatch": JobSpec("llama3_3_70b_lora", profile="local-cpu", gpus_per_node=0,
-                                                  exclusive=False, time="00:10:00", signal_seconds=30,
-                                                  recipe_dir="/r", assets_dir="/tiny", venv="/venv"),
-    "llama3_8b_c4.aws-efa.sbatch": JobSpec("llama3_8b_c4", profile="aws-efa", recipe_dir="/r",
-                                           container_image="nvcr.io#nvidia/pytorch:25.01-py3",
-                                           container_mounts=["/fsx:/fsx"], overrides={"training.steps": "50"}),
+    "llama3_3_70b_full.generic.sbatch": JobSpec(
+        "llama3_3_70b_full", partition="gpu", account="acct", cpus_per_task=96, recipe_dir="/shared/recipes"
+    ),
+    "llama3_3_70b_lora.local-cpu.sbatch": JobSpec(
+        "llama3_3_70b_lora",
+        profile="local-cpu",
+        gpus_per_node=0,
+        exclusive=False,
+        time="00:10:00",
+        signal_seconds=30,
+        recipe_dir="/r",
+        assets_dir="/tiny",
+        venv="/venv",
+    ),
+    "llama3_8b_c4.aws-efa.sbatch": JobSpec(
+        "llama3_8b_c4",
+        profile="aws-efa",
+        recipe_dir="/r",
+        container_image="nvcr.io#nvidia/pytorch:25.01-py3",
+        container_mounts=["/fsx:/fsx"],
+        overrides={"training.steps": "50"},
+    ),
 }
 
 
@@ -39,22 +53,31 @@ def test_golden(name):
 
 def test_quoting_keeps_values_literal_under_bash(tmp_path):
     quoted = quote_with_vars(EVIL + "/$RUN_DIR/x", ("RUN_DIR",))
-    out = subprocess.run(["bash", "-c", f"RUN_DIR=/runs; printf %s {quoted}"], cwd=tmp_path,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["bash", "-c", f"RUN_DIR=/runs; printf %s {quoted}"], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout
     assert out == EVIL + "//runs/x"
     assert not list(tmp_path.iterdir())
 
 
 def test_hostile_job_name_and_paths_are_never_executed(tmp_path):
-    spec = JobSpec("llama3_3_70b_lora", profile="local-cpu", gpus_per_node=0, exclusive=False, job_name=EVIL,
-                   log_dir=str(tmp_path / "log s"), run_dir=str(tmp_path / EVIL), time="10")
+    spec = JobSpec(
+        "llama3_3_70b_lora",
+        profile="local-cpu",
+        gpus_per_node=0,
+        exclusive=False,
+        job_name=EVIL,
+        log_dir=str(tmp_path / "log s"),
+        run_dir=str(tmp_path / EVIL),
+        time="10",
+    )
     script = write_job(spec, tmp_path / "dir with space" / "job.sbatch")
     subprocess.run(["bash", "-n", str(script)], check=True)
     # run every assignment/mkdir line before the first Slurm command, under bash, in tmp_path
     lines = script.read_text().split("# --- cluster profile")[0].split("set -euo pipefail")[1]
     subprocess.run(["bash", "-c", "set -euo pipefail; SLURM_SUBMIT_DIR=.;" + lines], cwd=tmp_path, check=True)
     assert not (tmp_path / "PWNED").exists() and not (tmp_path / "PWNED2").exists()
-    assert (tmp_path / EVIL).is_dir()                          # RUN_DIR created with the literal name
+    assert (tmp_path / EVIL).is_dir()  # RUN_DIR created with the literal name
     sbatch_lines = [ln for ln in script.read_text().splitlines() if ln.startswith("#SBATCH --job-name")]
     assert shlex.split(sbatch_lines[0].split("=", 1)[1]) == [EVIL]
 
@@ -77,28 +100,34 @@ def test_generated_recipes_carry_no_secret_from_the_environment(tmp_path, monkey
     files = [f for f in tmp_path.rglob("*") if f.is_file()]
     assert written and sorted(files) == sorted(written)
     assert {f.suffix for f in files} >= {".sbatch", ".yaml", ".py"}
-    leaked = [(str(f.relative_to(tmp_path)), name) for f in files for name, value in secrets.items()
-              if value in f.read_text()]
+    leaked = [
+        (str(f.relative_to(tmp_path)), name) for f in files for name, value in secrets.items() if value in f.read_text()
+    ]
     assert not leaked
 
 
 def test_cli_render_errors_exit_2(tmp_path, capsys):
     out = tmp_path / "job.sbatch"
-    assert main(["render", "llama3_3_70b_full", "--gpus-per-node", "8", "--set", "tensor_parallel_dim=3",
-                 "-o", str(out)]) == 2
+    assert (
+        main(["render", "llama3_3_70b_full", "--gpus-per-node", "8", "--set", "tensor_parallel_dim=3", "-o", str(out)])
+        == 2
+    )
     assert "must divide GPUs per node" in capsys.readouterr().err
     assert main(["render", "llama3_3_70b_full", "--set", "checkpoint_dir=/x", "-o", str(out)]) == 2
     assert "checkpointer.checkpoint_dir" in capsys.readouterr().err
     assert not out.exists()
     assert main(["render", "llama3_3_70b_full", "--set", "batch_size=2", "-o", str(out)]) == 0
-    assert "batch_size: 2" in (tmp_path / "job.yaml").read_text()   # configs are named after the script
+    assert "batch_size: 2" in (tmp_path / "job.yaml").read_text()  # configs are named after the script
 
 
 def shellcheck(*paths: Path) -> str:
     """shellcheck's findings (every severity, bash) on ``paths``; "" when clean."""
-    r = subprocess.run(["shellcheck", "--shell=bash", "--severity=style", "--format=gcc", *map(str, paths)],
-                       capture_output=True, text=True)
-    assert r.returncode in (0, 1), r.stderr          # 1: findings; anything else: shellcheck itself failed
+    r = subprocess.run(
+        ["shellcheck", "--shell=bash", "--severity=style", "--format=gcc", *map(str, paths)],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode in (0, 1), r.stderr  # 1: findings; anything else: shellcheck itself failed
     return r.stdout
 
 
@@ -115,8 +144,17 @@ def test_probe_and_rehearsal_files_pass_shellcheck_and_keep_a_hostile_partition_
     work = tmp_path / "probe dir"
     (tmp_path / "probe.sh").write_text(render_template(PROBE_SH))
     sbatch = tmp_path / "probe.sbatch"
-    sbatch.write_text(render_template(PROBE_SBATCH, partition="gpu $(touch PWNED)", nodes=2, work=str(work),
-                                      python="/usr/bin/python3", site="/site", disks=["/data/my models"]))
+    sbatch.write_text(
+        render_template(
+            PROBE_SBATCH,
+            partition="gpu $(touch PWNED)",
+            nodes=2,
+            work=str(work),
+            python="/usr/bin/python3",
+            site="/site",
+            disks=["/data/my models"],
+        )
+    )
     from cookbook.rehearsal.rehearse import CHECK_TEMPLATE
 
     (tmp_path / "node-check").write_text(render_template(CHECK_TEMPLATE, node_check=str(work / "node_check.py")))
@@ -130,7 +168,7 @@ def test_probe_and_rehearsal_files_pass_shellcheck_and_keep_a_hostile_partition_
 def test_shellcheck_catches_an_unquoted_variable(tmp_path):
     """The check above can fail: shellcheck is installed and reads bash."""
     bad = tmp_path / "bad.sbatch"
-    bad.write_text('#!/bin/bash\nmkdir -p $RUN_DIR\n')
+    bad.write_text("#!/bin/bash\nmkdir -p $RUN_DIR\n")
     assert "SC2086" in shellcheck(bad)
 
 
@@ -144,8 +182,13 @@ def test_slurm_recipes_match_the_generator():
 def _rdzv_port(script: str, job_id: int) -> int:
     """RDZV_PORT as bash computes it in ``script`` for a job id."""
     line = next(ln for ln in script.splitlines() if ln.startswith("RDZV_PORT="))
-    r = subprocess.run(["bash", "-c", f"{line}; echo $RDZV_PORT"], capture_output=True, text=True, check=True,
-                       env={**os.environ, "SLURM_JOB_ID": str(job_id)})
+    r = subprocess.run(
+        ["bash", "-c", f"{line}; echo $RDZV_PORT"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "SLURM_JOB_ID": str(job_id)},
+    )
     return int(r.stdout)
 
 
@@ -153,7 +196,7 @@ def test_jobs_sharing_nodes_rendezvous_on_ports_of_their_own():
     from cookbook.spec import SpecError, make_spec
 
     shared = render_job(make_spec("llama3_3_70b_lora", profile="local-cpu", port=29500)).script
-    assert {_rdzv_port(shared, j) for j in (116, 117, 10116)} == {29616, 29617}   # 10116 wraps onto 116
+    assert {_rdzv_port(shared, j) for j in (116, 117, 10116)} == {29616, 29617}  # 10116 wraps onto 116
     exclusive = render_job(make_spec("llama3_3_70b_lora", profile="generic")).script
     assert _rdzv_port(exclusive, 116) == _rdzv_port(exclusive, 117) == 29500
     with pytest.raises(SpecError, match="port=60000"):
@@ -162,9 +205,14 @@ def test_jobs_sharing_nodes_rendezvous_on_ports_of_their_own():
 
 def _run_resume_block(script: str, run_dir: Path) -> tuple[str, list[str]]:
     """Run the script's resume block in bash against ``run_dir``; (its output, RESUME_ARGS)."""
-    block = script[script.index("RESUME_ARGS=()"):script.index("# --- preemption")]
-    r = subprocess.run(["bash", "-c", block + 'printf "%s\\n" "${RESUME_ARGS[@]}"'], capture_output=True, text=True,
-                       check=True, env={**os.environ, "RUN_DIR": str(run_dir), "SLURM_JOB_ID": "77"})
+    block = script[script.index("RESUME_ARGS=()") : script.index("# --- preemption")]
+    r = subprocess.run(
+        ["bash", "-c", block + 'printf "%s\\n" "${RESUME_ARGS[@]}"'],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "RUN_DIR": str(run_dir), "SLURM_JOB_ID": "77"},
+    )
     return r.stdout, [ln for ln in r.stdout.splitlines() if "=" in ln and not ln.startswith(("resuming", "moved"))]
 
 
@@ -178,18 +226,20 @@ def test_torchtune_resumes_from_the_epoch_its_recipe_state_belongs_to(tmp_path):
     script = render_job(make_spec("llama3_3_70b_full", profile="local-cpu")).script
     run = tmp_path / "run"
     (run / "epoch_0").mkdir(parents=True)
-    assert _run_resume_block(script, run)[1] == []              # no recipe state yet: start afresh
+    assert _run_resume_block(script, run)[1] == []  # no recipe state yet: start afresh
     time.sleep(0.02)
     (run / "recipe_state").mkdir()
     (run / "recipe_state" / "recipe_state.pt").write_bytes(b"state after epoch 0")
     time.sleep(0.02)
-    (run / "epoch_1").mkdir()                                     # cut off (or final): after the state
+    (run / "epoch_1").mkdir()  # cut off (or final): after the state
     (run / "epoch_1" / "model-00001-of-00001.safetensors").write_bytes(b"partial")
     out, args = _run_resume_block(script, run)
     assert "resuming from" in out and out.split("resuming from ")[1].split()[0].endswith("/epoch_0")
-    assert args == ["resume_from_checkpoint=True",
-                    "checkpointer.checkpoint_files.filename_format=epoch_0/model-{}-of-{}.safetensors"]
+    assert args == [
+        "resume_from_checkpoint=True",
+        "checkpointer.checkpoint_files.filename_format=epoch_0/model-{}-of-{}.safetensors",
+    ]
     moved = [p.name for p in run.iterdir() if p.name.startswith("superseded.")]
     assert len(moved) == 1 and moved[0].startswith("superseded.epoch_1.77.")
-    assert (run / moved[0] / "model-00001-of-00001.safetensors").read_bytes() == b"partial"   # kept
+    assert (run / moved[0] / "model-00001-of-00001.safetensors").read_bytes() == b"partial"  # kept
     assert sorted(p.name for p in run.glob("epoch_*")) == ["epoch_0"]

@@ -30,22 +30,23 @@ def test_no_script_expands_a_possibly_empty_array_unguarded(name):
     """Problem 1: bash before 4.4 aborts on "${A[@]}" of an empty array under set -u."""
     text = SCRIPTS[name]
     assert possibly_empty_arrays(text) == []
-    assert 'RESUME_ARGS=()' in text and '${RESUME_ARGS[@]+"${RESUME_ARGS[@]}"}' in text
+    assert "RESUME_ARGS=()" in text and '${RESUME_ARGS[@]+"${RESUME_ARGS[@]}"}' in text
     broken = text.replace('${RESUME_ARGS[@]+"${RESUME_ARGS[@]}"}', '"${RESUME_ARGS[@]}"')
     assert possibly_empty_arrays(broken) == ["RESUME_ARGS"]
     assert any("RESUME_ARGS" in p and "4.4" in p for p in static_problems(broken))
 
 
 def test_guarded_expansion_keeps_arguments_and_expands_empty_to_nothing():
-    script = ('set -euo pipefail\nA=()\nprintf "[%s]" x ${A[@]+"${A[@]}"}\nA+=("a b" c)\n'
-              'printf "[%s]" ${A[@]+"${A[@]}"}\n')
+    script = (
+        'set -euo pipefail\nA=()\nprintf "[%s]" x ${A[@]+"${A[@]}"}\nA+=("a b" c)\nprintf "[%s]" ${A[@]+"${A[@]}"}\n'
+    )
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
     assert out == "[x][a b][c]"
 
 
 def test_torchtune_resume_loop_is_guarded_too():
     text = SCRIPTS["torchtune/llama3_3_70b_full.nebius.sbatch"]
-    assert 'mapfile -t EPOCHS' in text and possibly_empty_arrays(text) == []
+    assert "mapfile -t EPOCHS" in text and possibly_empty_arrays(text) == []
 
 
 def test_no_script_takes_the_head_node_with_head():
@@ -89,10 +90,12 @@ def test_every_start_path_is_an_absolute_script_variable(name):
 
 def test_flux_autoencoder_and_assets_are_set_and_warned_about(tmp_path):
     job = render_job(make_spec("flux_schnell", "nebius", recipe_dir=str(tmp_path)))
-    assert "--encoder.autoencoder_path \\\n  \"${FLUX_DIR}\"/ae.safetensors" in job.script
+    assert '--encoder.autoencoder_path \\\n  "${FLUX_DIR}"/ae.safetensors' in job.script
     assert any("encoder.autoencoder_path" in w and "does not exist" in w for w in job.warnings)
-    assert any("hf_assets_path" in w for w in render_job(make_spec("llama3_8b_c4", "crusoe",
-                                                                   recipe_dir=str(tmp_path))).warnings)
+    assert any(
+        "hf_assets_path" in w
+        for w in render_job(make_spec("llama3_8b_c4", "crusoe", recipe_dir=str(tmp_path))).warnings
+    )
 
 
 def test_torchtitan_gpu_configs_profile_only_on_request_with_the_seed_timeout():
@@ -139,21 +142,41 @@ def test_profiles_settings_with_sources():
 def test_interface_detection_picks_the_interface_holding_the_address():
     text = GPU_SCRIPTS["torchtitan/llama3_8b_c4.crusoe.sbatch"]
     start = text.index('if [[ -z "${NCCL_SOCKET_IFNAME:-}" ]]; then')
-    block = text[start:text.index("RDZV_PORT=", start)]
-    out = subprocess.run(["bash", "-c", f"set -euo pipefail; unset NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME; "
-                          f"HEAD_ADDR=127.0.0.1\n{block}\necho \"$NCCL_SOCKET_IFNAME $GLOO_SOCKET_IFNAME\""],
-                         capture_output=True, text=True, check=True).stdout.split("\n")
+    block = text[start : text.index("RDZV_PORT=", start)]
+    out = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"set -euo pipefail; unset NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME; "
+            f'HEAD_ADDR=127.0.0.1\n{block}\necho "$NCCL_SOCKET_IFNAME $GLOO_SOCKET_IFNAME"',
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
     assert out[-2] == "lo lo"
 
 
 def test_container_mounts_must_cover_what_the_job_reads(tmp_path):
     """Problem 10: render says which folder no mount covers."""
-    spec = make_spec("llama3_8b_c4", "generic", recipe_dir="/shared/jobs", run_dir="/shared/runs/x",
-                     container_image="nvcr.io#nvidia/pytorch:25.01-py3", container_mounts=["/shared/jobs:/shared/jobs"])
+    spec = make_spec(
+        "llama3_8b_c4",
+        "generic",
+        recipe_dir="/shared/jobs",
+        run_dir="/shared/runs/x",
+        container_image="nvcr.io#nvidia/pytorch:25.01-py3",
+        container_mounts=["/shared/jobs:/shared/jobs"],
+    )
     warnings = render_job(spec).warnings
     assert any("run folder" in w and "/shared/runs/x" in w for w in warnings)
-    ok = make_spec("llama3_8b_c4", "generic", recipe_dir="/shared/jobs", run_dir="/shared/runs/x",
-                   container_image="img", container_mounts=["/shared:/shared"])
+    ok = make_spec(
+        "llama3_8b_c4",
+        "generic",
+        recipe_dir="/shared/jobs",
+        run_dir="/shared/runs/x",
+        container_image="img",
+        container_mounts=["/shared:/shared"],
+    )
     assert not [w for w in render_job(ok).warnings if "container" in w]
 
 
@@ -189,7 +212,13 @@ def test_manifest_names_the_recipe_paths_and_intent():
 def test_node_check_masks_secrets_and_knows_secret_names():
     from cookbook.rehearsal import node_check
 
-    for name in ("HF_TOKEN", "WANDB_API_KEY", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "MLFLOW_TRACKING_PASSWORD"):
+    for name in (
+        "HF_TOKEN",
+        "WANDB_API_KEY",
+        "HUGGING_FACE_HUB_TOKEN",
+        "AWS_SECRET_ACCESS_KEY",
+        "MLFLOW_TRACKING_PASSWORD",
+    ):
         assert node_check.SECRET.search(name), name
     for name in ("TOKENIZERS_PARALLELISM", "NCCL_SOCKET_IFNAME", "KEYBOARD"):
         assert not node_check.SECRET.search(name), name
@@ -199,8 +228,20 @@ def test_node_check_masks_secrets_and_knows_secret_names():
 def test_node_check_splits_launcher_arguments():
     from cookbook.rehearsal.node_check import launcher_split, program_of
 
-    words, flags, args = launcher_split(["tune", "run", "--nnodes=2", "--nproc-per-node=8", "--rdzv-endpoint=h:1",
-                                         "--role=rank", "--tee=3", "full_finetune_distributed", "--config", "x.yaml"])
+    words, flags, args = launcher_split(
+        [
+            "tune",
+            "run",
+            "--nnodes=2",
+            "--nproc-per-node=8",
+            "--rdzv-endpoint=h:1",
+            "--role=rank",
+            "--tee=3",
+            "full_finetune_distributed",
+            "--config",
+            "x.yaml",
+        ]
+    )
     assert words == ["tune", "run"] and flags["nproc-per-node"] == "8" and flags["tee"] == "3"
     assert program_of(words, args) == ("torchtune", ["full_finetune_distributed", "--config", "x.yaml"])
     words, flags, args = launcher_split(["torchrun", "--nnodes=2", "-m", "torchtitan.train", "--module", "m"])

@@ -44,8 +44,10 @@ def test_every_torchtitan_key_in_the_mapping_is_a_real_0_3_0_field():
     assert not wrong, f"not torchtitan 0.3.0 fields: {wrong}"
 
 
-@pytest.mark.parametrize("old,new", [("training.batch_size", "training.local_batch_size"),
-                                     ("checkpoint.enable_checkpoint", "checkpoint.enable")])
+@pytest.mark.parametrize(
+    "old,new",
+    [("training.batch_size", "training.local_batch_size"), ("checkpoint.enable_checkpoint", "checkpoint.enable")],
+)
 def test_a_seed_key_is_rejected_with_the_0_3_0_name(old, new):
     from cookbook.recipes import get_recipe
     from cookbook.spec import make_spec

@@ -10,8 +10,11 @@ def test_default_spec_is_valid():
 
 
 def test_all_problems_listed_together():
-    problems = check_spec(JobSpec("x", nodes=0, time="abc", profile="local-cpu", gpus_per_node=8,
-                                  env={"HF_TOKEN": "hf_x"}, job_name="a\nb"))
+    problems = check_spec(
+        JobSpec(
+            "x", nodes=0, time="abc", profile="local-cpu", gpus_per_node=8, env={"HF_TOKEN": "hf_x"}, job_name="a\nb"
+        )
+    )
     text = "\n".join(problems)
     for expected in ("nodes=0", "time='abc'", "gpus_per_node=0", "secrets are never written", "newline"):
         assert expected in text

@@ -14,8 +14,11 @@ from cookbook.local.assets.tiny_llama import DIMS, N_BPE_RANKS, SPECIAL_TOKENS, 
 
 
 def _digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_same_bytes_twice(tiny_assets: TinyAssets, tmp_path: Path) -> None:
@@ -46,9 +49,12 @@ def test_torchtune_tokenizer_and_checkpointer(tiny_assets: TinyAssets, tmp_path:
     assert tok.decode(ids[1:-1]) == "What is 3 plus 4? Also spell echo."
     assert max(ids) < DIMS.vocab_size
 
-    ckpt = FullModelHFCheckpointer(checkpoint_dir=str(tiny_assets.llama_dir),
-                                   checkpoint_files=["model-00001-of-00001.safetensors"],
-                                   model_type="LLAMA3", output_dir=str(tmp_path / "out"))
+    ckpt = FullModelHFCheckpointer(
+        checkpoint_dir=str(tiny_assets.llama_dir),
+        checkpoint_files=["model-00001-of-00001.safetensors"],
+        model_type="LLAMA3",
+        output_dir=str(tmp_path / "out"),
+    )
     state = ckpt.load_checkpoint()["model"]
     assert state["tok_embeddings.weight"].shape == (DIMS.vocab_size, DIMS.dim)
     assert len([k for k in state if k.startswith("layers.")]) > 0
@@ -57,8 +63,8 @@ def test_torchtune_tokenizer_and_checkpointer(tiny_assets: TinyAssets, tmp_path:
 def test_transformers_loads_model_and_tokenizer(tiny_assets: TinyAssets) -> None:
     import tiktoken
     import torch
-    from torchtune.models.llama3._tokenizer import CL100K_PATTERN
     from tiktoken.load import load_tiktoken_bpe
+    from torchtune.models.llama3._tokenizer import CL100K_PATTERN
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(str(tiny_assets.llama_dir))
@@ -120,9 +126,25 @@ def test_flux_assets_load(tiny_assets: TinyAssets) -> None:
     assert {n.rsplit(".", 1)[1] for n in names} == {"jpg", "txt", "json"}
 
 
-@pytest.mark.parametrize("prop", ["llama_dir", "tokenizer_model", "special_tokens", "chat_sharegpt", "chat_openai",
-                                  "alpaca", "hf_tokenizer_dir", "c4_dir", "flux_dir", "flux_autoencoder",
-                                  "flux_t5_dir", "flux_clip_dir", "cc12m_dir", "flux_prompts"])
+@pytest.mark.parametrize(
+    "prop",
+    [
+        "llama_dir",
+        "tokenizer_model",
+        "special_tokens",
+        "chat_sharegpt",
+        "chat_openai",
+        "alpaca",
+        "hf_tokenizer_dir",
+        "c4_dir",
+        "flux_dir",
+        "flux_autoencoder",
+        "flux_t5_dir",
+        "flux_clip_dir",
+        "cc12m_dir",
+        "flux_prompts",
+    ],
+)
 def test_every_path_exists(tiny_assets: TinyAssets, prop: str) -> None:
     assert getattr(tiny_assets, prop).exists()
 

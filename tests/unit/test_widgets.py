@@ -30,12 +30,12 @@ def test_builder_starts_valid_for_local_cpu():
 
 def test_builder_shows_engine_problems_live_and_recovers():
     b = JobBuilder("llama3_3_70b_lora", profile="local-cpu")
-    b.gpus.value = 8                                    # a change re-validates at once
+    b.gpus.value = 8  # a change re-validates at once
     assert "set gpus_per_node=0" in _status(b)
     assert b.submit_button.disabled
     b.gpus.value = 0
     assert "data-valid='yes'" in _status(b)
-    b.overrides.value = "checkpoint_dir=/x"             # the seeds' silently ignored override
+    b.overrides.value = "checkpoint_dir=/x"  # the seeds' silently ignored override
     assert "checkpointer.checkpoint_dir" in _status(b)
     b.overrides.value = "not an override"
     assert "KEY=VALUE" in _status(b) or "key=value" in _status(b).lower()
@@ -51,15 +51,15 @@ def test_builder_profile_switch_sets_gpus_and_tp_rule():
 
 def test_builder_warns_when_the_planner_says_the_job_will_not_fit():
     b = JobBuilder("llama3_3_70b_full", profile="generic", nodes=2)
-    assert "data-valid='yes'" in _status(b) and "data-fit" not in _status(b)   # 2 x 8 H100 fits
+    assert "data-valid='yes'" in _status(b) and "data-fit" not in _status(b)  # 2 x 8 H100 fits
     b.nodes.value = 1
     b.overrides.value = "batch_size=16"
     status = _status(b)
     assert "data-fit='no'" in status and "does not fit on H100" in status
-    assert "--nodes 1 --gpus-per-node 8 --gpu h100" in status and not b.submit_button.disabled   # a warning
-    b.gpu.value = "b200"                                 # the GPU kind re-plans at once: ~95 GiB fits in 180
+    assert "--nodes 1 --gpus-per-node 8 --gpu h100" in status and not b.submit_button.disabled  # a warning
+    b.gpu.value = "b200"  # the GPU kind re-plans at once: ~95 GiB fits in 180
     assert "data-valid='yes'" in _status(b) and "data-fit" not in _status(b)
-    b.profile.value = "local-cpu"                        # tiny models: no GPU plan
+    b.profile.value = "local-cpu"  # tiny models: no GPU plan
     assert "data-fit" not in _status(b)
 
 
@@ -120,8 +120,9 @@ def test_notebook_stop_renders_one_clear_message():
 
 def test_merge_metrics_joins_sources_per_step():
     a = pd.DataFrame({"step": [1, 2], "split": ["train", "train"], "loss": [2.0, 1.5], "total_steps": [2, 2]})
-    b = pd.DataFrame({"step": [1, 2], "split": ["train", "train"], "loss": [9.0, 9.0],
-                      "tokens_per_second_per_gpu": [10.0, 20.0]})
+    b = pd.DataFrame(
+        {"step": [1, 2], "split": ["train", "train"], "loss": [9.0, 9.0], "tokens_per_second_per_gpu": [10.0, 20.0]}
+    )
     m = merge_metrics([a, b])
     assert list(m["loss"]) == [2.0, 1.5] and list(m["tokens_per_second_per_gpu"]) == [10.0, 20.0]
     assert list(m.columns[:2]) == ["step", "split"]

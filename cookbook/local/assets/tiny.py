@@ -23,8 +23,13 @@ def _source_version() -> str:
 
     here = Path(__file__).parent
     digest = hashlib.sha256()
-    for source in (here / "tiny.py", here / "tiny_llama.py", here / "tiny_text.py", here / "tiny_flux.py",
-                   here.parents[1] / "data" / "titan.py"):
+    for source in (
+        here / "tiny.py",
+        here / "tiny_llama.py",
+        here / "tiny_text.py",
+        here / "tiny_flux.py",
+        here.parents[1] / "data" / "titan.py",
+    ):
         digest.update(source.read_bytes())
     return f"tiny-assets-{digest.hexdigest()[:12]}"
 
@@ -38,15 +43,15 @@ class TinyAssets:
     root: Path
 
     @property
-    def llama_dir(self) -> Path:            # HF layout: config.json, *.safetensors, index, original_repo_id.json
+    def llama_dir(self) -> Path:  # HF layout: config.json, *.safetensors, index, original_repo_id.json
         return self.root / "llama3"
 
     @property
-    def tokenizer_model(self) -> Path:      # tiktoken BPE file, as in meta-llama repos
+    def tokenizer_model(self) -> Path:  # tiktoken BPE file, as in meta-llama repos
         return self.llama_dir / "original" / "tokenizer.model"
 
     @property
-    def special_tokens(self) -> Path:       # JSON with "added_tokens" (torchtune special_tokens_path)
+    def special_tokens(self) -> Path:  # JSON with "added_tokens" (torchtune special_tokens_path)
         return self.llama_dir / "tokenizer.json"  # a full HF tokenizer.json: torchtune reads added_tokens
 
     @property
@@ -62,35 +67,35 @@ class TinyAssets:
         return self.root / "data" / "alpaca.json"
 
     @property
-    def hf_tokenizer_dir(self) -> Path:     # a full HF tokenizer (tokenizer.json + config) for torchtitan
+    def hf_tokenizer_dir(self) -> Path:  # a full HF tokenizer (tokenizer.json + config) for torchtitan
         return self.root / "hf_tokenizer"
 
     @property
-    def c4_dir(self) -> Path:               # C4-like local dataset folder (README.md with `en` config + en/*.json.gz)
+    def c4_dir(self) -> Path:  # C4-like local dataset folder (README.md with `en` config + en/*.json.gz)
         return self.root / "c4"
 
     @property
-    def flux_dir(self) -> Path:             # ae.safetensors, t5/, clip/ (save_pretrained), cc12m/ (webdataset tars)
+    def flux_dir(self) -> Path:  # ae.safetensors, t5/, clip/ (save_pretrained), cc12m/ (webdataset tars)
         return self.root / "flux"
 
     @property
-    def flux_autoencoder(self) -> Path:     # --encoder.autoencoder_path
+    def flux_autoencoder(self) -> Path:  # --encoder.autoencoder_path
         return self.flux_dir / "ae.safetensors"
 
     @property
-    def flux_t5_dir(self) -> Path:          # --encoder.t5_encoder and --tokenizer.t5_tokenizer_path
+    def flux_t5_dir(self) -> Path:  # --encoder.t5_encoder and --tokenizer.t5_tokenizer_path
         return self.flux_dir / "t5"
 
     @property
-    def flux_clip_dir(self) -> Path:        # --encoder.clip_encoder and --tokenizer.clip_tokenizer_path
+    def flux_clip_dir(self) -> Path:  # --encoder.clip_encoder and --tokenizer.clip_tokenizer_path
         return self.flux_dir / "clip"
 
     @property
-    def cc12m_dir(self) -> Path:            # --dataloader.dataset cc12m-test --dataloader.dataset_path DIR
+    def cc12m_dir(self) -> Path:  # --dataloader.dataset cc12m-test --dataloader.dataset_path DIR
         return self.flux_dir / "cc12m"
 
     @property
-    def flux_prompts(self) -> Path:         # --inference.prompts_path
+    def flux_prompts(self) -> Path:  # --inference.prompts_path
         return self.flux_dir / "prompts.txt"
 
     @property

@@ -26,14 +26,14 @@ AE_FILE = "ae.safetensors"
 class FluxDims:
     """Sizes shared by the assets and the tiny torchtitan flux config (they must agree)."""
 
-    image_size: int = 64            # images are written at this size; use --dataloader.img_size 64
-    ae_channels: int = 32           # GroupNorm(32) needs a multiple of 32
+    image_size: int = 64  # images are written at this size; use --dataloader.img_size 64
+    ae_channels: int = 32  # GroupNorm(32) needs a multiple of 32
     ae_ch_mult: tuple[int, ...] = (1, 1, 2, 2)  # 4 levels = 8x downsampling, as torchtitan assumes
     ae_res_blocks: int = 1
-    z_channels: int = 16            # torchtitan's LATENT_CHANNELS
-    t5_dim: int = 64                # -> flux context_in_dim
-    clip_dim: int = 64              # -> flux vec_in_dim (CLIP pooler_output width)
-    max_t5_len: int = 32            # -> tokenizer.max_t5_encoding_len
+    z_channels: int = 16  # torchtitan's LATENT_CHANNELS
+    t5_dim: int = 64  # -> flux context_in_dim
+    clip_dim: int = 64  # -> flux vec_in_dim (CLIP pooler_output width)
+    max_t5_len: int = 32  # -> tokenizer.max_t5_encoding_len
     n_images: int = 32
     n_shards: int = 2
 
@@ -48,9 +48,17 @@ def autoencoder_config(dims: FluxDims = DIMS):
     import_torchtitan_without_triton()
     from torchtitan.models.flux.model.autoencoder import AutoEncoder
 
-    return AutoEncoder.Config(resolution=dims.image_size, in_channels=3, ch=dims.ae_channels, out_ch=3,
-                              ch_mult=dims.ae_ch_mult, num_res_blocks=dims.ae_res_blocks,
-                              z_channels=dims.z_channels, scale_factor=0.3611, shift_factor=0.1159)
+    return AutoEncoder.Config(
+        resolution=dims.image_size,
+        in_channels=3,
+        ch=dims.ae_channels,
+        out_ch=3,
+        ch_mult=dims.ae_ch_mult,
+        num_res_blocks=dims.ae_res_blocks,
+        z_channels=dims.z_channels,
+        scale_factor=0.3611,
+        shift_factor=0.1159,
+    )
 
 
 def write_autoencoder(path: Path, dims: FluxDims = DIMS, seed: int = 0) -> None:
@@ -82,10 +90,20 @@ def write_t5(folder: Path, dims: FluxDims = DIMS, seed: int = 0) -> None:
 
     tokenizer = T5Tokenizer(vocab=_t5_vocab(), extra_ids=0)
     tokenizer.save_pretrained(str(folder))
-    config = T5Config(vocab_size=len(tokenizer), d_model=dims.t5_dim, d_kv=16, d_ff=2 * dims.t5_dim,
-                      num_layers=1, num_heads=4, relative_attention_num_buckets=8,
-                      relative_attention_max_distance=32, feed_forward_proj="gated-gelu",
-                      pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+    config = T5Config(
+        vocab_size=len(tokenizer),
+        d_model=dims.t5_dim,
+        d_kv=16,
+        d_ff=2 * dims.t5_dim,
+        num_layers=1,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=32,
+        feed_forward_proj="gated-gelu",
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )
     torch.manual_seed(seed)
     T5EncoderModel(config).save_pretrained(str(folder))
 
@@ -116,17 +134,30 @@ def write_clip(folder: Path, dims: FluxDims = DIMS, seed: int = 0) -> None:
     vocab, merges = _clip_vocab_and_merges()
     tokenizer = CLIPTokenizer(vocab=vocab, merges=merges)
     tokenizer.save_pretrained(str(folder))
-    config = CLIPTextConfig(vocab_size=len(tokenizer), hidden_size=dims.clip_dim,
-                            intermediate_size=2 * dims.clip_dim, num_hidden_layers=1, num_attention_heads=2,
-                            max_position_embeddings=77, projection_dim=dims.clip_dim,
-                            bos_token_id=vocab["<|startoftext|>"], eos_token_id=vocab["<|endoftext|>"],
-                            pad_token_id=vocab["<|endoftext|>"])
+    config = CLIPTextConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=dims.clip_dim,
+        intermediate_size=2 * dims.clip_dim,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=77,
+        projection_dim=dims.clip_dim,
+        bos_token_id=vocab["<|startoftext|>"],
+        eos_token_id=vocab["<|endoftext|>"],
+        pad_token_id=vocab["<|endoftext|>"],
+    )
     torch.manual_seed(seed)
     CLIPTextModel(config).save_pretrained(str(folder))
 
 
-_RGB = {"red": (220, 30, 30), "green": (30, 180, 60), "blue": (40, 60, 220), "yellow": (240, 220, 40),
-        "purple": (140, 50, 170), "orange": (250, 140, 20)}
+_RGB = {
+    "red": (220, 30, 30),
+    "green": (30, 180, 60),
+    "blue": (40, 60, 220),
+    "yellow": (240, 220, 40),
+    "purple": (140, 50, 170),
+    "orange": (250, 140, 20),
+}
 
 
 def _image_jpeg(color: str, shape: str, size: int) -> bytes:
@@ -144,8 +175,19 @@ def _image_jpeg(color: str, shape: str, size: int) -> bytes:
         draw.polygon([(size // 2, lo), (lo, hi), (hi, hi)], fill=fill)
     else:
         c, r = size // 2, (hi - lo) // 2
-        draw.polygon([(c, c - r), (c + r // 3, c - r // 3), (c + r, c), (c + r // 3, c + r // 3),
-                      (c, c + r), (c - r // 3, c + r // 3), (c - r, c), (c - r // 3, c - r // 3)], fill=fill)
+        draw.polygon(
+            [
+                (c, c - r),
+                (c + r // 3, c - r // 3),
+                (c + r, c),
+                (c + r // 3, c + r // 3),
+                (c, c + r),
+                (c - r // 3, c + r // 3),
+                (c - r, c),
+                (c - r // 3, c - r // 3),
+            ],
+            fill=fill,
+        )
     buf = io.BytesIO()
     img.save(buf, format="JPEG", quality=90)
     return buf.getvalue()

@@ -18,10 +18,19 @@ from pathlib import Path
 
 N_BPE_RANKS = 384  # 256 single bytes + 128 learned merges
 SPECIAL_TOKENS = (
-    "<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
-    "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|step_id|>",
-    "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>",
-    "<|python_tag|>", "<|image|>", "<|video|>",
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|reserved_special_token_0|>",
+    "<|reserved_special_token_1|>",
+    "<|finetune_right_pad_id|>",
+    "<|step_id|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eom_id|>",
+    "<|eot_id|>",
+    "<|python_tag|>",
+    "<|image|>",
+    "<|video|>",
 )
 SHARD = "model-00001-of-00001.safetensors"
 REPO_ID = "cookbook/tiny-llama3_3"
@@ -77,7 +86,7 @@ def train_bpe_ranks(text: str, n_ranks: int = N_BPE_RANKS) -> dict[bytes, int]:
             i = 0
             while i < len(parts) - 1:
                 if parts[i] == best[0] and parts[i + 1] == best[1]:
-                    parts[i:i + 2] = [merged]
+                    parts[i : i + 2] = [merged]
                 i += 1
     if len(ranks) != n_ranks:
         raise RuntimeError(f"tiny BPE training stopped at {len(ranks)} ranks (wanted {n_ranks}): too little text")
@@ -111,12 +120,15 @@ def hf_tokenizer_from_ranks(ranks: dict[bytes, int]):
             if left in ranks and right in ranks:
                 merges.append((rank, ranks[left], ranks[right], left, right))
     merges.sort()
-    tokenizer = Tokenizer(BPE(vocab, [(as_str(m[3]), as_str(m[4])) for m in merges],
-                              fuse_unk=False, ignore_merges=True))
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(CL100K_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tokenizer = Tokenizer(
+        BPE(vocab, [(as_str(m[3]), as_str(m[4])) for m in merges], fuse_unk=False, ignore_merges=True)
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(CL100K_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     tokenizer.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in SPECIAL_TOKENS])
@@ -163,8 +175,13 @@ def hf_config(dims: LlamaDims = DIMS) -> dict:
         "max_position_embeddings": 131072,  # as Llama 3.3; torchtune takes max_seq_len from its YAML
         "rms_norm_eps": dims.norm_eps,
         "rope_theta": dims.rope_theta,
-        "rope_scaling": {"factor": dims.rope_scale, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                         "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        "rope_scaling": {
+            "factor": dims.rope_scale,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+            "rope_type": "llama3",
+        },
         "attention_bias": False,
         "mlp_bias": False,
         "tie_word_embeddings": False,
@@ -182,10 +199,18 @@ def write_model(folder: Path, dims: LlamaDims = DIMS, seed: int = 0) -> None:
     from torchtune.models.llama3_1 import llama3_1
 
     torch.manual_seed(seed)
-    model = llama3_1(vocab_size=dims.vocab_size, num_layers=dims.n_layers, num_heads=dims.n_heads,
-                     num_kv_heads=dims.n_kv_heads, embed_dim=dims.dim, max_seq_len=dims.max_seq_len,
-                     intermediate_dim=dims.ffn_dim, rope_base=dims.rope_theta, norm_eps=dims.norm_eps,
-                     scale_factor=dims.rope_scale)
+    model = llama3_1(
+        vocab_size=dims.vocab_size,
+        num_layers=dims.n_layers,
+        num_heads=dims.n_heads,
+        num_kv_heads=dims.n_kv_heads,
+        embed_dim=dims.dim,
+        max_seq_len=dims.max_seq_len,
+        intermediate_dim=dims.ffn_dim,
+        rope_base=dims.rope_theta,
+        norm_eps=dims.norm_eps,
+        scale_factor=dims.rope_scale,
+    )
     gen = torch.Generator().manual_seed(seed)
     state = {}
     for name, value in sorted(model.state_dict().items()):

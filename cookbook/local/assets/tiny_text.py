@@ -34,16 +34,30 @@ def chat_rows(n: int = N_ROWS, seed: int = 0) -> list[tuple[str, str]]:
 
 def sharegpt_records(pairs: list[tuple[str, str]]) -> list[dict]:
     """``{"conversations": [{"from", "value"}...]}`` rows (torchtune ``conversation_style: sharegpt``)."""
-    return [{"conversations": [{"from": "system", "value": SYSTEM_PROMPT},
-                               {"from": "human", "value": q},
-                               {"from": "gpt", "value": a}]} for q, a in pairs]
+    return [
+        {
+            "conversations": [
+                {"from": "system", "value": SYSTEM_PROMPT},
+                {"from": "human", "value": q},
+                {"from": "gpt", "value": a},
+            ]
+        }
+        for q, a in pairs
+    ]
 
 
 def openai_records(pairs: list[tuple[str, str]]) -> list[dict]:
     """``{"messages": [{"role", "content"}...]}`` rows (torchtune ``conversation_style: openai``)."""
-    return [{"messages": [{"role": "system", "content": SYSTEM_PROMPT},
-                          {"role": "user", "content": q},
-                          {"role": "assistant", "content": a}]} for q, a in pairs]
+    return [
+        {
+            "messages": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": q},
+                {"role": "assistant", "content": a},
+            ]
+        }
+        for q, a in pairs
+    ]
 
 
 def alpaca_records(n: int = N_ROWS, seed: int = 1) -> list[dict]:
@@ -52,9 +66,13 @@ def alpaca_records(n: int = N_ROWS, seed: int = 1) -> list[dict]:
     rows = []
     for i in range(n):
         _, _, a, b, w = _qa(rng)
-        rows.append({"instruction": f"Add {a} and {b}.",
-                     "input": f"The word is {w}." if i % 2 else "",
-                     "output": f"The sum is {a + b}. The word was {w}."})
+        rows.append(
+            {
+                "instruction": f"Add {a} and {b}.",
+                "input": f"The word is {w}." if i % 2 else "",
+                "output": f"The sum is {a + b}. The word was {w}.",
+            }
+        )
     return rows
 
 
@@ -104,7 +122,6 @@ def write_c4(folder: Path) -> None:
 def training_text() -> str:
     """The text the tiny BPE is trained on."""
     pairs = chat_rows()
-    parts = [json.dumps(sharegpt_records(pairs)), json.dumps(openai_records(pairs)),
-             json.dumps(alpaca_records())]
+    parts = [json.dumps(sharegpt_records(pairs)), json.dumps(openai_records(pairs)), json.dumps(alpaca_records())]
     parts += c4_texts(N_C4_TRAIN, seed=3)
     return "\n".join(parts)

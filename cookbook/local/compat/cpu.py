@@ -48,13 +48,14 @@ class CompatError(RuntimeError):
 @dataclass(frozen=True)
 class Shim:
     name: str
-    breaks: str      # what fails on CPU without it
-    upstream: str    # where, upstream
-    fix: str         # what the shim does
+    breaks: str  # what fails on CPU without it
+    upstream: str  # where, upstream
+    fix: str  # what the shim does
     apply: Callable[[], None]
 
 
 # ----------------------------------------------------------------------------------------- versions
+
 
 def installed_version(package: str) -> str | None:
     """The installed distribution's version without a local tag (``2.13.0+cpu`` -> ``2.13.0``)."""
@@ -79,10 +80,14 @@ def check_versions(framework: str) -> None:
     problems = version_problems(framework)
     if not problems:
         return
-    text = (f"cookbook.local.compat.cpu: the {framework} CPU shims were verified only with "
-            + ", ".join(f"{p}=={v}" for p, v in VERIFIED_VERSIONS.items() if p in PACKAGES_CHECKED[framework])
-            + "; found " + "; ".join(problems) + ". Install the verified versions (requirements/constraints.txt) "
-            + f"or set {ANY_VERSION_ENV}=1 to try the shims anyway.")
+    text = (
+        f"cookbook.local.compat.cpu: the {framework} CPU shims were verified only with "
+        + ", ".join(f"{p}=={v}" for p, v in VERIFIED_VERSIONS.items() if p in PACKAGES_CHECKED[framework])
+        + "; found "
+        + "; ".join(problems)
+        + ". Install the verified versions (requirements/constraints.txt) "
+        + f"or set {ANY_VERSION_ENV}=1 to try the shims anyway."
+    )
     if os.environ.get(ANY_VERSION_ENV) == "1":
         warnings.warn(text, stacklevel=2)
         return
@@ -90,6 +95,7 @@ def check_versions(framework: str) -> None:
 
 
 # ------------------------------------------------------------------------------------- shared shims
+
 
 def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
@@ -102,8 +108,7 @@ class _CpuProperties:
 
 def _cpu_memory_stats(device: object = None) -> dict[str, int]:
     peak = _peak_rss_bytes()
-    return {"active_bytes.all.peak": peak, "reserved_bytes.all.peak": peak,
-            "num_alloc_retries": 0, "num_ooms": 0}
+    return {"active_bytes.all.peak": peak, "reserved_bytes.all.peak": peak, "num_alloc_retries": 0, "num_ooms": 0}
 
 
 def _add_cpu_memory_api() -> None:
@@ -126,16 +131,17 @@ def _add_cpu_memory_api() -> None:
 CPU_MEMORY_API = Shim(
     name="cpu-memory-api",
     breaks="torch.cpu has no empty_cache / reset_peak_memory_stats / memory_stats / get_device_properties: "
-           "AttributeError in torchtune's cleanup_before_training and torchtitan's DeviceMemoryMonitor",
+    "AttributeError in torchtune's cleanup_before_training and torchtitan's DeviceMemoryMonitor",
     upstream="torchtune/training/memory.py:51 get_torch_device_namespace().empty_cache(); "
-             "torchtitan/components/metrics.py DeviceMemoryMonitor (device_module.memory_stats(), ...)",
+    "torchtitan/components/metrics.py DeviceMemoryMonitor (device_module.memory_stats(), ...)",
     fix="adds the missing functions to torch.cpu (only those missing): cache calls are no-ops, memory stats "
-        "report the process's peak RSS, device properties report 'cpu' and the machine's RAM",
+    "report the process's peak RSS, device properties report 'cpu' and the machine's RAM",
     apply=_add_cpu_memory_api,
 )
 
 
 # ---------------------------------------------------------------------------------- torchtune shims
+
 
 def _gloo_when_no_nccl() -> None:
     import torch
@@ -146,8 +152,11 @@ def _gloo_when_no_nccl() -> None:
         return
 
     def init_process_group(backend: str | None = None, *args: object, **kwargs: object) -> None:
-        if isinstance(backend, str) and ("nccl" in backend or "," in backend) and not (
-                dist.is_nccl_available() and torch.cuda.is_available()):
+        if (
+            isinstance(backend, str)
+            and ("nccl" in backend or "," in backend)
+            and not (dist.is_nccl_available() and torch.cuda.is_available())
+        ):
             backend = "gloo"
         return original(backend, *args, **kwargs)
 
@@ -157,13 +166,13 @@ def _gloo_when_no_nccl() -> None:
 
 GLOO_BACKEND = Shim(
     name="gloo-backend",
-    breaks="lora_finetune_distributed hard-codes the NCCL backend: RuntimeError \"Distributed package "
-           "doesn't have NCCL built in\"; fsdp_cpu_offload=True with device=cpu asks for 'cpu:gloo,cpu:gloo': "
-           "ValueError \"Duplicate device type cpu\"",
-    upstream="recipes/lora_finetune_distributed.py:918 init_process_group(\"cuda:nccl,cpu:gloo\"); "
-             "torchtune/training/_distributed.py get_distributed_backend(offload_ops_to_cpu=True)",
+    breaks='lora_finetune_distributed hard-codes the NCCL backend: RuntimeError "Distributed package '
+    "doesn't have NCCL built in\"; fsdp_cpu_offload=True with device=cpu asks for 'cpu:gloo,cpu:gloo': "
+    'ValueError "Duplicate device type cpu"',
+    upstream='recipes/lora_finetune_distributed.py:918 init_process_group("cuda:nccl,cpu:gloo"); '
+    "torchtune/training/_distributed.py get_distributed_backend(offload_ops_to_cpu=True)",
     fix="wraps torch.distributed.init_process_group (before the recipe imports it): a backend string naming "
-        "nccl, or a device:backend list, becomes plain 'gloo' when CUDA/NCCL is unusable",
+    "nccl, or a device:backend list, becomes plain 'gloo' when CUDA/NCCL is unusable",
     apply=_gloo_when_no_nccl,
 )
 
@@ -189,9 +198,9 @@ def _cpu_memory_stats_in_torchtune() -> None:
 TORCHTUNE_MEMORY_STATS = Shim(
     name="torchtune-memory-stats",
     breaks="full/lora_finetune_distributed log memory stats on rank 0 unconditionally: ValueError "
-           "\"Logging memory stats is not supported on CPU devices\"",
+    '"Logging memory stats is not supported on CPU devices"',
     upstream="torchtune/training/memory.py:262 get_memory_stats (raises for cpu); called from "
-             "recipes/full_finetune_distributed.py:628,874 and recipes/lora_finetune_distributed.py:544,855",
+    "recipes/full_finetune_distributed.py:628,874 and recipes/lora_finetune_distributed.py:544,855",
     fix="torchtune.training.get_memory_stats returns the process's peak RSS (GiB) for a cpu device",
     apply=_cpu_memory_stats_in_torchtune,
 )
@@ -200,6 +209,7 @@ TORCHTUNE_SHIMS: tuple[Shim, ...] = (CPU_MEMORY_API, GLOO_BACKEND, TORCHTUNE_MEM
 
 
 # --------------------------------------------------------------------------------- torchtitan shims
+
 
 def _cpu_device_type() -> None:
     import torch._utils
@@ -220,10 +230,10 @@ def _cpu_device_type() -> None:
 CPU_DEVICE_TYPE = Shim(
     name="cpu-device-type",
     breaks="with no accelerator torchtitan falls back to 'cuda' and fails in set_device",
-    upstream="torchtitan/tools/utils.py:55 device_type = _get_available_device_type() or \"cuda\"; "
-             "trainer.py:301 device_module.set_device(...)",
+    upstream='torchtitan/tools/utils.py:55 device_type = _get_available_device_type() or "cuda"; '
+    "trainer.py:301 device_module.set_device(...)",
     fix="torch._utils._get_available_device_type returns 'cpu' instead of None (before torchtitan is imported), "
-        "so torchtitan picks torch.cpu and the 'gloo' process-group backend",
+    "so torchtitan picks torch.cpu and the 'gloo' process-group backend",
     apply=_cpu_device_type,
 )
 
@@ -238,9 +248,9 @@ TRITON_STANDIN = Shim(
     name="triton-standin",
     breaks="ModuleNotFoundError: No module named 'triton' (undeclared, GPU-only dependency)",
     upstream="torchtitan/distributed/minimal_async_ep/kernels.py:10 import triton (via torchtitan.trainer); "
-             "overrides/fused_swiglu.py, overrides/fused_mla.py",
+    "overrides/fused_swiglu.py, overrides/fused_mla.py",
     fix="imports those modules with an inert triton stand-in in sys.modules, then removes it "
-        "(cookbook/local/compat/triton_standin.py); the GPU kernels are never called",
+    "(cookbook/local/compat/triton_standin.py); the GPU kernels are never called",
     apply=_import_without_triton,
 )
 
@@ -264,12 +274,12 @@ def _eager_flex_attention() -> None:
 
 EAGER_FLEX_ATTENTION = Shim(
     name="eager-flex-attention",
-    breaks="RuntimeError \"FlexAttention does not support backward on CPU\"; torch.compile of flex_attention "
-           "also needs a GPU toolchain (sdpa is rejected for llama3, varlen needs CUDA flash attention)",
+    breaks='RuntimeError "FlexAttention does not support backward on CPU"; torch.compile of flex_attention '
+    "also needs a GPU toolchain (sdpa is rejected for llama3, varlen needs CUDA flash attention)",
     upstream="torch/nn/attention/flex_attention.py _validate_device; torchtitan/models/common/attention.py:277 "
-             "FlexAttention._compiled_flex_attn = torch.compile(flex_attention)",
+    "FlexAttention._compiled_flex_attn = torch.compile(flex_attention)",
     fix="uses eager flex_attention (unfused: materialises the score matrix, fine for tiny seq_len) and skips "
-        "the CPU check for CPU tensors",
+    "the CPU check for CPU tensors",
     apply=_eager_flex_attention,
 )
 
@@ -291,10 +301,10 @@ def _sum_reductions_for_gloo() -> None:
 
 GLOO_SUM_REDUCTION = Shim(
     name="gloo-sum-reduction",
-    breaks="FSDP2 reduce-scatters with ReduceOp.PREMUL_SUM: ValueError \"Cannot use ReduceOp.PREMUL_SUM with Gloo\"",
+    breaks='FSDP2 reduce-scatters with ReduceOp.PREMUL_SUM: ValueError "Cannot use ReduceOp.PREMUL_SUM with Gloo"',
     upstream="torchtitan/distributed/fsdp.py:41 module.set_gradient_divide_factor(1.0)",
     fix="after set_gradient_divide_factor, also set_force_sum_reduction_for_comms(True): plain SUM, same result "
-        "for factor 1.0",
+    "for factor 1.0",
     apply=_sum_reductions_for_gloo,
 )
 
@@ -318,8 +328,9 @@ def _barrier_without_cpu_device_ids() -> None:
 BARRIER_DEVICE_IDS = Shim(
     name="barrier-device-ids",
     breaks="torch.cpu.current_device() is the string 'cpu': TypeError \"incompatible function arguments\" in "
-           "BarrierOptions",
-    upstream="torchtitan/distributed/utils.py:586 torch.distributed.barrier(device_ids=[device_module.current_device()])",
+    "BarrierOptions",
+    upstream="torchtitan/distributed/utils.py:586 "
+    "torch.distributed.barrier(device_ids=[device_module.current_device()])",
     fix="torch.distributed.barrier drops device_ids that are not ints",
     apply=_barrier_without_cpu_device_ids,
 )
@@ -358,16 +369,22 @@ def _plain_cpu_local_device() -> None:
 PLAIN_CPU_DEVICE = Shim(
     name="plain-cpu-device",
     breaks="get_local_device() returns torch.device('cpu', 0); safetensors rejects it: SafetensorError "
-           "\"device cpu:0 is invalid\" (FLUX autoencoder load)",
+    '"device cpu:0 is invalid" (FLUX autoencoder load)',
     upstream="torchtitan/tools/utils.py:63 get_local_device; models/flux/model/autoencoder.py:463 "
-             "load_sft(ckpt_path, device=str(device))",
+    "load_sft(ckpt_path, device=str(device))",
     fix="get_local_device returns torch.device('cpu') (in tools.utils and distributed.utils)",
     apply=_plain_cpu_local_device,
 )
 
 TORCHTITAN_SHIMS: tuple[Shim, ...] = (
-    CPU_DEVICE_TYPE, CPU_MEMORY_API, TRITON_STANDIN, EAGER_FLEX_ATTENTION, GLOO_SUM_REDUCTION,
-    BARRIER_DEVICE_IDS, SET_TIMEOUT, PLAIN_CPU_DEVICE,
+    CPU_DEVICE_TYPE,
+    CPU_MEMORY_API,
+    TRITON_STANDIN,
+    EAGER_FLEX_ATTENTION,
+    GLOO_SUM_REDUCTION,
+    BARRIER_DEVICE_IDS,
+    SET_TIMEOUT,
+    PLAIN_CPU_DEVICE,
 )
 
 SHIMS: dict[str, tuple[Shim, ...]] = {"torchtune": TORCHTUNE_SHIMS, "torchtitan": TORCHTITAN_SHIMS}
@@ -384,6 +401,7 @@ def apply_shims(framework: str, check: bool = True) -> None:
 
 
 # ------------------------------------------------------------------------------------------ running
+
 
 def torchtune_recipe_names() -> list[str]:
     from torchtune._recipe_registry import get_all_recipes

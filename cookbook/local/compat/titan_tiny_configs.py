@@ -49,30 +49,51 @@ _ASSETS = TinyAssets(Path(os.environ.get("TINY_DIR") or default_root()))
 
 def tiny_llama3_spec(dims: tiny_llama.LlamaDims = tiny_llama.DIMS) -> ModelSpec:
     """torchtitan's llama3 ModelSpec with the tiny Llama's sizes (same as the tiny HF model)."""
-    import torch.nn as nn
     from functools import partial
 
+    import torch.nn as nn
+
     base = llama3_registry("debugmodel")
-    out_std = dims.dim ** -0.5
+    out_std = dims.dim**-0.5
     model = Llama3Model.Config(
         dim=dims.dim,
         vocab_size=dims.vocab_size,
-        tok_embeddings=Embedding.Config(num_embeddings=dims.vocab_size, embedding_dim=dims.dim,
-                                        param_init={"weight": partial(nn.init.normal_, std=1.0)}),
+        tok_embeddings=Embedding.Config(
+            num_embeddings=dims.vocab_size,
+            embedding_dim=dims.dim,
+            param_init={"weight": partial(nn.init.normal_, std=1.0)},
+        ),
         norm=RMSNorm.Config(normalized_shape=dims.dim, param_init={"weight": nn.init.ones_}),
-        lm_head=Linear.Config(in_features=dims.dim, out_features=dims.vocab_size, param_init={
-            "weight": partial(nn.init.trunc_normal_, std=out_std, a=-3 * out_std, b=3 * out_std),
-            "bias": nn.init.zeros_}),
+        lm_head=Linear.Config(
+            in_features=dims.dim,
+            out_features=dims.vocab_size,
+            param_init={
+                "weight": partial(nn.init.trunc_normal_, std=out_std, a=-3 * out_std, b=3 * out_std),
+                "bias": nn.init.zeros_,
+            },
+        ),
         layers=_build_llama3_layers(
-            fuse_qkv=True, n_layers=dims.n_layers, dim=dims.dim, n_heads=dims.n_heads,
-            n_kv_heads=dims.n_kv_heads, hidden_dim=dims.ffn_dim,
-            rope=ComplexRoPE.Config(dim=dims.dim // dims.n_heads, max_seq_len=dims.max_seq_len,
-                                    theta=dims.rope_theta, scaling="llama"),
-            attn_backend="flex"),
+            fuse_qkv=True,
+            n_layers=dims.n_layers,
+            dim=dims.dim,
+            n_heads=dims.n_heads,
+            n_kv_heads=dims.n_kv_heads,
+            hidden_dim=dims.ffn_dim,
+            rope=ComplexRoPE.Config(
+                dim=dims.dim // dims.n_heads, max_seq_len=dims.max_seq_len, theta=dims.rope_theta, scaling="llama"
+            ),
+            attn_backend="flex",
+        ),
     )
-    return ModelSpec(name=base.name, flavor="tiny", model=model, parallelize_fn=base.parallelize_fn,
-                     pipelining_fn=base.pipelining_fn, post_optimizer_build_fn=base.post_optimizer_build_fn,
-                     state_dict_adapter=base.state_dict_adapter)
+    return ModelSpec(
+        name=base.name,
+        flavor="tiny",
+        model=model,
+        parallelize_fn=base.parallelize_fn,
+        pipelining_fn=base.pipelining_fn,
+        post_optimizer_build_fn=base.post_optimizer_build_fn,
+        state_dict_adapter=base.state_dict_adapter,
+    )
 
 
 def tiny_llama3() -> Trainer.Config:
@@ -83,8 +104,9 @@ def tiny_llama3() -> Trainer.Config:
         hf_assets_path=str(_ASSETS.hf_tokenizer_dir),
         model_spec=spec,
         optimizer=default_adamw(lr=3e-3),
-        lr_scheduler=LRSchedulersContainer.Config(warmup_steps=2, decay_ratio=0.8, decay_type="linear",
-                                                  min_lr_factor=0.1),
+        lr_scheduler=LRSchedulersContainer.Config(
+            warmup_steps=2, decay_ratio=0.8, decay_type="linear", min_lr_factor=0.1
+        ),
         training=TrainingConfig(local_batch_size=2, seq_len=128, steps=10),
         dataloader=HuggingFaceTextDataLoader.Config(dataset="c4", dataset_path=str(_ASSETS.c4_dir)),
         metrics=MetricsProcessor.Config(log_freq=1, enable_tensorboard=True, disable_color_printing=True),
@@ -111,15 +133,22 @@ def tiny_flux_spec(dims: flux_assets.FluxDims = flux_assets.DIMS) -> ModelSpec:
     axes = (8, 12, 12)  # sums to head_dim = hidden // heads
 
     def resize(linear: Linear.Config, in_f: int | None = None, out_f: int | None = None) -> Linear.Config:
-        return dataclasses.replace(linear, in_features=in_f or linear.in_features,
-                                   out_features=out_f or linear.out_features)
+        return dataclasses.replace(
+            linear, in_features=in_f or linear.in_features, out_features=out_f or linear.out_features
+        )
 
     double = _make_double_block_config(hidden_size=hidden, num_heads=heads, mlp_ratio=2.0, qkv_bias=True)
     single = _make_single_block_config(hidden_size=hidden, num_heads=heads, mlp_ratio=2.0)
     model = dataclasses.replace(
         cfg,
-        vec_in_dim=dims.clip_dim, context_in_dim=dims.t5_dim, hidden_size=hidden, mlp_ratio=2.0,
-        num_heads=heads, depth=1, depth_single_blocks=1, axes_dim=axes,
+        vec_in_dim=dims.clip_dim,
+        context_in_dim=dims.t5_dim,
+        hidden_size=hidden,
+        mlp_ratio=2.0,
+        num_heads=heads,
+        depth=1,
+        depth_single_blocks=1,
+        axes_dim=axes,
         img_in=resize(cfg.img_in, out_f=hidden),
         txt_in=resize(cfg.txt_in, in_f=dims.t5_dim, out_f=hidden),
         autoencoder=flux_assets.autoencoder_config(dims),
@@ -127,18 +156,26 @@ def tiny_flux_spec(dims: flux_assets.FluxDims = flux_assets.DIMS) -> ModelSpec:
         t5_encoder=FluxEmbedder.Config(version=str(_ASSETS.flux_t5_dir)),
         pe_config=EmbedND.Config(dim=hidden // heads, theta=10_000, axes_dim=axes),
         time_in_config=dataclasses.replace(
-            cfg.time_in_config, hidden_dim=hidden, in_layer=resize(cfg.time_in_config.in_layer, out_f=hidden),
-            out_layer=resize(cfg.time_in_config.out_layer, hidden, hidden)),
+            cfg.time_in_config,
+            hidden_dim=hidden,
+            in_layer=resize(cfg.time_in_config.in_layer, out_f=hidden),
+            out_layer=resize(cfg.time_in_config.out_layer, hidden, hidden),
+        ),
         vector_in_config=dataclasses.replace(
-            cfg.vector_in_config, in_dim=dims.clip_dim, hidden_dim=hidden,
+            cfg.vector_in_config,
+            in_dim=dims.clip_dim,
+            hidden_dim=hidden,
             in_layer=resize(cfg.vector_in_config.in_layer, dims.clip_dim, hidden),
-            out_layer=resize(cfg.vector_in_config.out_layer, hidden, hidden)),
+            out_layer=resize(cfg.vector_in_config.out_layer, hidden, hidden),
+        ),
         double_blocks=[deepcopy(double)],
         single_blocks=[deepcopy(single)],
         final_layer_config=dataclasses.replace(
-            cfg.final_layer_config, hidden_size=hidden,
+            cfg.final_layer_config,
+            hidden_size=hidden,
             linear=resize(cfg.final_layer_config.linear, in_f=hidden),
-            adaln_linear=resize(cfg.final_layer_config.adaln_linear, hidden, 2 * hidden)),
+            adaln_linear=resize(cfg.final_layer_config.adaln_linear, hidden, 2 * hidden),
+        ),
     )
     return dataclasses.replace(base, flavor="tiny", model=model)
 
@@ -155,18 +192,24 @@ def tiny_flux():
     return FluxTrainer.Config(
         hf_assets_path=str(_ASSETS.flux_dir),
         loss=MSELoss.Config(),
-        tokenizer=FluxTokenizerContainer.Config(t5_tokenizer_path=str(_ASSETS.flux_t5_dir),
-                                                clip_tokenizer_path=str(_ASSETS.flux_clip_dir),
-                                                max_t5_encoding_len=dims.max_t5_len),
-        encoder=FluxEncoderConfig(autoencoder_path=str(_ASSETS.flux_autoencoder),
-                                  t5_encoder=str(_ASSETS.flux_t5_dir), clip_encoder=str(_ASSETS.flux_clip_dir)),
+        tokenizer=FluxTokenizerContainer.Config(
+            t5_tokenizer_path=str(_ASSETS.flux_t5_dir),
+            clip_tokenizer_path=str(_ASSETS.flux_clip_dir),
+            max_t5_encoding_len=dims.max_t5_len,
+        ),
+        encoder=FluxEncoderConfig(
+            autoencoder_path=str(_ASSETS.flux_autoencoder),
+            t5_encoder=str(_ASSETS.flux_t5_dir),
+            clip_encoder=str(_ASSETS.flux_clip_dir),
+        ),
         metrics=MetricsProcessor.Config(log_freq=1, enable_tensorboard=True, disable_color_printing=True),
         model_spec=tiny_flux_spec(dims),
         optimizer=default_adamw(lr=1e-3),
         lr_scheduler=LRSchedulersContainer.Config(warmup_steps=1, decay_ratio=0.0),
         training=TrainingConfig(local_batch_size=2, max_norm=2.0, steps=6, disable_cuda_graphs=True),
-        dataloader=FluxDataLoader.Config(dataset="cc12m-test", dataset_path=str(_ASSETS.cc12m_dir),
-                                         prompt_dropout_prob=0.0, img_size=dims.image_size),
+        dataloader=FluxDataLoader.Config(
+            dataset="cc12m-test", dataset_path=str(_ASSETS.cc12m_dir), prompt_dropout_prob=0.0, img_size=dims.image_size
+        ),
         parallelism=ParallelismConfig(spmd_backend="partial_dtensor"),
         profiler=Profiler.Config(enable_profiling=True, profile_freq=3, profiler_warmup=1, profiler_active=1),
         checkpoint=CheckpointManager.Config(enable=True, interval=3, last_save_model_only=False),

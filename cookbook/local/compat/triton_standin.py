@@ -69,7 +69,7 @@ def _module_getattr(name: str) -> object:
 def _make_standin() -> tuple[types.ModuleType, types.ModuleType]:
     triton = types.ModuleType("triton")
     triton.jit = lambda fn=None, **kw: fn if fn is not None else (lambda f: f)  # type: ignore[attr-defined]
-    triton.autotune = triton.heuristics = lambda *a, **kw: (lambda f: f)  # type: ignore[attr-defined]
+    triton.autotune = triton.heuristics = lambda *a, **kw: lambda f: f  # type: ignore[attr-defined]
     triton.Config = _Inert  # type: ignore[attr-defined]
     triton.__getattr__ = _module_getattr  # type: ignore[attr-defined]
     language = types.ModuleType("triton.language")
