@@ -108,6 +108,11 @@ class Recipe(ABC):
     trace_subdir: ClassVar[str] = "profiling/traces"  # where profiler traces land, under the run folder
     # the framework's config keys the planner understands, ``{config key: planner Settings field}``
     planner_keys: ClassVar[dict[str, str]] = {}
+    # the planner's model key (None: no model to plan), the framework's settings and the recipe's on top
+    planner_model: ClassVar[str | None] = None
+    planner_base_settings: ClassVar[dict[str, Any]] = {}
+    planner_settings: ClassVar[dict[str, Any]] = {}
+    planner_source: ClassVar[str] = ""
 
     @abstractmethod
     def validate(self, spec: JobSpec) -> list[str]:
@@ -190,8 +195,20 @@ class Recipe(ABC):
     def planner_defaults(self) -> dict[str, Any] | None:
         """What the planner assumes for this recipe: ``model`` (a planner model key), ``nodes``,
         ``gpus_per_node``, ``gpu``, ``settings`` ({planner Settings field: value}, as the config ships) and
-        ``source`` (where the numbers come from); None when the planner has no model for it."""
-        return None
+        ``source`` (where the numbers come from); None when the planner has no model for it.
+
+        By default: ``planner_model`` on 2 nodes x 8 H100, the framework's ``planner_base_settings`` with
+        the recipe's ``planner_settings`` on top."""
+        if self.planner_model is None:
+            return None
+        return {
+            "model": self.planner_model,
+            "nodes": 2,
+            "gpus_per_node": 8,
+            "gpu": "h100",
+            "settings": {**self.planner_base_settings, **self.planner_settings},
+            "source": self.planner_source,
+        }
 
 
 _REGISTRY: dict[str, Recipe] = {}

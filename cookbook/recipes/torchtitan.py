@@ -208,9 +208,7 @@ class TorchtitanRecipe(Recipe):
     }
     intent: dict[str, str] = INTENT
     config_fn: str  # function in cookbook_titan.py
-    planner_model: str  # key of the planner's model shapes
-    planner_settings: dict[str, Any]  # on top of PLANNER_SETTINGS
-    planner_source: str
+    planner_base_settings = PLANNER_SETTINGS
 
     def profiling_overrides(
         self, *, device: str = "cuda", steps: int = 3, warmup: int = 1, start_step: int = 3, memory: bool = False
@@ -237,16 +235,6 @@ class TorchtitanRecipe(Recipe):
                 }
             )
         return out
-
-    def planner_defaults(self) -> dict[str, Any]:
-        return {
-            "model": self.planner_model,
-            "nodes": 2,
-            "gpus_per_node": 8,
-            "gpu": "h100",
-            "settings": {**PLANNER_SETTINGS, **self.planner_settings},
-            "source": self.planner_source,
-        }
 
     def gpu_paths(self) -> list[StartPath]:
         """The start-up paths of the GPU config (the tiny ``local-cpu`` config sets its own)."""

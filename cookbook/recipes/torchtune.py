@@ -213,8 +213,7 @@ class TorchtuneRecipe(Recipe):
     model_folder: str  # the Hugging Face download's folder name, e.g. Llama-3.3-70B-Instruct
     resume_model_from_output: bool  # full finetunes reload the model from output_dir/epoch_N on resume
     planner_model = "llama3_3_70b"
-    planner_settings: dict[str, Any]  # the built-in config's settings, on top of PLANNER_SETTINGS
-    planner_source: str
+    planner_base_settings = PLANNER_SETTINGS  # the built-in config's planner_settings go on top
 
     # ---------------------------------------------------------------- asked by notebooks, planner, profiler
     def profiling_overrides(
@@ -266,16 +265,6 @@ class TorchtuneRecipe(Recipe):
     def metrics_files(self, run_dir: Path) -> list[Path]:
         """torchtune's DiskLogger files (``output_dir/logs``): they carry the throughput."""
         return sorted(Path(run_dir).glob("logs/log_*.txt"))
-
-    def planner_defaults(self) -> dict[str, Any]:
-        return {
-            "model": self.planner_model,
-            "nodes": 2,
-            "gpus_per_node": 8,
-            "gpu": "h100",
-            "settings": {**PLANNER_SETTINGS, **self.planner_settings},
-            "source": self.planner_source,
-        }
 
     # ---------------------------------------------------------------- config
     def base_config(self, spec: JobSpec) -> DictConfig:
