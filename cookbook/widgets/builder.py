@@ -83,31 +83,11 @@ class JobBuilder:
         self.render_button.on_click(lambda _b: self.render())
         self.submit_button.on_click(lambda _b: self.submit())
         self.profile.observe(self._profile_changed, names="value")
-        for w in (
-            self.recipe,
-            self.profile,
-            self.nodes,
-            self.gpus,
-            self.gpu,
-            self.partition,
-            self.time,
-            self.container,
-            self.overrides,
-        ):
+        fields = [self.recipe, self.profile, self.nodes, self.gpus, self.gpu, self.partition, self.time]
+        fields += [self.container, self.overrides]
+        for w in fields:
             w.observe(lambda _c: self.validate(), names="value")
-        form = W.VBox(
-            [
-                self.recipe,
-                self.profile,
-                self.nodes,
-                self.gpus,
-                self.gpu,
-                self.partition,
-                self.time,
-                self.container,
-                self.overrides,
-            ]
-        )
+        form = W.VBox(fields)
         self.widget = W.VBox(
             [form, self.status, W.HBox([self.render_button, self.submit_button]), self.script, self.monitor_box]
         )
