@@ -51,3 +51,8 @@ def requirement(package: str) -> str:
 def accepts(package: str, version: str) -> bool:
     """Whether an installed ``version`` (local tags such as ``+cpu`` allowed) is one the cookbook pins."""
     return specifier(package).contains(version.split("+", 1)[0], prereleases=True)
+
+
+def tested_version(package: str) -> str:
+    """The version messages name: the exact pin (``0.6.1``), or the accepted range when there is none."""
+    return exact_version(package) or str(specifier(package))

@@ -25,6 +25,7 @@ from cookbook.profiling.enable import schedule
 from cookbook.recipes.base import Launch, Recipe, StartPath, path_problem, register_recipe
 from cookbook.spec import JobSpec
 from cookbook.templating import render_template
+from cookbook.versions import tested_version
 
 CONFIG_MODULE = "cookbook_titan"
 _MODULE_FILE = Path(__file__).parent / "configs" / f"{CONFIG_MODULE}.py"
@@ -279,7 +280,7 @@ class TorchtitanRecipe(Recipe):
                 leaf = key.rsplit(".", 1)[-1]
                 hint = [k for k in known if k.rsplit(".", 1)[-1] == leaf] or difflib.get_close_matches(key, known, 3)
                 problems.append(
-                    f"override key {key!r} is not a torchtitan 0.3.0 config field"
+                    f"override key {key!r} is not a torchtitan {tested_version('torchtitan')} config field"
                     + (f": did you mean {' or '.join(hint[:3])}?" if hint else "")
                 )
         if problems:

@@ -19,6 +19,7 @@ from cookbook.profiling.enable import schedule
 from cookbook.recipes.base import Launch, Recipe, StartPath, path_problem, register_recipe
 from cookbook.spec import JobSpec, SpecError
 from cookbook.templating import render_template
+from cookbook.versions import requirement, tested_version
 
 _CONFIGS = Path(__file__).parent / "configs"
 # omegaconf is imported inside the functions that use it, for start-up speed (`cookbook --help`, `recipes`)
@@ -44,7 +45,7 @@ def _torchtune_root() -> Path:
 
     spec = importlib.util.find_spec("recipes")  # torchtune ships its recipes as package `recipes`
     if spec is None or spec.origin is None:
-        raise RuntimeError("torchtune's recipes are not installed: pip install torchtune==0.6.1")
+        raise RuntimeError(f"torchtune's recipes are not installed: pip install '{requirement('torchtune')}'")
     return Path(spec.origin).parent
 
 
@@ -357,8 +358,8 @@ class TorchtuneRecipe(Recipe):
         out = []
         if spec.requeue and str(OmegaConf.select(cfg, "epochs")) == "1":
             out.append(
-                "epochs=1: torchtune 0.6.1 saves a resumable checkpoint only at the end of an epoch that "
-                "is not the last, so a preempted or requeued job starts over; to make it resumable split "
+                f"epochs=1: torchtune {tested_version('torchtune')} saves a resumable checkpoint only at the end of "
+                "an epoch that is not the last, so a preempted or requeued job starts over; to make it resumable split "
                 "the run into several shorter epochs (--set epochs=N --set max_steps_per_epoch=M)"
             )
         return out
@@ -405,7 +406,8 @@ class TorchtuneRecipe(Recipe):
             raise SpecError(
                 [
                     f"{self.name}: resume needs checkpointer.checkpoint_files as "
-                    "{filename_format, max_filename} (torchtune 0.6.1 reloads them from output_dir)"
+                    "{filename_format, max_filename} "
+                    f"(torchtune {tested_version('torchtune')} reloads them from output_dir)"
                 ]
             )
         return str(files.filename_format)
