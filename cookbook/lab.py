@@ -34,39 +34,10 @@ from pathlib import Path
 from cookbook import sockethttp
 from cookbook.paths import output_dir, project_root
 from cookbook.secure_files import SOCKET_PATH_MAX, private_dir, write_private
+from cookbook.sockethttp import free_port, socket_tunnel_command, ssh_tunnel_command
 
 # what Jupyter appends to its runtime folder for a kernel's ipc socket: /kernel-<uuid>-ipc-<n>
 _KERNEL_SOCKET_NAME = len("/kernel-00000000-0000-0000-0000-000000000000-ipc-99")
-
-
-def free_port(host: str = "127.0.0.1", start: int = 8888) -> int:
-    """The first free TCP port from ``start`` (Jupyter's usual 8888 when it is free)."""
-    for port in range(start, start + 200):
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-                return port
-            except OSError:
-                continue
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def tunnel_command(port: int, login_node: str | None = None, user: str | None = None) -> str:
-    """What to run on the laptop to reach ``port`` on this machine."""
-    host = login_node or socket.getfqdn() or "LOGIN_NODE"
-    user = user or getpass.getuser()
-    return f"ssh -N -L {port}:localhost:{port} {user}@{host}"
-
-
-def socket_tunnel_command(
-    sock: str | os.PathLike, local_port: int = 8888, login_node: str | None = None, user: str | None = None
-) -> str:
-    """What to run on the laptop to reach the Unix socket ``sock`` on this machine at ``localhost:local_port``."""
-    host = login_node or socket.getfqdn() or "LOGIN_NODE"
-    user = user or getpass.getuser()
-    return f"ssh -N -L {local_port}:{sock} {user}@{host}"
 
 
 def lab_environment(base: dict[str, str] | None = None) -> dict[str, str]:
@@ -229,15 +200,17 @@ def main(argv: list[str] | None = None) -> int:
         print("jupyterlab is not installed: make setup", file=sys.stderr)
         return 1
     tcp = args.tcp or args.port is not None
-    port = args.port if args.port is not None else (free_port() if tcp else None)  # 8888 when free
+    port = args.port if args.port is not None else (free_port(start=8888) if tcp else None)  # 8888 when free
     server = start_lab(args.root, port, unix_socket=not tcp)
+    login_node = args.login_node or socket.getfqdn() or "LOGIN_NODE"
+    user = args.user or getpass.getuser()
     if server.port is not None:
         where = f"port {server.port} of 127.0.0.1 (every user here can reach the port; the token keeps them out)"
-        tunnel = tunnel_command(server.port, args.login_node, args.user)
+        tunnel = ssh_tunnel_command(server.port, login_node=login_node, user=user)
     else:
         assert server.sock is not None
         where = f"the Unix socket {server.sock} (only you can open it)"
-        tunnel = socket_tunnel_command(server.sock, args.local_port, args.login_node, args.user)
+        tunnel = socket_tunnel_command(server.sock, local_port=args.local_port, login_node=login_node, user=user)
     print(
         f"JupyterLab is running on this machine, on {where} (log: {server.log}).\n"
         f"1. On your laptop, open the tunnel (leave it running):\n"

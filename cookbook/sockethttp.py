@@ -1,4 +1,5 @@
-"""HTTP GET to a server on this machine, over TCP or a Unix socket (the private servers' transport)."""
+"""HTTP GET to a server on this machine, over TCP or a Unix socket (the private servers' transport), a free
+port, and the ``ssh -N -L`` line that reaches either from a laptop (JupyterLab and TensorBoard share them)."""
 
 from __future__ import annotations
 
@@ -62,3 +63,39 @@ def get(
 ) -> tuple[int, bytes]:
     """``GET path``: see :func:`request`."""
     return request("GET", path, sock=sock, port=port, host=host, timeout=timeout)
+
+
+def free_port(host: str = "127.0.0.1", start: int | None = None) -> int:
+    """A TCP port nobody listens on right now: the first free one from ``start`` (e.g. Jupyter's usual
+    8888) when given, else one the OS picks."""
+    for port in range(start, start + 200) if start is not None else ():
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+                return port
+            except OSError:
+                continue
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port = s.getsockname()[1]
+        assert isinstance(port, int)
+        return port
+
+
+def _ssh_target(login_node: str, user: str | None) -> str:
+    return f"{user}@{login_node}" if user else login_node
+
+
+def ssh_tunnel_command(
+    port: int, *, login_node: str = "LOGIN_NODE", user: str | None = None, node: str | None = None
+) -> str:
+    """What to run on the laptop to reach TCP ``port`` at ``localhost:port``. ``node``: the machine the
+    server runs on, when it is not the login node (the tunnel then goes through the login node to it)."""
+    return f"ssh -N -L {port}:{node or 'localhost'}:{port} {_ssh_target(login_node, user)}"
+
+
+def socket_tunnel_command(
+    sock: str | os.PathLike[str], *, local_port: int, login_node: str = "LOGIN_NODE", user: str | None = None
+) -> str:
+    """What to run on the laptop to reach the Unix socket ``sock`` on the login node at ``localhost:local_port``."""
+    return f"ssh -N -L {local_port}:{os.fspath(sock)} {_ssh_target(login_node, user)}"

@@ -21,7 +21,6 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -31,18 +30,12 @@ from pathlib import Path
 
 from cookbook import sockethttp
 from cookbook.secure_files import private_dir
+from cookbook.sockethttp import free_port, socket_tunnel_command, ssh_tunnel_command
 
 PERFETTO_URL = "https://ui.perfetto.dev"
 OPEN_TO_ALL_USERS = (
     "TensorBoard on a TCP port has no authentication: every user of this machine can read your runs through it"
 )
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -165,23 +158,6 @@ def serve_on_socket(logdir: str | Path, sock: str | Path) -> None:
     tb.launch()
     stop.wait()
     Path(sock).unlink(missing_ok=True)
-
-
-def socket_tunnel_command(
-    sock: str | Path, *, local_port: int = 6006, login_node: str = "LOGIN_NODE", user: str | None = None
-) -> str:
-    """The command to run on the laptop to reach the Unix socket ``sock`` on the login node."""
-    target = f"{user}@{login_node}" if user else login_node
-    return f"ssh -N -L {local_port}:{sock} {target}"
-
-
-def ssh_tunnel_command(
-    port: int, *, login_node: str = "LOGIN_NODE", user: str | None = None, node: str | None = None
-) -> str:
-    """The command to run on the laptop. ``node``: the machine TensorBoard runs on, when it is not
-    the login node (the tunnel then goes through the login node to it)."""
-    target = f"{user}@{login_node}" if user else login_node
-    return f"ssh -N -L {port}:{node or 'localhost'}:{port} {target}"
 
 
 def viewing_instructions(

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from cookbook import sockethttp
-from cookbook.lab import free_port
+from cookbook.sockethttp import free_port
 
 
 def _start(args: list[str], tmp_path: Path) -> tuple[subprocess.Popen, str]:
