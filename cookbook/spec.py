@@ -8,6 +8,7 @@ recipe (:meth:`cookbook.recipes.base.Recipe.validate`), and :func:`cookbook.rend
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 import sys
@@ -159,6 +160,22 @@ PROFILES: dict[str, Profile] = {
 }
 
 
+@dataclass(frozen=True)
+class ProfileDefaults:
+    """The fields a profile decides unless the user says otherwise (see :func:`profile_defaults`)."""
+
+    gpus_per_node: int
+    time: str
+    exclusive: bool
+    signal_seconds: int
+
+
+# GPU profiles: 8 GPUs per node, 4 hours, whole nodes, USR1 two minutes before the limit. ``local-cpu``
+# (the embedded cluster): no GPUs, 10 minutes, shared nodes, a 30-second preemption warning.
+GPU_DEFAULTS = ProfileDefaults(gpus_per_node=8, time="04:00:00", exclusive=True, signal_seconds=120)
+LOCAL_CPU_DEFAULTS = ProfileDefaults(gpus_per_node=0, time="00:10:00", exclusive=False, signal_seconds=30)
+
+
 @dataclass
 class JobSpec:
     """Everything about one job that is not the recipe's own config.
@@ -169,13 +186,13 @@ class JobSpec:
 
     recipe: str
     nodes: int = 2
-    gpus_per_node: int = 8
+    gpus_per_node: int = GPU_DEFAULTS.gpus_per_node  # JobSpec's own defaults are the GPU profiles'
     cpus_per_task: int | None = None
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
-    time: str = "04:00:00"
-    exclusive: bool = True
+    time: str = GPU_DEFAULTS.time
+    exclusive: bool = GPU_DEFAULTS.exclusive
     job_name: str | None = None
     log_dir: str = "."  # one log per job: LOG_DIR/<job name>-<job id>.out ("." = where
     # sbatch runs: always exists, Slurm creates no folder)
@@ -186,7 +203,7 @@ class JobSpec:
     container_mounts: list[str] = field(default_factory=list)  # SRC:DST[:ro]
     profile: str = "generic"
     requeue: bool = True
-    signal_seconds: int = 120  # --signal=B:USR1@N before the time limit
+    signal_seconds: int = GPU_DEFAULTS.signal_seconds  # --signal=B:USR1@N before the time limit
     env: dict[str, str] = field(default_factory=dict)
     overrides: dict[str, str] = field(default_factory=dict)
     venv: str | None = None  # a virtualenv to activate on every node (may use $RECIPE_DIR)
@@ -226,14 +243,10 @@ class JobSpec:
 
 def profile_defaults(profile: str) -> dict[str, Any]:
     """What a job under ``profile`` gets unless the user says otherwise: the one place the CLI, the
-    notebooks, the job builder and ``slurm-recipes/`` take them from.
-
-    GPU profiles: 8 GPUs per node, 4 hours, whole nodes, USR1 two minutes before the limit. ``local-cpu``
-    (the embedded cluster): no GPUs, 10 minutes, shared nodes, a 30-second preemption warning.
+    notebooks, the job builder, the rehearsal and ``slurm-recipes/`` take them from (:data:`GPU_DEFAULTS`,
+    :data:`LOCAL_CPU_DEFAULTS`; a bare ``JobSpec`` gets the GPU ones).
     """
-    if profile != LOCAL_CPU:
-        return {"gpus_per_node": 8, "time": "04:00:00", "exclusive": True, "signal_seconds": 120}
-    return {"gpus_per_node": 0, "time": "00:10:00", "exclusive": False, "signal_seconds": 30}
+    return dataclasses.asdict(LOCAL_CPU_DEFAULTS if profile == LOCAL_CPU else GPU_DEFAULTS)
 
 
 def session_defaults(profile: str) -> dict[str, Any]:

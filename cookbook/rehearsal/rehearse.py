@@ -22,7 +22,7 @@ from pathlib import Path
 
 from cookbook.recipes import Recipe, get_recipe
 from cookbook.slurm.client import SlurmClient, SlurmError, read_output
-from cookbook.spec import PROFILES, JobSpec
+from cookbook.spec import PROFILES, JobSpec, profile_defaults
 from cookbook.templating import render_template
 
 HOOK = "COOKBOOK_REHEARSE"
@@ -152,7 +152,7 @@ def manifest(text: str) -> dict:
     paths: dict[str, list[dict]] = {}
     expect_config: dict[str, dict] = {}
     if recipe is not None:
-        spec = JobSpec(recipe=recipe.name, profile=profile, gpus_per_node=0 if profile == "local-cpu" else 8)
+        spec = JobSpec(recipe=recipe.name, profile=profile, **profile_defaults(profile))
         entries = [
             {"key": sp.key, "kind": sp.kind, "what": sp.what, "expect": list(sp.expect), "hub_ok": sp.hub_ok}
             for sp in recipe.read_paths(spec)

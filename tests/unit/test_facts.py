@@ -109,3 +109,23 @@ def test_generated_scripts_take_the_profile_defaults():
 
     for spec in generated_specs():
         assert {k: getattr(spec, k) for k in profile_defaults(spec.profile)} == profile_defaults(spec.profile)
+
+
+def test_a_bare_jobspec_has_the_gpu_profiles_defaults():
+    from cookbook.spec import JobSpec, profile_defaults
+
+    spec = JobSpec(recipe="fsdp_llama3_1_8b")
+    for profile in ("generic", "nebius", "crusoe", "aws-efa"):
+        assert {k: getattr(spec, k) for k in profile_defaults(profile)} == profile_defaults(profile)
+
+
+def test_the_rehearsal_manifest_takes_the_profile_defaults(monkeypatch):
+    from cookbook.recipes import get_recipe
+    from cookbook.rehearsal.rehearse import manifest
+    from cookbook.spec import profile_defaults
+
+    real, seen = get_recipe("llama3_8b_c4"), []
+    monkeypatch.setattr(real, "read_paths", lambda spec: seen.append(spec) or [])
+    for profile in ("local-cpu", "nebius"):
+        manifest(f"#!/bin/bash\n# llama3_8b_c4 (torchtitan), profile {profile}: x\n")
+        assert {k: getattr(seen[-1], k) for k in profile_defaults(profile)} == profile_defaults(profile)
