@@ -78,7 +78,7 @@ PRESETS: dict[str, dict] = {
         "ctld_port": 7017,
         "slurmd_port": 7018,
         "multi_port0": 17300,
-    },
+    }
 }
 GPU_DEVICE_MAJOR = 195  # the NVIDIA driver's character-device major; nothing opens these files
 

@@ -122,11 +122,7 @@ def traces_table(traces: list[TraceFile]) -> pd.DataFrame:
 
 
 def collect(
-    run_dir: str | Path,
-    out_dir: str | Path,
-    *,
-    ranks: list[int] | None = None,
-    iterations: list[int] | None = None,
+    run_dir: str | Path, out_dir: str | Path, *, ranks: list[int] | None = None, iterations: list[int] | None = None
 ) -> pd.DataFrame:
     """Copy traces of ``ranks`` (default all) at ``iterations`` (default: the latest with steps)
     into ``out_dir`` as ``rank{R}_iter{N}.pt.trace.json.gz``; returns what was copied, with sizes."""

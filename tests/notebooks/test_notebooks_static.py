@@ -10,13 +10,7 @@ import nbformat
 import pytest
 from notebook_structure import problems
 
-from cookbook.notebook_runner import (
-    default_parameters,
-    local_parameters,
-    notebook_dir,
-    notebook_name,
-    notebooks,
-)
+from cookbook.notebook_runner import default_parameters, local_parameters, notebook_dir, notebook_name, notebooks
 
 REQUIRED = [
     "00_setup",
