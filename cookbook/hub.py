@@ -27,7 +27,8 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-#: What the seeds skip: Meta's original consolidated ``.pth`` shards duplicate the safetensors.
+#: What the Nebius torchtune guide (https://github.com/nebius/ml-cookbook) skips: Meta's original
+#: consolidated ``.pth`` shards duplicate the safetensors.
 DEFAULT_IGNORE: tuple[str, ...] = ("original/consolidated*",)
 #: torchtune's ``tune download`` writes this; its checkpointers copy it into adapter_config.json.
 REPO_ID_FILE = "original_repo_id.json"

@@ -31,8 +31,9 @@ def hf_config_flops_per_token(config: Mapping | str | os.PathLike, seq_len: int)
     return flops_per_token(shape_from_config(config), Settings(seq_len=seq_len))
 
 
-# torchtitan's FLUX trainer (2025, e.g. the Nebius seed's ``tps: 1,541,366``) counted ``labels.numel()`` as
-# tokens: the pixel values of each image, 3 * image_size**2. Later versions count seq_len per image instead.
+# torchtitan's FLUX trainer (2025, e.g. ``tps: 1,541,366`` in the Nebius FLUX.1-schnell guide,
+# https://github.com/nebius/ml-cookbook) counted ``labels.numel()`` as tokens: the pixel values of each
+# image, 3 * image_size**2. Later versions count seq_len per image instead.
 FLUX_TPS_PER_IMAGE_PIXEL = 3
 
 

@@ -39,7 +39,8 @@ class GpuSpec:
 # - torchtitan docs/performance.md (2024-12): Llama 3 8B on 64 A100, selective op AC: 58.2% MFU.
 # - torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Table 1: Llama 3.1 8B on 8 H100 (96 GB HBM2e,
 #   default 500 W power limit), FSDP, bs 2, seq 8192: 5,762 tok/s/GPU = 33.7% (fitted: the 500 W anchor).
-# - Crusoe torchtitan results (seed 002 and reference README): H100 (SXM, 700 W) 2 nodes 8,714 tok/s 51.0%;
+# - Crusoe torchtitan results (https://github.com/crusoecloud/distributed-torchrun-on-slurm/tree/main/torchtitan):
+#   H100 (SXM, 700 W) 2 nodes 8,714 tok/s 51.0%;
 #   H200 4 nodes 8,895 tok/s 52.1%; B200 2 nodes 17,441 tok/s 44.9%; GB200 3-17 nodes 45.3-47.1% as
 #   torchtitan prints it (peak 2,250); against GB200's data-sheet 2,500 that is 40.8-42.4%.
 # The planner takes a value a little under the best published one: planning with the best case

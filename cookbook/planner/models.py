@@ -1,8 +1,9 @@
 """Model shapes and exact parameter counts, from published configs, a config dict or a module.
 
-Shapes are the Hugging Face ``config.json`` values of each model (the seed table in
-``awsome-distributed-training`` lists Llama 3.2 3B's intermediate size as 11008; its real config says
-8192, which is what gives the published 3.21B parameters).
+Shapes are the Hugging Face ``config.json`` values of each model (the model table of AWS's FSDP test case,
+https://github.com/aws-samples/awsome-distributed-training/tree/main/3.test_cases/pytorch/FSDP/slurm,
+lists Llama 3.2 3B's intermediate size as 11008; its real config says 8192, which is what gives the
+published 3.21B parameters).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ def _for_clusters(cfg):
 
 
 def llama3_8b_c4():
-    """Llama-3.1-8B pretraining on C4 (the Crusoe / AWS seeds' job)."""
+    """Llama-3.1-8B pretraining on C4 (the job of Crusoe's torchtitan guide, https://github.com/crusoecloud/distributed-torchrun-on-slurm/tree/main/torchtitan)."""
     from torchtitan.models.llama3.config_registry import llama3_8b
 
     cfg = llama3_8b()

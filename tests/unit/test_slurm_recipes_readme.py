@@ -1,5 +1,5 @@
-"""slurm-recipes/README.md maps the seeds' torchtitan TOML keys to 0.3.0 config fields: every field it
-names must be one torchtitan 0.3.0's own parser knows (for the recipe the row is about)."""
+"""slurm-recipes/README.md maps the published (Crusoe, Nebius) torchtitan TOML keys to 0.3.0 config fields:
+every field it names must be one torchtitan 0.3.0's own parser knows (for the recipe the row is about)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from cookbook.paths import project_root
 
 README = project_root() / "slurm-recipes" / "README.md"
-SECTION = "## The seeds' TOML keys in torchtitan 0.3.0"
+SECTION = "## Published torchtitan TOML keys in torchtitan 0.3.0"
 
 
 def _rows() -> list[tuple[str, list[str]]]:

@@ -35,7 +35,7 @@ def test_builder_shows_engine_problems_live_and_recovers():
     assert b.submit_button.disabled
     b.gpus.value = 0
     assert "data-valid='yes'" in _status(b)
-    b.overrides.value = "checkpoint_dir=/x"  # the seeds' silently ignored override
+    b.overrides.value = "checkpoint_dir=/x"  # a top-level override the 70B configs silently ignore
     assert "checkpointer.checkpoint_dir" in _status(b)
     b.overrides.value = "not an override"
     assert "KEY=VALUE" in _status(b) or "key=value" in _status(b).lower()
