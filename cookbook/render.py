@@ -49,11 +49,14 @@ def validate(spec: JobSpec) -> Recipe:
     return recipe
 
 
-def render_job(spec: JobSpec) -> RenderedJob:
-    """Validate ``spec`` and render its sbatch script and config files (nothing written)."""
-    recipe = validate(spec)
+def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
+    """Validate ``spec`` and render its sbatch script and config files (nothing written). ``recipe``: render
+    with this one instead of the spec's (validated all the same), e.g. the FSDP script for any model."""
+    recipe = recipe or validate(spec)
+    if recipe.name != spec.recipe:
+        validate(spec)
     launch = recipe.command(spec)
-    names = (*_BUILTIN_VARS, *launch.variables)
+    names = (*_BUILTIN_VARS, *launch.prelude_variables, *launch.variables)
     env = template_env(names)
     launcher = "tune run" if launch.launcher == "tune" else "torchrun"  # bash words of the LAUNCHER array
     srun_args: list[str] = []
@@ -69,7 +72,8 @@ def render_job(spec: JobSpec) -> RenderedJob:
         env=spec.profile_info.env,
         log_file=log_file(spec),
         recipe_dir=quote(spec.recipe_dir) if spec.recipe_dir else '"$SLURM_SUBMIT_DIR"',
-        run_dir=quote(spec.run_dir) if spec.run_dir else '"$RECIPE_DIR"/runs/' + quote(spec.name),
+        run_dir=quote_with_vars(spec.run_dir, names) if spec.run_dir else '"$RECIPE_DIR"/runs/' + quote(spec.name),
+        prelude=launch.prelude.rstrip(),
         variables=variables,
         resume=recipe.resume(spec).rstrip(),
         srun_args=srun_args,
@@ -169,9 +173,15 @@ def log_dir_of(script: str | Path) -> Path | None:
 def generated_specs() -> list[JobSpec]:
     """The spec of every script in ``slurm-recipes/``: each recipe x profile, 2 nodes, portable paths."""
     from cookbook.recipes import list_recipes
+    from cookbook.recipes.fsdp import DEFAULT_MODEL
 
     specs = []
     for recipe in list_recipes():
+        # FSDP: one script per profile, for every model (MODEL=... sbatch fsdp.<profile>.sbatch)
+        any_model = recipe.framework == "fsdp"
+        if any_model and recipe.name != f"fsdp_{DEFAULT_MODEL}":
+            continue
+        stem = "fsdp" if any_model else recipe.name
         for name in PROFILES:
             local = name == LOCAL_CPU
             specs.append(
@@ -180,8 +190,9 @@ def generated_specs() -> list[JobSpec]:
                     profile=name,
                     nodes=2,
                     **profile_defaults(name),
-                    job_name=f"{recipe.name}-{name}".replace("_", "-"),
-                    script_name=f"{recipe.name}.{name}.sbatch",
+                    job_name=f"{stem}-{name}".replace("_", "-"),
+                    script_name=f"{stem}.{name}.sbatch",
+                    run_dir=f"$RECIPE_DIR/runs/fsdp-$MODEL-{name}" if any_model else None,
                     venv="$RECIPE_DIR/../../.venv" if local else None,
                     assets_dir="$RECIPE_DIR/../../.cache/tiny" if local else None,
                 )
@@ -191,11 +202,13 @@ def generated_specs() -> list[JobSpec]:
 
 def generated_files() -> dict[str, str]:
     """``{relative path: text}`` of everything :func:`generate_recipes` writes (README excluded)."""
+    from cookbook.recipes.fsdp import FsdpAnyModel
+
     out: dict[str, str] = {}
     for spec in generated_specs():
         recipe = get_recipe(spec.recipe)
-        job = render_job(spec)
-        out[f"{recipe.framework}/{spec.recipe}.{spec.profile}.sbatch"] = job.script
+        job = render_job(spec, FsdpAnyModel() if recipe.framework == "fsdp" else None)
+        out[f"{recipe.framework}/{spec.script_name}"] = job.script
         out.update({f"{recipe.framework}/{n}": t for n, t in job.files.items()})
     return out
 

@@ -94,6 +94,10 @@ class Launch:
     # exported shell variables with defaults (``NAME=${NAME:-value}``); values and args may use
     # ``$RECIPE_DIR``, ``$RUN_DIR`` and earlier variables, e.g. ``{"TINY_DIR": "$RECIPE_DIR/tiny"}``
     variables: dict[str, str] = field(default_factory=dict)
+    # shell text run before RUN_DIR is set (e.g. the FSDP script's MODEL check), and the variables it sets
+    # (args and RUN_DIR may use them)
+    prelude: str = ""
+    prelude_variables: tuple[str, ...] = ()
 
 
 class Recipe(ABC):

@@ -15,6 +15,7 @@ import contextlib
 import difflib
 import functools
 import io
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -246,16 +247,49 @@ class FsdpRecipe(Recipe):
 for _shape, _title, _steps in FSDP_MODELS:
     register_recipe(FsdpRecipe(_shape, _title, _steps))
 
+#: The model an ``fsdp.<profile>.sbatch`` script trains unless ``MODEL`` names another.
+DEFAULT_MODEL = "llama3_1_8b"
+#: The recipe name of those scripts' header; ``$MODEL`` is filled in at run time.
+ANY_MODEL = "fsdp_${MODEL}"
+
+
+class FsdpAnyModel(FsdpRecipe):
+    """The script of ``slurm-recipes/fsdp/``: one per profile, the model picked at submission
+    (``MODEL=llama3_1_70b sbatch fsdp.nebius.sbatch``) and checked by the script. It renders the spec of
+    ``fsdp_<DEFAULT_MODEL>`` (validated as that recipe) with ``--model``/``--max_steps`` from ``MODEL``."""
+
+    def __init__(self) -> None:
+        default = next(m for m in FSDP_MODELS if m[0] == DEFAULT_MODEL)
+        super().__init__(*default)
+        self.name = ANY_MODEL
+        self.description = (
+            f"pretraining on C4 of the model MODEL names (default {default[1]}), plain PyTorch FSDP2 "
+            "(the AWS FSDP test case)"
+        )
+
+    def base_args(self, spec: JobSpec) -> dict[str, str]:
+        return {**super().base_args(spec), "model": "$SHAPE", "max_steps": "$MAX_STEPS"}
+
+    def command(self, spec: JobSpec) -> Launch:
+        launch = super().command(spec)
+        tiny = {"max_steps": super().base_args(spec)["max_steps"]} if spec.local_cpu else {}
+        models = [
+            (
+                shape,
+                ("tiny_moe" if shape.startswith("mixtral") else "tiny") if spec.local_cpu else shape,
+                tiny.get("max_steps", str(steps)),
+            )
+            for shape, _, steps in FSDP_MODELS
+        ]
+        prelude = render_template(
+            "fsdp_model.sh.j2", script=spec.script_name or "fsdp.sbatch", default=DEFAULT_MODEL, models=models
+        )
+        return replace(launch, prelude=prelude, prelude_variables=("MODEL", "SHAPE", "MAX_STEPS"))
+
 
 def generated_fsdp_files() -> dict[str, str]:
     """``{file name: text}`` of ``slurm-recipes/fsdp/`` exactly as ``cookbook generate-recipes`` writes it
     (README excluded), rendering only the fsdp recipes."""
-    from cookbook.render import generated_specs, render_job
+    from cookbook.render import generated_files
 
-    out: dict[str, str] = {}
-    for spec in generated_specs():
-        if spec.recipe.startswith("fsdp_"):
-            job = render_job(spec)
-            out[f"{spec.recipe}.{spec.profile}.sbatch"] = job.script
-            out.update(job.files)
-    return out
+    return {name.split("/", 1)[1]: text for name, text in generated_files().items() if name.startswith("fsdp/")}

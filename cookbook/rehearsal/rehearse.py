@@ -138,14 +138,17 @@ def container_mounts(text: str) -> list[str]:
     return [part.split(":")[1] for part in value.split(",") if len(part.split(":")) >= 2]
 
 
-def manifest(text: str) -> dict:
-    """What the node check verifies for this script: start-up paths and config keys per framework."""
+def manifest(text: str, env: dict[str, str] | None = None) -> dict:
+    """What the node check verifies for this script: start-up paths and config keys per framework.
+    ``env``: the job's environment (a script for any model, ``fsdp.<profile>.sbatch``, reads ``MODEL``)."""
     header = script_header(text)
     recipe: Recipe | None = None
     profile = "generic"
     if header:
+        default = re.search(r"^MODEL=\$\{MODEL:-(\w+)\}", text, re.M)
+        model = (env or {}).get("MODEL") or (default[1] if default else "")
         try:
-            recipe = get_recipe(header[0])
+            recipe = get_recipe(header[0].replace("${MODEL}", model))
             profile = header[1] if header[1] in PROFILES else profile
         except KeyError:
             recipe = None
@@ -296,8 +299,8 @@ def start_rehearsal(
     shutil.copyfile(NODE_CHECK, out / "node_check.py")
     check.write_text(render_template(CHECK_TEMPLATE, node_check=str(out / "node_check.py")))
     check.chmod(0o755)
-    (out / "manifest.json").write_text(json.dumps(manifest(text), indent=1))
     base = dict(client.env) if client is not None else dict(os.environ)
+    (out / "manifest.json").write_text(json.dumps(manifest(text, {**base, **(env or {})}), indent=1))
     job_env = {
         **base,
         **(env or {}),

@@ -183,7 +183,7 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
     s = broken("array", "torchtitan/llama3_8b_c4.generic.sbatch")
     _edit(s, '${RESUME_ARGS[@]+"${RESUME_ARGS[@]}"}', '"${RESUME_ARGS[@]}"')
     # 2. head node with `head` (SIGPIPE on large allocations)
-    s = broken("head", "fsdp/fsdp_llama3_1_8b.generic.sbatch")
+    s = broken("head", "fsdp/fsdp.generic.sbatch")  # MODEL unset: the default, llama3_1_8b
     _edit(s, "| awk 'NR == 1'", "| head -n 1")
     # 3. two scripts in one folder sharing one config
     s = broken("config", "torchtune/llama3_3_70b_lora.generic.sbatch")
@@ -201,7 +201,8 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
         "  --comm.train_timeout_seconds 100 \\\n",
     )
     # 8. CPUs asked for but not passed to srun
-    s = broken("cpus", "fsdp/fsdp_llama3_2_1b.nebius.sbatch")
+    s = broken("cpus", "fsdp/fsdp.nebius.sbatch")
+    jobs["cpus"][1]["MODEL"] = "llama3_2_1b"
     _edit(s, "#SBATCH --exclusive\n", "#SBATCH --exclusive\n#SBATCH --cpus-per-task=16\n")
     _edit(s, ' --cpus-per-task="${SLURM_CPUS_PER_TASK:-$SLURM_CPUS_ON_NODE}"', "")
     # 9. an interface name the nodes do not have; an EFA setting missing
@@ -215,7 +216,8 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
         f"srun --container-image=img --container-mounts={s.parent}:{s.parent} --ntasks-per-node=1",
     )
     # 11. the log in a folder Slurm does not create
-    s = broken("logs", "fsdp/fsdp_mistral_7b.crusoe.sbatch")
+    s = broken("logs", "fsdp/fsdp.crusoe.sbatch")
+    jobs["logs"][1]["MODEL"] = "mistral_7b"
     _edit(s, "#SBATCH --output=%x-%j.out", "#SBATCH --output=logs/%x-%j.out")
     # 12. the model folder missing on the nodes but n1 (hidden_but_on_n1) -- the committed script itself
     jobs["one-node"] = (
@@ -285,14 +287,14 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
 
 
 def test_cli_rehearse_prints_the_table_and_exits_0_only_when_every_node_passes(gpu_cluster, staged, tmp_path):
-    env = {**gpu_cluster.env(), **job_env(staged, "fsdp/fsdp_llama3_2_1b.generic.sbatch")}
+    env = {**gpu_cluster.env(), **job_env(staged, "fsdp/fsdp.generic.sbatch"), "MODEL": "llama3_2_1b"}
     ok = subprocess.run(
         [
             sys.executable,
             "-m",
             "cookbook",
             "rehearse",
-            str(RECIPES / "fsdp/fsdp_llama3_2_1b.generic.sbatch"),
+            str(RECIPES / "fsdp/fsdp.generic.sbatch"),
             "--json",
             str(tmp_path / "r.json"),
         ],
@@ -307,7 +309,7 @@ def test_cli_rehearse_prints_the_table_and_exits_0_only_when_every_node_passes(g
     shutil.rmtree(RECIPES / "fsdp" / ".rehearsal", ignore_errors=True)
     env["NCCL_SOCKET_IFNAME"] = "ib-nope"
     bad = subprocess.run(
-        [sys.executable, "-m", "cookbook", "rehearse", str(RECIPES / "fsdp/fsdp_llama3_2_1b.nebius.sbatch")],
+        [sys.executable, "-m", "cookbook", "rehearse", str(RECIPES / "fsdp/fsdp.nebius.sbatch")],
         env=env,
         capture_output=True,
         text=True,

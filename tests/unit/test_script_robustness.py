@@ -22,7 +22,43 @@ GPU_SCRIPTS = {n: t for n, t in SCRIPTS.items() if ".local-cpu." not in n}
 
 
 def test_every_recipe_and_profile_is_generated():
-    assert len(SCRIPTS) == len(list_recipes()) * len(PROFILES)
+    """One script per recipe and profile; the FSDP recipes share one per profile (``MODEL`` picks the model)."""
+    others = [r for r in list_recipes() if r.framework != "fsdp"]
+    assert len(SCRIPTS) == (len(others) + 1) * len(PROFILES)
+    assert {n for n in SCRIPTS if n.startswith("fsdp/")} == {f"fsdp/fsdp.{p}.sbatch" for p in PROFILES}
+
+
+def _model_block(text: str) -> str:
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("# --- the model"))
+    end = next(i for i, ln in enumerate(lines) if ln == "export MODEL")
+    return "\n".join(lines[start : end + 1])
+
+
+@pytest.mark.parametrize("profile", ["nebius", "local-cpu"])
+def test_the_fsdp_script_takes_every_model_and_refuses_others_in_one_line(profile):
+    from cookbook.recipes.fsdp import DEFAULT_MODEL, FSDP_MODELS
+
+    text = SCRIPTS[f"fsdp/fsdp.{profile}.sbatch"]
+    block = "set -euo pipefail\n" + _model_block(text) + '\necho "$MODEL $SHAPE $MAX_STEPS"'
+    for model, _, steps in FSDP_MODELS:
+        out = subprocess.run(["bash", "-c", block], env={"MODEL": model}, capture_output=True, text=True)
+        shape = ("tiny_moe" if model.startswith("mixtral") else "tiny") if profile == "local-cpu" else model
+        max_steps = "20" if profile == "local-cpu" else str(steps)
+        assert out.returncode == 0 and out.stdout.split() == [model, shape, max_steps]
+    default = subprocess.run(["bash", "-c", block], env={}, capture_output=True, text=True)
+    assert default.stdout.split()[0] == DEFAULT_MODEL
+    bad = subprocess.run(["bash", "-c", block], env={"MODEL": "llama9_1t"}, capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.strip().splitlines()) == 1
+    assert "unknown MODEL=llama9_1t" in bad.stderr and "llama3_1_70b" in bad.stderr
+    assert 'RUN_DIR=${RUN_DIR:-"${RECIPE_DIR}"/runs/fsdp-"${MODEL}"-' in text
+    assert '--model="${SHAPE}"' in text and '--max_steps="${MAX_STEPS}"' in text
+
+
+def test_the_rehearsal_of_the_fsdp_script_checks_the_model_of_the_job():
+    text = SCRIPTS["fsdp/fsdp.generic.sbatch"]
+    assert manifest(text)["recipe"] == "fsdp_llama3_1_8b"
+    assert manifest(text, {"MODEL": "mixtral_8x7b"})["recipe"] == "fsdp_mixtral_8x7b"
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
@@ -75,6 +111,7 @@ def test_every_start_path_is_an_absolute_script_variable(name):
     """Problem 4: no start-up path is left relative to the folder the job starts in."""
     text = GPU_SCRIPTS[name]
     recipe, profile = re.search(r"^# (\S+) \(\w+\), profile ([\w-]+):", text, re.M).groups()
+    recipe = recipe.replace("${MODEL}", "llama3_1_8b")  # fsdp.<profile>.sbatch: the default MODEL
     rec = get_recipe(recipe)
     spec = JobSpec(recipe=recipe, profile=profile)
     for sp in rec.start_paths(spec):
