@@ -53,6 +53,7 @@ test-fast: setup
 lint: setup
 	$(BIN)/ruff check cookbook tests benchmarks
 	$(BIN)/ruff format --check cookbook tests benchmarks
+	$(BIN)/mypy
 
 # On a machine without triton (the local bench), torchtitan's parsers import it through the stand-in.
 lab: setup

@@ -172,10 +172,10 @@ def download(
         )
     except Exception as e:  # noqa: BLE001 - every library failure becomes one clear message
         raise HubError(redact(explain(e, repo_id, repo_type=repo_type, token_present=bool(token)), token)) from None
-    path = Path(path)
+    folder = Path(path)
     if (repo_type or "model") == "model":
-        (path / REPO_ID_FILE).write_text(json.dumps({"repo_id": repo_id}, indent=4))
-    return path
+        (folder / REPO_ID_FILE).write_text(json.dumps({"repo_id": repo_id}, indent=4))
+    return folder
 
 
 def plan(
@@ -202,4 +202,4 @@ def plan(
         )
     except Exception as e:  # noqa: BLE001
         raise HubError(redact(explain(e, repo_id, repo_type=repo_type, token_present=bool(token)), token)) from None
-    return [RemoteFile(i.filename, int(i.file_size), bool(i.will_download)) for i in infos]
+    return [RemoteFile(i.filename, int(i.file_size or 0), bool(i.will_download)) for i in infos]

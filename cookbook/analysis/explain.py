@@ -313,7 +313,8 @@ def explain_log(
         from cookbook.planner import plan
 
         try:
-            p = plan(recipe, nodes, gpus_per_node, gpu, **({"checkpointing": checkpointing} if checkpointing else {}))
+            settings: dict[str, Any] = {"checkpointing": checkpointing} if checkpointing else {}
+            p = plan(recipe, nodes, gpus_per_node, gpu, **settings)
             expected = p.mfu
             if measured is None and tps:
                 from cookbook.planner.estimate import flops_per_token

@@ -365,30 +365,30 @@ def goodput_ledger(
     return ledger
 
 
-def _clip(t: datetime | None, lo: datetime, hi: datetime) -> datetime | None:
-    return None if t is None else min(max(t, lo), hi)
+def _clip(t: datetime, lo: datetime, hi: datetime) -> datetime:
+    return min(max(t, lo), hi)
 
 
 def _split_window(att: Attempt, seg: Segment | None, done_before: int, final: bool) -> dict[str, float]:
     """Seconds of one allocation window by part; they add up to the window."""
     window = att.seconds
     out = {p: 0.0 for p in ALLOCATED_PARTS}
-    timed = seg is not None and seg.first_time is not None and all(t is not None for _, t in seg.steps)
-    if not timed:
+    steps = [(step, t) for step, t in seg.steps if t is not None] if seg is not None else []
+    if seg is None or seg.first_time is None or len(steps) < len(seg.steps):  # not every step has a time
         out["untimed"] = window
         return out
     lo, hi = att.start, att.end
     first = _clip(seg.first_time, lo, hi)
     out["preflight"] = (first - lo).total_seconds()
     cursor = first
-    begin = _clip(seg.train_start, lo, hi) or first
+    begin = _clip(seg.train_start, lo, hi) if seg.train_start is not None else first
     restore = min(seg.restore_s, (begin - cursor).total_seconds())
     out["restore"] = restore
     out["startup"] = (begin - cursor).total_seconds() - restore
     cursor = begin
     saves = sorted(seg.saves)
-    for step, t in seg.steps:
-        t = _clip(t, lo, hi)
+    for step, end in steps:
+        t = _clip(end, lo, hi)
         if t <= cursor:
             continue
         span = (t - cursor).total_seconds()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from cookbook.cli import UserError
 from cookbook.planner import GPUS, RECIPES, plan, suggest
@@ -47,7 +48,7 @@ def _parse_overrides(items: list[str]) -> dict[str, str]:
 def _plan(args: argparse.Namespace) -> int:
     if args.recipe not in RECIPES:
         raise UserError(f"unknown recipe {args.recipe!r}; known: {', '.join(sorted(RECIPES))}")
-    overrides = _parse_overrides(args.overrides)
+    overrides: dict[str, Any] = _parse_overrides(args.overrides)  # planner settings: str or number
     try:
         result = plan(
             args.recipe,

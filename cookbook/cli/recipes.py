@@ -91,7 +91,7 @@ def _render(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     try:
-        warnings = list(render_job(spec).warnings)
+        warnings: list[str | None] = list(render_job(spec).warnings)
     except SpecError as e:
         raise UserError(str(e)) from e
     from cookbook.planner import job_fit_warning

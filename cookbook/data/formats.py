@@ -160,13 +160,13 @@ def _read_json(path: Path) -> tuple[list[dict[str, Any]], list[int | None]]:
             raise DataError(
                 str(path), [RowProblem(None, None, f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}")]
             ) from None
-        problems = [
+        not_objects = [
             RowProblem(i, None, f"expected a JSON object, got {type(r).__name__}")
             for i, r in enumerate(data)
             if not isinstance(r, dict)
         ]
-        if problems:
-            raise DataError(str(path), problems[:20], len(problems))
+        if not_objects:
+            raise DataError(str(path), not_objects[:20], len(not_objects))
         return data, [None] * len(data)
     rows: list[dict[str, Any]] = []
     lines: list[int | None] = []

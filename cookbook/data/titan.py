@@ -147,6 +147,7 @@ def write_cc12m(pairs: Iterable[tuple[Any, str]], out_dir: str | Path, *, shard_
         for ext, data in (("jpg", buf.getvalue()), ("txt", caption.encode()), ("json", json.dumps(meta).encode())):
             info = tarfile.TarInfo(f"{key}.{ext}")
             info.size = len(data)
+            assert tar is not None  # opened for the first image above
             tar.addfile(info, io.BytesIO(data))
     if tar is None:
         raise DataError(str(out), [RowProblem(None, None, "no (image, caption) pairs given")])

@@ -8,6 +8,7 @@ plot_runs({"a": "a.log", "b": "b.log"}, out="cmp.png")
 """
 
 import importlib
+from typing import Any
 
 from cookbook.metrics.derived import (
     add_derived,
@@ -41,7 +42,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     """``plots`` / ``plot_runs`` load matplotlib on first use only (start-up speed and memory)."""
     if name not in ("plots", "plot_runs"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,22 +13,25 @@ import os
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from cookbook.gpus import peak_tflops
+from cookbook.gpus import peak_tflops as peak_tflops  # re-exported: cookbook.metrics.peak_tflops
 
 
-def hf_config_flops_per_token(config: Mapping | str | os.PathLike, seq_len: int) -> float:
+def hf_config_flops_per_token(config: Mapping[str, Any] | str | os.PathLike[str], seq_len: int) -> float:
     """FLOPs per token of a Llama-style model from its Hugging Face ``config.json`` (dict or path),
     counted by the planner's formula (the one count of the package: 6N + 12 * layers * heads * head_dim * s)."""
     from cookbook.planner.estimate import Settings, flops_per_token
     from cookbook.planner.models import shape_from_config
 
-    if not isinstance(config, Mapping):
+    if isinstance(config, Mapping):
+        values = config
+    else:
         p = Path(config)
-        config = json.loads((p / "config.json" if p.is_dir() else p).read_text())
-    return flops_per_token(shape_from_config(config), Settings(seq_len=seq_len))
+        values = json.loads((p / "config.json" if p.is_dir() else p).read_text())
+    return flops_per_token(shape_from_config(values), Settings(seq_len=seq_len))
 
 
 # torchtitan's FLUX trainer (2025, e.g. ``tps: 1,541,366`` in the Nebius FLUX.1-schnell guide,

@@ -10,7 +10,6 @@ import io
 import os
 import re
 from dataclasses import dataclass
-from typing import BinaryIO
 
 import numpy as np
 
@@ -223,7 +222,7 @@ class Finding:
         return f"line {self.line_number}: {self.kind}{times}: {self.line[:160]}\n    -> {self.hint}"
 
 
-def diagnose(path: str | os.PathLike) -> list[Finding]:
+def diagnose(path: str | os.PathLike[str]) -> list[Finding]:
     """Known failures in the log at ``path``, in order of first appearance, one Finding per kind."""
     with open(path, "rb") as f:  # plain reads: a log truncated while mapped (a requeue) would SIGBUS
         return _scan(f)
@@ -239,7 +238,7 @@ def diagnose_bytes(data: bytes) -> list[Finding]:
     return _scan(io.BytesIO(data))
 
 
-def _scan(f: BinaryIO) -> list[Finding]:
+def _scan(f: io.BufferedIOBase) -> list[Finding]:
     """Read ``WINDOW`` bytes at a time into one buffer, cut after the last ``\\n`` (else ``\\r``, else the
     buffer's end: a line longer than the buffer is read in pieces). RE2
     (pyarrow; a DFA, ~500 MB/s whatever the number of needles) counts the NEEDLES in a window; only a

@@ -19,6 +19,7 @@ import os
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -33,7 +34,7 @@ READ = 16 << 20  # bytes per read; a poll reads to the end
 class LogFollower:
     """Incremental parser of one log file; ``poll()`` is cheap when nothing changed."""
 
-    def __init__(self, path: str | os.PathLike, ranks: str = "first"):
+    def __init__(self, path: str | os.PathLike[str], ranks: str = "first"):
         self.path, self.ranks, self.resets = Path(path), ranks, -1
         self._reset()
 
@@ -43,8 +44,8 @@ class LogFollower:
         self._inode: tuple[int, int] | None = None
         self._partial = b""
         self._collector = Collector()
-        self._emitted: set[tuple] = set()
-        self._held: dict[tuple, pd.Series] = {}  # (split, step) -> first row of a non-zero rank
+        self._emitted: set[tuple[Any, ...]] = set()
+        self._held: dict[tuple[Any, ...], pd.Series] = {}  # (split, step) -> first row of a non-zero rank
         self._parts: list[pd.DataFrame] = []
         self._df: pd.DataFrame | None = None
         self._recent = pd.DataFrame()  # the last train rows, for eta()

@@ -60,7 +60,7 @@ _MEMORY = rf"(?:\s+{_A}memory:\s*(?P<memory_gib>{_NUM})GiB\((?P<memory_pct>{_NUM
 _MFU = rf"(?:\s+{_A}mfu:\s*(?:(?P<mfu_pct>{_NUM})%|N/A))?"
 
 
-def _line(body: str) -> re.Pattern:
+def _line(body: str) -> re.Pattern[str]:
     """A format's regex: matched from the line start -- the launcher prefix (groups ``srun``, ``tag``,
     ``glob``), then anything (``_head``, holding the date; not a garbled 16-digit number), then ``body``
     -- so one ``match`` per line reads everything."""
@@ -75,7 +75,7 @@ class Format:
 
     name: str
     marker: str  # a substring every line of the format holds (cheap test first)
-    regex: re.Pattern | None = None
+    regex: re.Pattern[str] | None = None
     split: str = "train"
     dated: bool = False  # take the time from the date before the match (the line's head)
     parse: Callable[[str], dict[str, Any] | None] | None = None
@@ -107,7 +107,7 @@ def _jsonl(line: str) -> dict[str, Any] | None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         try:
-            row[ALIASES.get(key, key)] = float(value)
+            row[ALIASES.get(key, str(key))] = float(value)
         except OverflowError:  # an int beyond float64
             return None
     return row if "step" in row and any("loss" in k for k in row) else None
@@ -183,6 +183,7 @@ def prefix(line: str) -> tuple[str, int | None, int | None]:
     end = m.end() if line[:1] in _PREFIX_START and (m := PREFIX.match(line)) else 0
     if not end:
         return line, None, None
+    assert m is not None  # end > 0: the prefix matched
     if line[end : end + 1].isdigit():  # a number of more than 15 digits: garbled
         return line[end:], -1, None
     rank, node = (None if v is None else int(v) for v in rank_node(*m.group("srun", "tag", "glob")))
@@ -204,6 +205,7 @@ def parse_line(line: str) -> tuple[Format | None, Any, bool]:
             text, rank, node = prefix(line)
             if rank == -1:
                 return None, None, True
+            assert fmt.parse is not None  # a format has a regex or a parse function
             row = fmt.parse(_ANSI.sub("", text) if "\x1b" in text else text)
             if row is not None:
                 if all(abs(v) < _INT_LIMIT for k in INT_COLUMNS if (v := row.get(k)) is not None):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +54,13 @@ def _per_step(rate_unit: tuple[str | None, str | None]) -> float:
     return value if unit == "s/it" else (1 / value if value else math.nan)
 
 
-def _each(fn, col) -> list:
+def _each(fn: Callable[[Any], Any], col: Sequence[Any]) -> list[Any]:
     """``fn`` of each value, computed once per distinct value (logs repeat them a lot)."""
     done = {v: fn(v) for v in set(col)}
     return [done[v] for v in col]
 
 
-def _floats(col: list) -> np.ndarray | None:
+def _floats(col: list[Any]) -> np.ndarray | None:
     """Captured numbers (str or None) -> float64 (None -> NaN); None if no value was captured."""
     try:
         return np.fromiter(map(float, col), dtype=np.float64, count=len(col))
@@ -78,7 +79,7 @@ class Collector:
         self.lines = 0  # ``\\n`` seen so far (line numbers of skipped lines)
         self.skipped: list[tuple[int, str]] = []
         # per regex format, its rows flat: seq, then the regex's groups (a record of groups + 1 items)
-        self._found: dict[Format, list] = {f: [] for f in FORMATS if f.regex is not None}
+        self._found: dict[Format, list[Any]] = {f: [] for f in FORMATS if f.regex is not None}
         self._rows: list[dict[str, Any]] = []
         self.formats: set[str] = set()  # formats and ranks seen (before duplicates are dropped)
         self.ranks: set[int] = set()
@@ -133,7 +134,8 @@ class Collector:
             return parts[0] if parts else pd.DataFrame()
         return pd.concat(parts, ignore_index=True).sort_values("seq", kind="stable", ignore_index=True)
 
-    def _convert(self, fmt: Format, flat: list, ranks: str) -> pd.DataFrame:
+    def _convert(self, fmt: Format, flat: list[Any], ranks: str) -> pd.DataFrame:
+        assert fmt.regex is not None  # only regex formats collect flat matches
         index, width = fmt.regex.groupindex, fmt.regex.groups + 1
         n = len(flat) // width
         col = {name: flat[i::width] for name, i in index.items()}  # group i sits at offset i of a record
@@ -180,7 +182,7 @@ def _table(collector: Collector, parts: list[pd.DataFrame], ranks: str, source: 
     return df
 
 
-def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
+def parse_log(path: str | os.PathLike[str], ranks: str = "first") -> pd.DataFrame:
     """Parse a training log (any supported format, detected per line), a TensorBoard event folder, or a
     run folder (its best source: see :func:`best_source`).
 
@@ -237,7 +239,7 @@ def parse_text(text: str | bytes, ranks: str = "first") -> pd.DataFrame:
 _LOG_GLOBS = ("log_*.txt", "*.log", "*.out", "*.err", "*.txt")
 
 
-def best_source(folder: str | os.PathLike) -> tuple[str, Path]:
+def best_source(folder: str | os.PathLike[str]) -> tuple[str, Path]:
     """The best metrics source in a run folder: ("tensorboard", event folder) when it has TensorBoard event
     files (torchtitan ``tb/``, torchtune's TensorBoardLogger), else ("log", file) -- torchtune's DiskLogger
     ``log_*.txt`` first, then the newest ``*.log``/``*.out``/``*.err``/``*.txt`` holding a metrics line."""
@@ -257,7 +259,7 @@ TB_TAGS: dict[str, str] = {**ALIASES, "lr/AdamW": "lr", "n_tokens_seen": "tokens
 _VAL_PREFIX, _TB_COLUMNS = "validation_metrics/", ["tag", "step", "value", "wall_time"]
 
 
-def read_tensorboard(folder: str | os.PathLike) -> pd.DataFrame:
+def read_tensorboard(folder: str | os.PathLike[str]) -> pd.DataFrame:
     """Scalars of a TensorBoard event folder (torchtune or torchtitan) in the same columns as logs. Of several
     runs (sub-folders with event files) the newest is read, the others listed in ``attrs["other_runs"]``."""
     from tbparse import SummaryReader
@@ -273,7 +275,7 @@ def read_tensorboard(folder: str | os.PathLike) -> pd.DataFrame:
         reader = SummaryReader(str(runs[-1]), extra_columns={"wall_time"})
         # torchtitan writes scalar summaries, torchtune (add_scalar via the v2 API) tensor summaries
         tables = [t[_TB_COLUMNS] for t in (reader.scalars, reader.tensors) if len(t)]
-    rows: dict[tuple[str, int], dict] = {}
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
     for tag, step, value, wall in (r for t in tables for r in t.itertuples(index=False)):
         split = "validation" if tag.startswith(_VAL_PREFIX) else "train"
         row = rows.setdefault((split, int(step)), {"step": int(step), "split": split, "format": "tensorboard"})

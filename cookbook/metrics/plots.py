@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TypeAlias
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -16,7 +17,7 @@ from matplotlib.ticker import MaxNLocator
 
 from cookbook.metrics.parse import parse_log
 
-Run = pd.DataFrame | str | os.PathLike
+Run: TypeAlias = pd.DataFrame | str | os.PathLike[str]
 
 # panel title -> candidate columns (first present wins)
 PANELS: dict[str, tuple[str, ...]] = {
@@ -59,13 +60,15 @@ def _as_runs(runs: Run | Sequence[Run] | Mapping[str, Run]) -> dict[str, pd.Data
 
 
 def _has_values(df: pd.DataFrame, col: str) -> bool:
-    values = df[col].dropna() if col in df else ()
+    if col not in df:
+        return False
+    values = df[col].dropna()
     return bool(len(values)) and not (col in _ZERO_IS_UNKNOWN and (values == 0).all())
 
 
 def plot_runs(
     runs: Run | Sequence[Run] | Mapping[str, Run],
-    out: str | os.PathLike | None = None,
+    out: str | os.PathLike[str] | None = None,
     panels: Sequence[str] | None = None,
     alpha: float = 0.1,
 ) -> Figure:

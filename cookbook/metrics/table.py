@@ -7,6 +7,8 @@ a later one (tqdm redraws a step's bar; a resumed run logs steps again; every ra
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -49,7 +51,7 @@ def resolve(df: pd.DataFrame, ranks: str = "first") -> pd.DataFrame:
     return df[~dup.to_numpy()] if dup.any() else df
 
 
-def to_frame(rows: pd.DataFrame | list[dict], ranks: str = "first") -> pd.DataFrame:
+def to_frame(rows: pd.DataFrame | list[dict[str, Any]], ranks: str = "first") -> pd.DataFrame:
     """Canonical DataFrame from raw rows: resolved, sorted by split (train first) then step."""
     df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame.from_records(rows)
     if df.empty:

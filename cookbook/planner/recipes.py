@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cookbook.planner.estimate import Settings
-from cookbook.planner.models import MODELS
+from cookbook.planner.models import MODELS, ModelShape
 from cookbook.recipes import list_recipes
 
 
@@ -29,7 +29,7 @@ def _defaults(name: str, framework: str, raw: Mapping[str, Any]) -> RecipeDefaul
     that names no ``seq_len`` trains at the model's full context."""
     settings = dict(raw["settings"])
     model = MODELS[raw["model"]]
-    if "seq_len" not in settings and model.kind == "llm":
+    if "seq_len" not in settings and isinstance(model, ModelShape):  # an LLM (FLUX has no context)
         settings["seq_len"] = model.max_seq_len
     return RecipeDefaults(
         name,

@@ -17,6 +17,7 @@ torchtitan call ``profiler.step()`` after the step, and the counter starts at th
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,7 +181,7 @@ def _label(trace: Trace, i: int) -> int:
     return trace.rank if trace.rank is not None else i
 
 
-def summarize(traces: list[Trace | str | Path], n_top: int = 15) -> RunSummary:
+def summarize(traces: Sequence[Trace | str | Path], n_top: int = 15) -> RunSummary:
     """Summarize the traces of one profiling cycle (one per rank, or any subset of ranks)."""
     loaded = [t if isinstance(t, Trace) else load_trace(t) for t in traces]
     if not loaded:

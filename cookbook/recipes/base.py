@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from cookbook.spec import LOCAL_CPU, JobSpec  # noqa: F401  (notebook_runner imports LOCAL_CPU here)
+from cookbook.spec import LOCAL_CPU as LOCAL_CPU  # re-exported (notebook_runner imports it here)
+from cookbook.spec import JobSpec
 
 if TYPE_CHECKING:
     from cookbook.data.formats import DatasetSpec
@@ -103,12 +104,12 @@ class Launch:
 class Recipe(ABC):
     """One training recipe; see the module docstring for the contract."""
 
-    name: ClassVar[str]
+    name: str  # set on the class, or per instance (one FsdpRecipe per model)
     framework: ClassVar[str]
-    description: ClassVar[str]
+    description: str
     config_paths: ClassVar[tuple[StartPath, ...]] = ()  # config keys naming files read at start-up
     # the Hugging Face download a finetune starts from (None: it trains from scratch)
-    model_folder: ClassVar[str | None] = None
+    model_folder: str | None = None
     trace_subdir: ClassVar[str] = "profiling/traces"  # where profiler traces land, under the run folder
     # the framework's config keys the planner understands, ``{config key: planner Settings field}``
     planner_keys: ClassVar[dict[str, str]] = {}

@@ -11,12 +11,14 @@ parser. Resuming needs no arguments: the script loads the newest complete ``step
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import difflib
 import functools
 import io
 from dataclasses import replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from cookbook.profiling.enable import schedule
@@ -49,7 +51,7 @@ _GATED = ("meta-llama/", "mistralai/")
 
 
 @functools.cache
-def _train_module():
+def _train_module() -> ModuleType:
     """The training script as a module (imported lazily: it imports torch)."""
     from cookbook.training import fsdp_train
 
@@ -61,12 +63,13 @@ def train_script_text() -> str:
     return TRAIN_FILE.read_text()
 
 
-def parse_train_args(args: list[str]) -> tuple[object | None, str]:
+def parse_train_args(args: list[str]) -> tuple[argparse.Namespace | None, str]:
     """Run the script's own parser on ``args``: ``(namespace, "")`` or ``(None, its error text)``."""
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            return _train_module().build_parser().parse_args(args), ""
+            ns: argparse.Namespace = _train_module().build_parser().parse_args(args)
+            return ns, ""
     except SystemExit:
         return None, err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else "invalid arguments"
 
@@ -286,10 +289,3 @@ class FsdpAnyModel(FsdpRecipe):
         )
         return replace(launch, prelude=prelude, prelude_variables=("MODEL", "SHAPE", "MAX_STEPS"))
 
-
-def generated_fsdp_files() -> dict[str, str]:
-    """``{file name: text}`` of ``slurm-recipes/fsdp/`` exactly as ``cookbook generate-recipes`` writes it
-    (README excluded), rendering only the fsdp recipes."""
-    from cookbook.render import generated_files
-
-    return {name.split("/", 1)[1]: text for name, text in generated_files().items() if name.startswith("fsdp/")}

@@ -85,7 +85,8 @@ class _ParserProcess:
                 except BrokenPipeError:
                     line = ""
                 if line:
-                    return json.loads(line)
+                    answer: dict[str, Any] = json.loads(line)
+                    return answer
                 self._proc = None
         return {"config": None, "fields": [], "error": "torchtitan's config parser (a child process) exited"}
 

@@ -51,9 +51,17 @@ def _torchtune_root() -> Path:
 
 def builtin_config(name: str) -> DictConfig:
     """A torchtune built-in config (e.g. ``llama3_3/70B_lora``) as loaded by ``tune run``."""
-    from omegaconf import OmegaConf
+    return _load_dict(_torchtune_root() / "configs" / f"{name}.yaml")
 
-    return OmegaConf.load(_torchtune_root() / "configs" / f"{name}.yaml")
+
+def _load_dict(path: Path) -> DictConfig:
+    """A YAML config file that must be a mapping (torchtune's configs all are)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    cfg = OmegaConf.load(path)
+    if not isinstance(cfg, DictConfig):
+        raise ValueError(f"{path}: a config must be a mapping, not a list")
+    return cfg
 
 
 @functools.cache
@@ -69,7 +77,7 @@ def leaf_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
 
     keys = []
     for k, v in cfg.items_ex(resolve=False) if hasattr(cfg, "items_ex") else cfg.items():
-        key = f"{prefix}{k}"
+        key = prefix + str(k)
         keys.append(key)
         if isinstance(v, DictConfig):
             keys += leaf_keys(v, key + ".")
@@ -211,7 +219,7 @@ class TorchtuneRecipe(Recipe):
     recipe_file: str  # e.g. full_finetune_distributed
     config_name: str  # built-in config, e.g. llama3_3/70B_full_multinode
     tiny_config: str  # local-cpu config under recipes/configs/
-    model_folder: str  # the Hugging Face download's folder name, e.g. Llama-3.3-70B-Instruct
+    model_folder: str | None  # the Hugging Face download's folder name, e.g. Llama-3.3-70B-Instruct
     resume_model_from_output: bool  # full finetunes reload the model from output_dir/epoch_N on resume
     planner_model = "llama3_3_70b"
     planner_base_settings = PLANNER_SETTINGS  # the built-in config's planner_settings go on top
@@ -269,10 +277,9 @@ class TorchtuneRecipe(Recipe):
 
     # ---------------------------------------------------------------- config
     def base_config(self, spec: JobSpec) -> DictConfig:
-        from omegaconf import OmegaConf
 
         if spec.local_cpu:
-            return OmegaConf.load(_CONFIGS / self.tiny_config)  # paths: ${oc.env:TINY_DIR}/...
+            return _load_dict(_CONFIGS / self.tiny_config)  # paths: ${oc.env:TINY_DIR}/...
         return builtin_config(self.config_name)
 
     def start_paths(self, spec: JobSpec) -> list[StartPath]:
@@ -298,10 +305,11 @@ class TorchtuneRecipe(Recipe):
 
     def config(self, spec: JobSpec) -> DictConfig:
         """The merged config written next to the script (overrides applied, typed as YAML)."""
-        from omegaconf import OmegaConf
+        from omegaconf import DictConfig, OmegaConf
 
         cfg = self.base_config(spec)
         merged = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{k}={v}" for k, v in spec.overrides.items()]))
+        assert isinstance(merged, DictConfig)  # a mapping merged with a dot-list stays a mapping
         for key, value in self.start_args(spec).items():  # start-up paths read the script's variables
             OmegaConf.update(merged, key, env_interpolation(value), force_add=True)
         tp = int(merged.get("tensor_parallel_dim", 1) or 1)

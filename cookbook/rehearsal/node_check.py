@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 SECRET = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)($|_)|_KEY($|_)", re.I)
 ENV_SHOWN = re.compile(
@@ -120,10 +121,10 @@ def parse_in_training_env(framework: str, args: list[str], keys: list[str]) -> d
 
         cfg = ConfigManager().parse_args(args)
         for key in keys:
-            node: object = cfg
+            field: object = cfg
             for part in key.split("."):
-                node = getattr(node, part, None)
-            values[key] = node if isinstance(node, (str, int, float, bool, type(None))) else str(node)
+                field = getattr(field, part, None)
+            values[key] = field if isinstance(field, (str, int, float, bool, type(None))) else str(field)
         par = cfg.parallelism
         values["tensor_parallel"] = par.tensor_parallel_degree
         values["fixed_parallel"] = (
@@ -135,9 +136,11 @@ def parse_in_training_env(framework: str, args: list[str], keys: list[str]) -> d
         import importlib.util
 
         spec = importlib.util.spec_from_file_location("cookbook_fsdp_train", args[0])
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{args[0]}: not a Python file")
+        module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module  # dataclasses in the script look their module up here
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        spec.loader.exec_module(module)
         ns = module.build_parser().parse_args(args[1:])
         values.update({k: getattr(ns, k, None) for k in keys})
     else:
@@ -227,13 +230,9 @@ def interfaces() -> list[str]:
 
 def interface_problems(names: list[str]) -> tuple[dict, list[str]]:
     """NCCL_SOCKET_IFNAME (prefixes, ``=exact``, ``^exclusions``) and GLOO_SOCKET_IFNAME against this node."""
-    info = {
-        "interfaces": names,
-        "NCCL_SOCKET_IFNAME": os.environ.get("NCCL_SOCKET_IFNAME"),
-        "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME"),
-    }
+    nccl, gloo = os.environ.get("NCCL_SOCKET_IFNAME"), os.environ.get("GLOO_SOCKET_IFNAME")
+    info = {"interfaces": names, "NCCL_SOCKET_IFNAME": nccl, "GLOO_SOCKET_IFNAME": gloo}
     problems = []
-    nccl = info["NCCL_SOCKET_IFNAME"]
     if nccl and not nccl.startswith("^"):
         wanted = [w for w in nccl.split(",") if w]
         ok = [w for w in wanted if (w[1:] in names if w.startswith("=") else any(n.startswith(w) for n in names))]
@@ -242,7 +241,6 @@ def interface_problems(names: list[str]) -> tuple[dict, list[str]]:
                 f"NCCL_SOCKET_IFNAME={nccl}: no such interface on this node (it has {', '.join(names)}); "
                 "unset it to let the script detect the interface, or name one of these"
             )
-    gloo = info["GLOO_SOCKET_IFNAME"]
     if gloo and any(g not in names for g in gloo.split(",")):
         problems.append(f"GLOO_SOCKET_IFNAME={gloo}: no such interface on this node (it has {', '.join(names)})")
     return info, problems
@@ -478,7 +476,7 @@ def main(argv: list[str]) -> int:
             timeout=300,
         )
         lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
-        parsed = (
+        parsed: dict[str, Any] = (
             json.loads(lines[-1]) if lines else {"ok": False, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
         )
         if parsed["ok"]:

@@ -67,7 +67,7 @@ class SlurmClient:
         self.env, self.timeout = base, timeout
 
     # ------------------------------------------------------------------ plumbing
-    def run(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
+    def run(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run one Slurm command; raise :class:`SlurmError` with Slurm's message on failure."""
         exe = shutil.which(args[0], path=self.env["PATH"])
         if exe is None:
@@ -88,7 +88,9 @@ class SlurmClient:
         return r
 
     # ------------------------------------------------------------------ verbs
-    def submit(self, script: str | os.PathLike, *sbatch_args: str, cwd: str | os.PathLike | None = None) -> str:
+    def submit(
+        self, script: str | os.PathLike[str], *sbatch_args: str, cwd: str | os.PathLike[str] | None = None
+    ) -> str:
         """``sbatch`` a script; return the job id."""
         args = ["sbatch", "--parsable", *sbatch_args, str(Path(script).resolve())]
         if cwd is not None:
@@ -96,7 +98,7 @@ class SlurmClient:
         out = self.run(*args).stdout.strip()
         return out.split(";")[0].splitlines()[-1]
 
-    def test_only(self, script: str | os.PathLike, *sbatch_args: str) -> str:
+    def test_only(self, script: str | os.PathLike[str], *sbatch_args: str) -> str:
         """``sbatch --test-only``: Slurm checks the request without queueing it; returns its message."""
         r = self.run("sbatch", "--test-only", *sbatch_args, str(script))
         return (r.stderr or r.stdout).strip()
@@ -169,7 +171,7 @@ class SlurmClient:
         return [dict(zip(keys, ln.split("|"))) for ln in r.stdout.splitlines() if ln.strip()]
 
 
-def read_output(path: str | os.PathLike, tail_lines: int | None = None) -> str:
+def read_output(path: str | os.PathLike[str], tail_lines: int | None = None) -> str:
     """Text of a job's output file (the last ``tail_lines`` lines if given); '' if not there yet."""
     try:
         data = Path(path).read_bytes()

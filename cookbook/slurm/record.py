@@ -32,7 +32,7 @@ class JobRecord:
         return path
 
     @classmethod
-    def load(cls, folder: str | os.PathLike):
+    def load(cls, folder: str | os.PathLike[str]) -> JobRecord:
         """The job recorded in ``folder/job.json`` (``folder`` may also be the file itself)."""
         p = Path(folder)
         data = json.loads((p if p.is_file() else p / JOB_FILE).read_text())

@@ -47,10 +47,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 log = logging.getLogger("fsdp_train")
 
@@ -144,11 +148,12 @@ SHAPES: dict[str, ModelShape] = {
 }
 
 
-def model_config(shape: ModelShape, seq_len: int):
+def model_config(shape: ModelShape, seq_len: int) -> PretrainedConfig:
     """The transformers config for a shape (no download: everything comes from the table)."""
     from transformers import LlamaConfig, MistralConfig, MixtralConfig
 
-    common = dict(
+    cfg: PretrainedConfig
+    common: dict[str, Any] = dict(
         vocab_size=shape.vocab,
         hidden_size=shape.hidden,
         intermediate_size=shape.intermediate,
@@ -162,7 +167,7 @@ def model_config(shape: ModelShape, seq_len: int):
         use_cache=False,
     )
     if shape.family == "llama":
-        rope: dict = {"rope_type": "default", "rope_theta": shape.rope_theta}
+        rope: dict[str, Any] = {"rope_type": "default", "rope_theta": shape.rope_theta}
         if shape.llama3_rope:
             rope = {
                 "rope_type": "llama3",
@@ -330,7 +335,7 @@ class PackedBatches:
         self.batch_size, self.seq_len = batch_size, seq_len
         state = state or {"epoch": 0, "docs": 0, "carry": []}
         self.epoch, self.docs, self.carry = int(state["epoch"]), int(state["docs"]), list(state["carry"])
-        self._it = islice(self.documents(self.epoch), self.docs, None)
+        self._it: Iterator[str] = islice(self.documents(self.epoch), self.docs, None)
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "docs": self.docs, "carry": list(self.carry)}

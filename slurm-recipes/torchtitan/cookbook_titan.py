@@ -7,14 +7,15 @@ environment the sbatch script sets (TINY_DIR for the local-cpu variants).
 """
 
 import os
+from typing import Any  # torchtitan's Trainer.Config (the module loads without torchtitan for the check)
 
 
-def _checkpointed(cfg):
+def _checkpointed(cfg: Any) -> Any:
     cfg.checkpoint.enable = True  # resume from the newest step-N after a requeue
     return cfg
 
 
-def _for_clusters(cfg):
+def _for_clusters(cfg: Any) -> Any:
     """What every GPU recipe changes from torchtitan's defaults, each for a reason a real run hits."""
     cfg.profiler.enable_profiling = False  # profile on request only (cookbook profiling overrides), not every 100 steps
     # 100 s (the default) is shorter than a checkpoint save to a shared filesystem: the collective after it
@@ -23,7 +24,7 @@ def _for_clusters(cfg):
     return _checkpointed(cfg)
 
 
-def llama3_8b_c4():
+def llama3_8b_c4() -> Any:
     """Llama-3.1-8B pretraining on C4 (the job of Crusoe's torchtitan guide, https://github.com/crusoecloud/distributed-torchrun-on-slurm/tree/main/torchtitan)."""
     from torchtitan.models.llama3.config_registry import llama3_8b
 
@@ -32,7 +33,7 @@ def llama3_8b_c4():
     return _for_clusters(cfg)
 
 
-def llama3_8b_c4_tiny():
+def llama3_8b_c4_tiny() -> Any:
     """local-cpu: torchtitan's debug Llama on the tiny C4-like folder, a few steps."""
     from torchtitan.models.llama3.config_registry import llama3_debugmodel
 
@@ -49,7 +50,7 @@ def llama3_8b_c4_tiny():
     return _checkpointed(cfg)
 
 
-def flux_schnell():
+def flux_schnell() -> Any:
     """FLUX.1-schnell training on cc12m as the Nebius guide runs it (github.com/nebius/ml-cookbook,
     slurm/torchtitan/flux_schnell_model.toml): 32 images per GPU (torchtitan's default is 64), HSDP with
     one replica per node (the sbatch script passes data_parallel_replicate_degree=$SLURM_JOB_NUM_NODES;
@@ -61,7 +62,7 @@ def flux_schnell():
     return _for_clusters(cfg)
 
 
-def flux_schnell_tiny():
+def flux_schnell_tiny() -> Any:
     """local-cpu: a FLUX transformer shrunk to the tiny T5/CLIP/autoencoder assets, on cc12m-like tars.
 
     torchtitan's flux_debugmodel expects the real autoencoder's widths, so the tiny run uses the model

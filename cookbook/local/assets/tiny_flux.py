@@ -90,7 +90,7 @@ def write_t5(folder: Path, dims: FluxDims = DIMS, seed: int = 0) -> None:
 
     tokenizer = T5Tokenizer(vocab=_t5_vocab(), extra_ids=0)
     tokenizer.save_pretrained(str(folder))
-    config = T5Config(
+    config = T5Config(  # type: ignore[call-arg]  # decoder_start_token_id: a PretrainedConfig kwarg T5Config's signature omits
         vocab_size=len(tokenizer),
         d_model=dims.t5_dim,
         d_kv=16,
@@ -132,7 +132,7 @@ def write_clip(folder: Path, dims: FluxDims = DIMS, seed: int = 0) -> None:
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
     vocab, merges = _clip_vocab_and_merges()
-    tokenizer = CLIPTokenizer(vocab=vocab, merges=merges)
+    tokenizer = CLIPTokenizer(vocab=vocab, merges=merges)  # type: ignore[arg-type]  # transformers 5 takes (a, b) pairs; its hint says str
     tokenizer.save_pretrained(str(folder))
     config = CLIPTextConfig(
         vocab_size=len(tokenizer),

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from cookbook import versions
 
@@ -151,7 +152,7 @@ def _gloo_when_no_nccl() -> None:
     if getattr(original, "_cookbook_cpu", False):
         return
 
-    def init_process_group(backend: str | None = None, *args: object, **kwargs: object) -> None:
+    def init_process_group(backend: str | None = None, *args: Any, **kwargs: Any) -> None:
         if (
             isinstance(backend, str)
             and ("nccl" in backend or "," in backend)
@@ -296,7 +297,7 @@ def _sum_reductions_for_gloo() -> None:
         self.set_force_sum_reduction_for_comms(True)
 
     set_gradient_divide_factor._cookbook_cpu = True  # type: ignore[attr-defined]
-    FSDPModule.set_gradient_divide_factor = set_gradient_divide_factor
+    FSDPModule.set_gradient_divide_factor = set_gradient_divide_factor  # type: ignore[method-assign]  # the shim
 
 
 GLOO_SUM_REDUCTION = Shim(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from cookbook.local.compat.cpu import apply_shims
 
@@ -180,7 +181,7 @@ def tiny_flux_spec(dims: flux_assets.FluxDims = flux_assets.DIMS) -> ModelSpec:
     return dataclasses.replace(base, flavor="tiny", model=model)
 
 
-def tiny_flux():
+def tiny_flux() -> Any:  # FluxTrainer.Config (torchtitan imported inside)
     """Tiny FLUX on the cc12m-like shards with local T5/CLIP and autoencoder; checkpoints, profiling, TB on."""
     from torchtitan.models.flux.configs import FluxEncoderConfig
     from torchtitan.models.flux.flux_datasets import FluxDataLoader

@@ -71,10 +71,10 @@ def _make_standin() -> tuple[types.ModuleType, types.ModuleType]:
     triton.jit = lambda fn=None, **kw: fn if fn is not None else (lambda f: f)  # type: ignore[attr-defined]
     triton.autotune = triton.heuristics = lambda *a, **kw: lambda f: f  # type: ignore[attr-defined]
     triton.Config = _Inert  # type: ignore[attr-defined]
-    triton.__getattr__ = _module_getattr  # type: ignore[attr-defined]
+    triton.__getattr__ = _module_getattr  # type: ignore[attr-defined,method-assign]  # a stand-in module
     language = types.ModuleType("triton.language")
     language.constexpr = _Inert()  # type: ignore[attr-defined]
-    language.__getattr__ = _module_getattr  # type: ignore[attr-defined]
+    language.__getattr__ = _module_getattr  # type: ignore[attr-defined,method-assign]  # a stand-in module
     triton.language = language  # type: ignore[attr-defined]
     return triton, language
 
