@@ -11,7 +11,6 @@ Each module imports pandas/matplotlib inside its functions, so ``import cookbook
 
 from cookbook.analysis.explain import Evidence, Explanation, explain_log
 from cookbook.analysis.goodput import (
-    DEFAULT_PRICE_PER_GPU_HOUR,
     Attempt,
     Ledger,
     goodput_ledger,
@@ -22,7 +21,6 @@ from cookbook.analysis.report import explain_summary, goodput_summary
 from cookbook.analysis.stragglers import Straggler, rank_step_times, stragglers
 
 __all__ = [
-    "DEFAULT_PRICE_PER_GPU_HOUR",
     "Attempt",
     "Evidence",
     "Explanation",

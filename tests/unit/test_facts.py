@@ -109,3 +109,19 @@ def test_generated_scripts_take_the_profile_defaults():
 
     for spec in generated_specs():
         assert {k: getattr(spec, k) for k in profile_defaults(spec.profile)} == profile_defaults(spec.profile)
+
+
+def test_prices_are_facts_of_the_gpu_table_and_profiles_name_known_kinds():
+    from cookbook.analysis import goodput
+    from cookbook.spec import PROFILES
+
+    assert set(gpus.LIST_PRICE_PER_GPU_HOUR) <= set(gpus.GPU_KINDS)
+    assert not [name for name in vars(goodput) if "PRICE" in name]  # no second price table
+    for profile in PROFILES.values():
+        assert profile.gpu is None or profile.gpu in gpus.GPU_KINDS, profile.name
+        assert profile.gpu_hour_price() == (
+            profile.price_per_gpu_hour
+            if profile.price_per_gpu_hour is not None
+            else gpus.LIST_PRICE_PER_GPU_HOUR.get(profile.gpu or "")
+        )
+        assert profile.gpu is None or profile.uses_gpus
