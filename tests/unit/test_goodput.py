@@ -143,7 +143,9 @@ def test_cli_defaults_to_the_profile_price_and_prints_the_forecast(tmp_path, cap
     assert resolve_run(str(folder)).profile == "nebius"
     assert cli_main(["goodput", str(folder), "--gpu", "h100"]) == 0
     out = capsys.readouterr().out
-    forecast = planned_step_seconds("llama3_8b_c4", 1, 8, "h100") * len({s for g in log_segments(LOG) for s, _ in g.steps})
+    forecast = planned_step_seconds("llama3_8b_c4", 1, 8, "h100") * len(
+        {s for g in log_segments(LOG) for s, _ in g.steps}
+    )
     assert f"planner forecast for these steps: {forecast:.0f} s productive" in out
     assert "(at 3 per GPU-hour)" in out  # nebius: H100 at its list price
     # the profile's GPU kind alone gives the forecast too; the price can be overridden
