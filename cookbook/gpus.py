@@ -58,6 +58,18 @@ GPU_KINDS: dict[str, GpuKind] = {
         _kind("l4", "L4 24GB", 22.0, 72, 121.0, 242.0, "l4"),
     )
 }
+# USD per GPU-hour, rough 2025 on-demand list prices, for orders of magnitude only: a profile with a contract
+# price (``Profile.price_per_gpu_hour``) or ``--price-per-gpu-hour`` overrides them. Kinds without one: no price.
+LIST_PRICE_PER_GPU_HOUR: dict[str, float] = {
+    "h100": 3.00,
+    "h100-500w": 3.00,
+    "h100-96": 3.00,
+    "h200": 3.80,
+    "a100-80": 1.80,
+    "a100-40": 1.30,
+    "b200": 5.00,
+    "gb200": 6.00,
+}
 # Other names people use for the same kinds.
 GPU_ALIASES: dict[str, str] = {
     "h100-sxm": "h100",
@@ -96,6 +108,14 @@ def peak_tflops(gpu: str, dtype: str = "bf16") -> float:
     if dtype not in kind.peak_tflops:
         raise UnknownGpu(f"{kind.name} has no {dtype} tensor cores; it has {', '.join(kind.peak_tflops)}")
     return kind.peak_tflops[dtype]
+
+
+def list_price_per_gpu_hour(gpu: str) -> float | None:
+    """The rough list price of ``gpu`` (a kind, alias or device name) per GPU-hour; None if unknown."""
+    try:
+        return LIST_PRICE_PER_GPU_HOUR.get(gpu_kind(gpu).key)
+    except UnknownGpu:
+        return None
 
 
 def device_name_peaks(dtype: str = "bf16") -> list[tuple[str, float]]:

@@ -259,7 +259,7 @@ def generate_recipes(root: Path) -> list[Path]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         if rel.endswith(".sbatch"):
-            path.chmod(0o755)
+            make_executable(path)
         written.append(path)
     return written
 

@@ -53,6 +53,10 @@ class Profile:
     ``interface``: ``"detect"`` sets ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME`` at run time to the
     interface holding the head node's address (names differ between sites and images: eth0, ens*, enp*,
     bond0); a pinned value is written as it is; None leaves NCCL's own choice.
+
+    ``gpu``: the GPU kind (a key of :data:`cookbook.gpus.GPU_KINDS`) costs and forecasts assume when the user
+    names none; ``price_per_gpu_hour``: the site's price (None: ``gpu``'s list price in :mod:`cookbook.gpus`);
+    ``fabric``: the inter-node network NCCL should use (``"ib"``, ``"efa"``; None: TCP is all there is).
     """
 
     name: str
@@ -62,6 +66,19 @@ class Profile:
     uses_gpus: bool = True
     interface: str | None = None
     interface_source: str = ""
+    gpu: str | None = None
+    price_per_gpu_hour: float | None = None
+    fabric: str | None = None
+
+    def gpu_hour_price(self, gpu: str | None = None) -> float | None:
+        """Price per GPU-hour (per node-hour without GPUs): the profile's own, else the list price of
+        ``gpu`` (default: the profile's kind); None when neither is known."""
+        if self.price_per_gpu_hour is not None:
+            return self.price_per_gpu_hour
+        from cookbook.gpus import list_price_per_gpu_hour
+
+        kind = gpu or self.gpu
+        return list_price_per_gpu_hour(kind) if kind else None
 
 
 _DETECTED = (
@@ -111,6 +128,8 @@ PROFILES: dict[str, Profile] = {
             _COMMON_GPU
             + (EnvVar("NCCL_IB_HCA", "mlx5", "Nebius GPU hosts: InfiniBand HCAs are mlx5_* (check: `ibv_devices`)"),),
             interface="detect",
+            gpu="h100",
+            fabric="ib",
             interface_source="Nebius Soperator sets NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME "
             "(https://github.com/nebius/ml-cookbook slurm/torchtitan/multinode_flux.sh uses eth0); " + _DETECTED,
         ),
@@ -120,6 +139,8 @@ PROFILES: dict[str, Profile] = {
             "nccl",
             _COMMON_GPU + (EnvVar("NCCL_IB_HCA", "mlx5", "Crusoe IB nodes: HCAs are mlx5_* (check: `ibv_devices`)"),),
             interface="detect",
+            gpu="h100",
+            fabric="ib",
             interface_source="Crusoe VM images: the VPC interface; " + _DETECTED,
         ),
         Profile(
@@ -139,6 +160,8 @@ PROFILES: dict[str, Profile] = {
                 ),
             ),
             interface="^docker,lo,veth",
+            gpu="h100",  # p5
+            fabric="efa",
             interface_source="https://github.com/aws-samples/awsome-distributed-training: "
             "every interface but loopback/containers (instance interface names differ: ens*, enp*); NCCL_BUFFSIZE "
             "and NCCL_P2P_NET_CHUNKSIZE stay at NCCL's defaults, as its NCCL cheat sheet advises",
@@ -155,6 +178,7 @@ PROFILES: dict[str, Profile] = {
                 EnvVar("TOKENIZERS_PARALLELISM", "false", "no tokenizer thread pool next to the training threads"),
             ),
             uses_gpus=False,
+            price_per_gpu_hour=0.0,  # your own machine
         ),
     )
 }

@@ -301,7 +301,8 @@ class Job(JobRecord):
         return plot_runs({self.name: self.metrics()}, out=out)
 
     def goodput(self, gpu: str | None = None, price: float | None = None) -> Any:
-        """The goodput ledger of this job across its requeues (``.table()``, ``.plot()``, ``.render()``)."""
+        """The goodput ledger of this job across its requeues (``.table()``, ``.plot()``, ``.render()``);
+        ``gpu`` and ``price`` default to the job's profile's GPU kind and price per GPU-hour."""
         from cookbook.analysis.goodput import resolve_run, run_ledger
 
         return run_ledger(resolve_run(str(self.script.parent)), self.slurm, gpu=gpu, price=price)

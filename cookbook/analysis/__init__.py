@@ -10,19 +10,11 @@ Each module imports pandas/matplotlib inside its functions, so ``import cookbook
 """
 
 from cookbook.analysis.explain import Evidence, Explanation, explain_log
-from cookbook.analysis.goodput import (
-    DEFAULT_PRICE_PER_GPU_HOUR,
-    Attempt,
-    Ledger,
-    goodput_ledger,
-    price_per_gpu_hour,
-    slurm_attempts,
-)
+from cookbook.analysis.goodput import Attempt, Ledger, goodput_ledger, price_per_gpu_hour, slurm_attempts
 from cookbook.analysis.report import explain_summary, goodput_summary
 from cookbook.analysis.stragglers import Straggler, rank_step_times, stragglers
 
 __all__ = [
-    "DEFAULT_PRICE_PER_GPU_HOUR",
     "Attempt",
     "Evidence",
     "Explanation",

@@ -85,6 +85,16 @@ class Explanation:
         )
 
 
+def expects_fabric(profile: str | None, on_gpus: bool = True) -> bool:
+    """Whether NCCL should find InfiniBand/EFA: the run's profile says (``Profile.fabric``; ``generic`` and
+    ``local-cpu`` name none); a run of no known profile is expected to have one when it runs on GPUs."""
+    from cookbook.spec import PROFILES
+
+    if profile in PROFILES:
+        return PROFILES[profile].fabric is not None
+    return on_gpus
+
+
 # ------------------------------------------------------------------------------------------ checks
 def check_nccl(text: str, nodes: int | None, expects_fabric: bool) -> list[Evidence]:
     """NCCL's transport from its ``NCCL_DEBUG=INFO`` lines."""
@@ -210,7 +220,7 @@ def check_checkpointing(
     ]
 
 
-def check_stragglers(log: Path, hosts: Sequence[str] | None, procs_per_node: int) -> list[Evidence]:
+def check_stragglers(log: Path, hosts: Sequence[str] | None, procs_per_node: int | None) -> list[Evidence]:
     from cookbook.analysis.stragglers import stragglers
     from cookbook.metrics import parse_log
 
@@ -330,7 +340,7 @@ def explain_log(
         *check_gpus_per_node(gpus_per_node, node_gpus),
         *check_cpu_binding(script_text, procs_per_node),
         *check_checkpointing(text, recipe, gpu, nodes, gpus_per_node, checkpointing),
-        *check_stragglers(log, hosts, procs_per_node or 1),
+        *check_stragglers(log, hosts, procs_per_node or None),
     ]
     if traces:
         evidence += check_trace_stragglers(traces)

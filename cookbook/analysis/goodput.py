@@ -33,19 +33,6 @@ if TYPE_CHECKING:
 
     from cookbook.slurm.client import SlurmClient
 
-# USD per GPU-hour, rough 2025 on-demand list prices, for orders of magnitude only: pass your contract's
-# price (--price-per-gpu-hour). TODO: move to the cluster profiles in cookbook/spec.py (PROFILES).
-DEFAULT_PRICE_PER_GPU_HOUR: dict[str, float] = {
-    "h100": 3.00,
-    "h100-500w": 3.00,
-    "h100-96": 3.00,
-    "h200": 3.80,
-    "a100-80": 1.80,
-    "a100-40": 1.30,
-    "b200": 5.00,
-    "gb200": 6.00,
-}
-
 ALLOCATED_PARTS: tuple[str, ...] = (
     "preflight",
     "startup",
@@ -65,11 +52,21 @@ _SAVED = re.compile(r"Finished saving the checkpoint in ([\d.]+) ?s|Last step ch
 _LOADED = re.compile(r"Finished loading the checkpoint in ([\d.]+) ?s")
 
 
-def price_per_gpu_hour(gpu: str | None, override: float | None = None) -> float:
-    """The price used for costs: ``override`` if given, else the table's price for ``gpu`` (0 if unknown)."""
+def price_per_gpu_hour(gpu: str | None, override: float | None = None, profile: str | None = None) -> float:
+    """The price used for costs: ``override`` if given, else the run's profile's price (its own, or the list
+    price of ``gpu`` or of the profile's GPU kind, :meth:`cookbook.spec.Profile.gpu_hour_price`), else the
+    list price of ``gpu`` (:data:`cookbook.gpus.LIST_PRICE_PER_GPU_HOUR`); 0 if none is known."""
     if override is not None:
         return float(override)
-    return DEFAULT_PRICE_PER_GPU_HOUR.get((gpu or "").lower(), 0.0)
+    from cookbook.spec import PROFILES
+
+    if profile in PROFILES:
+        price = PROFILES[profile].gpu_hour_price(gpu)
+    else:
+        from cookbook.gpus import list_price_per_gpu_hour
+
+        price = list_price_per_gpu_hour(gpu) if gpu else None
+    return price or 0.0
 
 
 @dataclass(frozen=True)
@@ -308,11 +305,12 @@ def goodput_ledger(
     gpu: str | None = None,
     price: float | None = None,
     forecast_step_s: float | None = None,
+    profile: str | None = None,
 ) -> Ledger:
     """Split each start's allocation window into the parts above, using the log's timestamps.
 
     ``attempts`` come from :func:`slurm_attempts`; ``forecast_step_s`` (the planner's step time) adds a
-    forecast of the productive time for the steps done.
+    forecast of the productive time for the steps done. The price: :func:`price_per_gpu_hour`.
     """
     segments = [s for s in log_segments(log) if s.job_id is not None] or log_segments(log)
     notes: list[str] = []
@@ -354,10 +352,12 @@ def goodput_ledger(
         len(redone),
         redone,
         unit,
-        price_per_gpu_hour(gpu, price),
+        price_per_gpu_hour(gpu, price, profile),
         None,
         notes,
     )
+    if ledger.price == 0 and price is None and unit == "GPU":
+        notes.append("no price known for this GPU kind or profile: pass --price-per-gpu-hour for the cost")
     if forecast_step_s is not None:
         ledger.forecast_productive_s = forecast_step_s * len(done)
     if unit == "node":
@@ -414,6 +414,7 @@ class RunRef:
     recipe: str | None = None
     nodes: int | None = None
     gpus_per_node: int | None = None
+    profile: str | None = None  # the cluster profile it was rendered for (job.json), for price and fabric
 
 
 def _sbatch_int(script: Path, option: str) -> int | None:
@@ -442,6 +443,7 @@ def resolve_run(target: str, log: str | None = None, client: SlurmClient | None 
             job.recipe,
             _sbatch_int(job.script, "nodes"),
             _sbatch_int(job.script, "gpus-per-node"),
+            job.profile or None,
         )
     if p.is_file():
         m = re.search(r"-(\d+)\.out$", p.name)
@@ -475,8 +477,12 @@ def planned_step_seconds(
 def run_ledger(
     ref: RunRef, client: SlurmClient | None = None, gpu: str | None = None, price: float | None = None
 ) -> Ledger:
-    """The ledger of a resolved run: its Slurm starts + its log (+ the planner's forecast when on GPUs)."""
+    """The ledger of a resolved run: its Slurm starts + its log (+ the planner's forecast when on GPUs).
+
+    ``gpu`` and ``price`` default to the run's profile (its GPU kind and price), see :func:`price_per_gpu_hour`.
+    """
     from cookbook.slurm.client import SlurmClient
+    from cookbook.spec import PROFILES
 
     if ref.job_id is None:
         raise ValueError(f"{ref.log}: cannot tell the job id (name the log JOB-ID.out or pass the job id)")
@@ -485,10 +491,13 @@ def run_ledger(
         raise ValueError(f"job {ref.job_id}: no start recorded by sacct or the job-completion log (still queued?)")
     if not ref.log.exists():
         raise FileNotFoundError(f"{ref.log} does not exist")
+    profile = PROFILES.get(ref.profile or "")
+    planned_gpu = gpu or (profile.gpu if profile else None)
     return goodput_ledger(
         ref.log,
         attempts,
         gpu=gpu,
         price=price,
-        forecast_step_s=planned_step_seconds(ref.recipe, ref.nodes, ref.gpus_per_node, gpu),
+        forecast_step_s=planned_step_seconds(ref.recipe, ref.nodes, ref.gpus_per_node, planned_gpu),
+        profile=ref.profile,
     )

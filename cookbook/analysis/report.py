@@ -28,12 +28,15 @@ def goodput_summary(run: Any, gpu: str | None = None, price: float | None = None
 
 def explain_summary(run: Any, gpu: str | None = None, echo: Any = print, **kwargs: Any) -> tuple[Any, Any]:
     """The run's efficiency explanation as (DataFrame of evidence, Figure); ``kwargs`` go to explain_log."""
-    from cookbook.analysis.explain import explain_log, explain_plot
+    from cookbook.analysis.explain import expects_fabric, explain_log, explain_plot
     from cookbook.analysis.goodput import resolve_run
+    from cookbook.analysis.stragglers import job_hosts
 
-    ref = resolve_run(_target(run), client=getattr(run, "client", None))
+    client = getattr(run, "client", None)
+    ref = resolve_run(_target(run), client=client)
     script = Path(_target(run)) / "job.sbatch"
-    kwargs.setdefault("expects_fabric", gpu is not None)
+    kwargs.setdefault("expects_fabric", expects_fabric(ref.profile, gpu is not None))
+    kwargs.setdefault("hosts", job_hosts(ref.log, ref.job_id, client))
     report = explain_log(
         ref.log,
         recipe=ref.recipe,
@@ -41,7 +44,7 @@ def explain_summary(run: Any, gpu: str | None = None, echo: Any = print, **kwarg
         nodes=ref.nodes,
         gpus_per_node=ref.gpus_per_node,
         script=script if script.exists() else None,
-        procs_per_node=ref.gpus_per_node,
+        procs_per_node=ref.gpus_per_node or None,
         **kwargs,
     )
     if echo:

@@ -9,12 +9,16 @@ where the log prints a per-rank step time (compute only), as the one whose step 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from cookbook.slurm.client import SlurmClient
 
 SLOW_RATIO = 1.10  # a rank's step time this far above the median of the ranks counts as slow for the step
 MIN_LAG_S = 0.05  # reaching a step this much after the first rank counts as late
@@ -71,17 +75,21 @@ def rank_step_times(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def stragglers(
-    df: pd.DataFrame, hosts: Sequence[str] | None = None, procs_per_node: int = 1, skip_first: int = 1
+    df: pd.DataFrame, hosts: Sequence[str] | None = None, procs_per_node: int | None = None, skip_first: int = 1
 ) -> list[Straggler]:
     """Ranks slow or late in at least ``PERSISTENT`` of the steps, slowest first.
 
     ``hosts`` (the job's node list in order) with ``procs_per_node`` names each rank's host
-    (rank r runs on hosts[r // procs_per_node], as torchrun numbers them with one launcher per node).
+    (rank r runs on hosts[r // procs_per_node], as torchrun numbers them with one launcher per node);
+    ``procs_per_node`` None: the ranks in the log divided by the hosts.
     The first ``skip_first`` steps (warm-up, compilation) are left out.
     """
     t = rank_step_times(df)
     if t.empty:
         return []
+    if procs_per_node is None:
+        ranks = int(t["rank"].max()) + 1
+        procs_per_node = ranks // len(hosts) if hosts and ranks % len(hosts) == 0 else 1
     t = t[t["step"] > t["step"].min() + skip_first - 1]
     if t.empty:
         return []
@@ -125,7 +133,7 @@ def stragglers_plot(df: pd.DataFrame) -> tuple[pd.DataFrame, object]:
     return table, fig
 
 
-def straggler_lines(log: str, hosts: Sequence[str] | None = None, procs_per_node: int = 1) -> list[str]:
+def straggler_lines(log: str, hosts: Sequence[str] | None = None, procs_per_node: int | None = None) -> list[str]:
     """``straggler: ...`` lines for a log with 2+ ranks (what ``cookbook watch`` prints at the end)."""
     from cookbook.metrics import parse_log
 
@@ -134,3 +142,38 @@ def straggler_lines(log: str, hosts: Sequence[str] | None = None, procs_per_node
     except (OSError, ValueError):
         return []
     return [f"straggler: {s}" for s in stragglers(df, hosts, procs_per_node)]
+
+
+# The generated scripts' first line: ``job 80: 2 node(s) [n[1-2]], rendezvous ...`` (``srun -l`` may prefix it).
+_NODE_LINE = re.compile(r"^(?:\d+: )?job \d+: \d+ node\(s\) \[(\S*)\],", re.M)
+
+
+def log_nodelist(log: str | Path) -> str | None:
+    """The node list (Slurm's compressed form) the log's last start of the script printed, if any."""
+    try:
+        text = Path(log).read_text(errors="replace")
+    except OSError:
+        return None
+    found = _NODE_LINE.findall(text)
+    return found[-1] if found and found[-1] else None
+
+
+def job_hosts(
+    log: str | Path, job_id: str | None = None, client: SlurmClient | None = None, nodelist: str | None = None
+) -> list[str] | None:
+    """The job's hosts in order, to name a straggler's host: from ``nodelist``, else the node list the
+    log's script printed, else Slurm's record of ``job_id`` (sacct); expanded by ``scontrol show hostnames``.
+    None when unknown or when Slurm's tools are not at hand (a log read on a laptop)."""
+    from cookbook.slurm.client import SlurmClient, SlurmError
+
+    nodelist = nodelist or log_nodelist(log)
+    try:
+        if nodelist is None and job_id:
+            nodelist = (client or SlurmClient()).state(job_id).nodes
+        if not nodelist or "(" in nodelist or nodelist.lower().startswith("none"):  # pending: no nodes yet
+            return None
+        if "[" not in nodelist:
+            return nodelist.split(",")
+        return (client or SlurmClient()).hostnames(nodelist) or None
+    except (SlurmError, OSError):
+        return None

@@ -25,8 +25,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--baseline", help="log of the 1-node run of the same recipe, for scaling efficiency")
     p.add_argument("--traces", nargs="+", help="profiler traces of the run's ranks (per-rank compute vs wait)")
-    p.add_argument("--hosts", help="the job's nodes in order, comma-separated, to name a straggler's host")
-    p.add_argument("--no-fabric", action="store_true", help="the cluster has no InfiniBand/EFA (TCP is expected)")
+    p.add_argument(
+        "--hosts",
+        help="the job's nodes in order, comma-separated, to name a straggler's host "
+        "(default: the node list the job's log printed, or Slurm's record of the job)",
+    )
+    p.add_argument(
+        "--no-fabric",
+        action="store_true",
+        help="the cluster has no InfiniBand/EFA (TCP is expected; default: from the run's profile)",
+    )
     p.add_argument("--plot", help="write the evidence chart to this PNG")
     p.set_defaults(func=_explain)
 
@@ -34,8 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _explain(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from cookbook.analysis.explain import explain_log, explain_plot
+    from cookbook.analysis.explain import expects_fabric, explain_log, explain_plot
     from cookbook.analysis.goodput import resolve_run
+    from cookbook.analysis.stragglers import job_hosts
     from cookbook.slurm.client import SlurmError
 
     try:
@@ -52,7 +61,8 @@ def _explain(args: argparse.Namespace) -> int:
         if path and not Path(path).exists():
             raise UserError(f"{path} does not exist")
     script = Path(args.run) / "job.sbatch" if Path(args.run).is_dir() else None
-    local = ref.gpus_per_node is None and args.gpus_per_node is None and args.gpu is None
+    on_gpus = bool(ref.gpus_per_node or args.gpus_per_node or args.gpu)
+    hosts = args.hosts.split(",") if args.hosts else job_hosts(ref.log, ref.job_id)
     try:
         report = explain_log(
             ref.log,
@@ -61,12 +71,12 @@ def _explain(args: argparse.Namespace) -> int:
             nodes=args.nodes or ref.nodes,
             gpus_per_node=args.gpus_per_node or ref.gpus_per_node,
             node_gpus=args.node_gpus,
-            expects_fabric=not (args.no_fabric or local),
+            expects_fabric=not args.no_fabric and expects_fabric(ref.profile, on_gpus),
             script=script,
             procs_per_node=args.gpus_per_node or ref.gpus_per_node,
             checkpointing=args.checkpointing,
             baseline_log=args.baseline,
-            hosts=args.hosts.split(",") if args.hosts else None,
+            hosts=hosts,
             traces=args.traces,
         )
     except ValueError as e:

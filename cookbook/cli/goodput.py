@@ -14,12 +14,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("run", help="run folder (with job.json), the job's log, or a Slurm job id")
     p.add_argument("--log", help="the job's log when Slurm no longer knows it")
-    p.add_argument("--gpu", help="GPU kind, for the default price and the planner's forecast (h100, a100-80 ...)")
+    p.add_argument(
+        "--gpu", help="GPU kind, for the price and the planner's forecast (default: the run's profile's, e.g. h100)"
+    )
     p.add_argument(
         "--price-per-gpu-hour",
         type=float,
         default=None,
-        help="price used for the cost (default: a rough list price for --gpu)",
+        help="price used for the cost (default: the run's profile's price, else a rough list price for --gpu)",
     )
     p.add_argument("--csv", help="write the ledger table to this CSV file")
     p.add_argument("--plot", help="write the ledger bar chart to this PNG")

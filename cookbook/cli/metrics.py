@@ -181,8 +181,9 @@ def _watch(args: argparse.Namespace) -> int:
     for finding in diagnose(out) if Path(out).exists() else []:
         print(finding)
     if Path(out).exists():
-        from cookbook.analysis.stragglers import straggler_lines
+        from cookbook.analysis.stragglers import job_hosts, straggler_lines
 
-        for line in straggler_lines(str(out)):
+        hosts = job_hosts(out, args.job_id, client, nodelist=info.nodes or None)
+        for line in straggler_lines(str(out), hosts):
             print(line)
     return 0 if info.state == "COMPLETED" else 1

@@ -288,4 +288,3 @@ class FsdpAnyModel(FsdpRecipe):
             "fsdp_model.sh.j2", script=spec.script_name or "fsdp.sbatch", default=DEFAULT_MODEL, models=models
         )
         return replace(launch, prelude=prelude, prelude_variables=("MODEL", "SHAPE", "MAX_STEPS"))
-

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cookbook.recipes import Recipe, get_recipe
+from cookbook.secure_files import make_executable
 from cookbook.slurm.client import SlurmClient, SlurmError, read_output
 from cookbook.spec import PROFILES, JobSpec, profile_defaults
 from cookbook.templating import render_template
@@ -298,7 +299,7 @@ def start_rehearsal(
     check = out / "node-check"
     shutil.copyfile(NODE_CHECK, out / "node_check.py")
     check.write_text(render_template(CHECK_TEMPLATE, node_check=str(out / "node_check.py")))
-    check.chmod(0o755)
+    make_executable(check)
     base = dict(client.env) if client is not None else dict(os.environ)
     (out / "manifest.json").write_text(json.dumps(manifest(text, {**base, **(env or {})}), indent=1))
     job_env = {

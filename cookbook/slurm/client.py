@@ -146,6 +146,12 @@ class SlurmClient:
                 fields[key] = value
         return fields
 
+    def hostnames(self, nodelist: str) -> list[str]:
+        """A node list (``n[1-2],gpu07``) expanded to host names in order (``scontrol show hostnames``)."""
+        if not nodelist.strip():
+            return []
+        return self.run("scontrol", "show", "hostnames", nodelist.strip()).stdout.split()
+
     def output_path(self, job_id: str) -> Path | None:
         """The job's standard output file, as Slurm resolved it."""
         out = self.show_job(job_id).get("StdOut")

@@ -5,6 +5,7 @@ output, script, config or log. Used by test_notebooks_*.py (split in two files s
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -28,6 +29,42 @@ def files_containing(root, needle: str) -> list:
 def _images(executed) -> int:
     nb = nbformat.read(str(executed), as_version=4)
     return sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+def output_text(executed) -> str:
+    """Everything the executed notebook's code cells printed or displayed as text (streams, text/plain)."""
+    nb = nbformat.read(str(executed), as_version=4)
+    parts = []
+    for c in nb.cells:
+        if c.cell_type != "code":
+            continue
+        for o in c.outputs:
+            parts.append(
+                o.get("text", "") if o.get("output_type") == "stream" else o.get("data", {}).get("text/plain", "")
+            )
+    return "\n".join(p if isinstance(p, str) else "".join(p) for p in parts)
+
+
+# cookbook.analysis: Ledger.render()'s first line (goodput_summary prints it) and Explanation.render()'s first
+LEDGER_LINE = re.compile(
+    r"\d+ start\(s\), \d+ s allocated, [\d.]+ (GPU|node)-hours, cost [\d,.]+ "
+    r"\(at [\d.]+ per (GPU|node)-hour\); goodput (\d+\.\d)%"
+)
+MFU_LINE = re.compile(r"MFU measured (unknown|\d+\.\d%), planner expects (unknown|\d+\.\d%)")
+
+
+def check_ledger_and_explanation(executed) -> None:
+    """Notebook 06's last two sections: the goodput ledger (summary line + table) and the MFU explanation."""
+    text = output_text(executed)
+    ledger = LEDGER_LINE.search(text)
+    assert ledger, f"no goodput ledger line in the executed notebook:\n{text[-3000:]}"
+    assert 0 < float(ledger.group(3)) <= 100, ledger.group(0)  # a timed torchtitan run has productive steps
+    # the tables' text/plain: pandas may elide middle columns ("..."), never the first
+    assert re.search(r"^\s+part\s", text, re.M), "the ledger table is not shown"
+    for part in ("queue", "productive"):
+        assert re.search(rf"^\s*\d+\s+{part}\s", text, re.M), f"the ledger table has no {part} row"
+    assert MFU_LINE.search(text), f"no MFU line of the explanation:\n{text[-3000:]}"
+    assert re.search(r"^\s+cause\s|Columns: \[cause,", text, re.M), "the evidence table is not shown"
 
 
 def run_and_check(name: str, tiny_assets, artifacts: Path, tmp_path: Path, known_hf_token: str) -> None:
@@ -67,3 +104,5 @@ def run_and_check(name: str, tiny_assets, artifacts: Path, tmp_path: Path, known
         df = job.metrics()
         assert len(df) >= 2 and df["loss"].notna().all()
     assert _images(executed) >= 1, "the metrics plot is not in the executed notebook"
+    if name.startswith("06_"):
+        check_ledger_and_explanation(executed)

@@ -499,6 +499,7 @@ def test_no_secret_in_any_file_the_run_wrote(session):
         Path(tempfile.gettempdir()),
         Path.home(),
         Path("/var/tmp"),
+        Path("/dev/shm"),  # shared memory (torch, NCCL, data-loader workers): world-listable on every node
     ]
     files = _changed_files(roots, session.started)
     assert len(files) > 20, f"only {len(files)} files written: the sweep looks in the wrong places"

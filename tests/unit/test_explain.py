@@ -119,3 +119,107 @@ def test_watch_lines_name_the_straggler():
     ]
     assert straggler_lines(str(LOGS / "torchtitan_debug_2rank.log")) == []
     assert straggler_lines(str(LOGS / "no_such.log")) == []
+
+
+TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+
+
+def test_trace_stragglers_name_the_rank_the_others_wait_for():
+    from cookbook.analysis.explain import check_trace_stragglers
+
+    # synthetic H100 traces: rank 1's gemm is 2 ms longer, so rank 0 waits 20% of its step in the all-gather
+    found = check_trace_stragglers(sorted((TRACES / "synthetic_gpu").glob("*.trace.json.gz")))
+    assert [e.kind for e in found] == ["straggler"] and found[0].cost == pytest.approx(0.2)
+    assert "they wait for rank 1" in found[0].finding
+    # real CPU traces of two even ranks (spread under 10 points), and one rank alone: nothing to blame
+    assert check_trace_stragglers(sorted((TRACES / "torchtune").glob("*.trace.json.gz"))) == []
+    assert check_trace_stragglers(sorted((TRACES / "torchtitan").glob("*.trace.json.gz"))) == []
+    report = explain_log(
+        LOGS / "torchtitan_debug_2rank.log", traces=sorted((TRACES / "synthetic_gpu").glob("*.trace.json.gz"))
+    )
+    assert report.causes == ["straggler"]
+
+
+def test_fabric_is_expected_from_the_profile():
+    from cookbook.analysis.explain import expects_fabric
+
+    assert expects_fabric("aws-efa") and expects_fabric("nebius") and expects_fabric("crusoe")
+    assert not expects_fabric("generic") and not expects_fabric("local-cpu", on_gpus=False)
+    assert expects_fabric(None, on_gpus=True) and not expects_fabric(None, on_gpus=False)
+
+
+def _run_folder(tmp_path, log, profile, nodes=2):
+    from cookbook.slurm.record import JobRecord
+
+    folder = tmp_path / f"run-{profile}"
+    folder.mkdir()
+    script = folder / "job.sbatch"
+    script.write_text(f"#!/bin/bash\n#SBATCH --nodes={nodes}\n#SBATCH --gpus-per-node=8\n")
+    JobRecord("80", script, log, folder / "runs", "llama3_8b_c4", profile, "x").save()
+    return folder
+
+
+def test_explain_takes_the_fabric_from_the_run_profile(tmp_path, capsys):
+    log = LOGS / "nccl_socket_gcp_slurm.log"
+    assert cli_main(["explain", str(_run_folder(tmp_path, log, "aws-efa"))]) == 0
+    assert "nccl_socket" in capsys.readouterr().out
+    assert cli_main(["explain", str(_run_folder(tmp_path, log, "generic"))]) == 0  # TCP may be all it has
+    assert "nccl_socket" not in capsys.readouterr().out
+
+
+class FakeSlurm:
+    """What ``watch`` and ``job_hosts`` ask Slurm, answered from a fixture (no cluster)."""
+
+    def __init__(self, log, nodes="n[1-2]", env=None):
+        self.log, self.nodes, self.asked = log, nodes, []
+
+    def state(self, job_id):
+        from cookbook.slurm.client import JobInfo
+
+        return JobInfo(job_id, "COMPLETED", "0:0", self.nodes, "sacct")
+
+    def output_path(self, job_id):
+        return self.log
+
+    def hostnames(self, nodelist):
+        self.asked.append(nodelist)
+        return {"n[1-2]": ["n1", "n2"]}[nodelist]
+
+
+def test_watch_names_the_straggler_and_its_host(tmp_path, capsys, monkeypatch):
+    import cookbook.slurm.client as client_module
+
+    log = tmp_path / "slow-80.out"
+    log.write_bytes((LOGS / "torchtitan_slow_rank.log").read_bytes())
+    monkeypatch.setattr(client_module, "SlurmClient", lambda *a, **k: FakeSlurm(log))
+    assert cli_main(["watch", "80", "--interval", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "job 80 ended COMPLETED" in out
+    assert "straggler: rank 3 on n2 is slow in 100% of 11 steps" in out  # 4 ranks on 2 hosts: ranks 2, 3 on n2
+
+
+def test_hosts_come_from_the_log_or_slurm():
+    from cookbook.analysis.stragglers import job_hosts, log_nodelist
+
+    requeued = LOGS / "torchtitan_requeued_local.log"  # the script printed `job 80: 2 node(s) [n[1-2]], ...`
+    assert log_nodelist(requeued) == "n[1-2]" and log_nodelist(LOGS / "torchtitan_slow_rank.log") is None
+    fake = FakeSlurm(requeued)
+    assert job_hosts(requeued, "80", fake) == ["n1", "n2"] and fake.asked == ["n[1-2]"]
+    assert job_hosts(LOGS / "torchtitan_slow_rank.log", "80", fake) == ["n1", "n2"]  # sacct's NodeList
+    assert job_hosts(LOGS / "torchtitan_slow_rank.log", "80", fake, nodelist="a1,a2") == ["a1", "a2"]
+    assert job_hosts(LOGS / "torchtitan_slow_rank.log", None, fake) is None
+    assert job_hosts(LOGS / "torchtitan_slow_rank.log", "80", FakeSlurm(requeued, nodes="(Resources)")) is None
+
+
+def test_explain_names_the_host_without_hosts_given(tmp_path, capsys, monkeypatch):
+    import cookbook.slurm.client as client_module
+
+    # the slow-rank log as a generated script writes it: its first line names the nodes
+    log = tmp_path / "slow-80.out"
+    log.write_text(
+        "job 80: 2 node(s) [n[1-2]], rendezvous 10.0.0.1:29500, run dir /r\n"
+        + (LOGS / "torchtitan_slow_rank.log").read_text()
+    )
+    monkeypatch.setattr(client_module, "SlurmClient", lambda *a, **k: FakeSlurm(log))
+    assert cli_main(["explain", str(log)]) == 0
+    assert "rank 3 on n2" in capsys.readouterr().out

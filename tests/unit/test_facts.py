@@ -129,3 +129,19 @@ def test_the_rehearsal_manifest_takes_the_profile_defaults(monkeypatch):
     for profile in ("local-cpu", "nebius"):
         manifest(f"#!/bin/bash\n# llama3_8b_c4 (torchtitan), profile {profile}: x\n")
         assert {k: getattr(seen[-1], k) for k in profile_defaults(profile)} == profile_defaults(profile)
+
+
+def test_prices_are_facts_of_the_gpu_table_and_profiles_name_known_kinds():
+    from cookbook.analysis import goodput
+    from cookbook.spec import PROFILES
+
+    assert set(gpus.LIST_PRICE_PER_GPU_HOUR) <= set(gpus.GPU_KINDS)
+    assert not [name for name in vars(goodput) if "PRICE" in name]  # no second price table
+    for profile in PROFILES.values():
+        assert profile.gpu is None or profile.gpu in gpus.GPU_KINDS, profile.name
+        assert profile.gpu_hour_price() == (
+            profile.price_per_gpu_hour
+            if profile.price_per_gpu_hour is not None
+            else gpus.LIST_PRICE_PER_GPU_HOUR.get(profile.gpu or "")
+        )
+        assert profile.gpu is None or profile.uses_gpus

@@ -94,3 +94,67 @@ def test_resolve_run_and_cli_errors(tmp_path, capsys):
     assert "not a run folder" in capsys.readouterr().err
     assert cli_main(["goodput", str(log), "--price-per-gpu-hour", "-1"]) == 2
     assert re.search(r">= 0", capsys.readouterr().err)
+
+
+def test_price_comes_from_the_profile_and_the_gpu_table():
+    from cookbook.gpus import LIST_PRICE_PER_GPU_HOUR
+    from cookbook.spec import PROFILES
+
+    assert price_per_gpu_hour(None, profile="nebius") == LIST_PRICE_PER_GPU_HOUR[PROFILES["nebius"].gpu]
+    assert price_per_gpu_hour("h200", profile="aws-efa") == LIST_PRICE_PER_GPU_HOUR["h200"]  # --gpu names the kind
+    assert price_per_gpu_hour("NVIDIA H100 80GB HBM3") == LIST_PRICE_PER_GPU_HOUR["h100"]
+    assert price_per_gpu_hour(None, profile="generic") == 0.0  # no GPU kind: no price
+    assert price_per_gpu_hour("h100", profile="local-cpu") == 0.0  # the profile's own price wins
+    assert price_per_gpu_hour(None, 4.5, profile="nebius") == 4.5  # --price-per-gpu-hour wins
+    gpu = [Attempt(datetime(2026, 1, 1), datetime(2026, 1, 1, 1), "COMPLETED", 1, 8)]
+    assert goodput_ledger(LOGS / "seed_torchtune_tqdm.log", gpu, profile="crusoe").cost == pytest.approx(8 * 3.0)
+    unpriced = goodput_ledger(LOGS / "seed_torchtune_tqdm.log", gpu, profile="generic")
+    assert unpriced.cost == 0 and any("--price-per-gpu-hour" in n for n in unpriced.notes)
+
+
+def _run_folder(tmp_path: Path, profile: str, recipe: str = "llama3_8b_c4") -> Path:
+    """A run folder as `submit` leaves it (job.json + job.sbatch), for the fixture log."""
+    from cookbook.slurm.record import JobRecord
+
+    folder = tmp_path / f"run-{profile}"
+    folder.mkdir()
+    script = folder / "job.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --gpus-per-node=8\n")
+    JobRecord("80", script, LOG, folder / "runs", recipe, profile, "gp").save()
+    return folder
+
+
+def test_planner_forecast_for_a_real_shape():
+    from cookbook.analysis.goodput import planned_step_seconds
+
+    step = planned_step_seconds("llama3_8b_c4", 1, 8, "h100")
+    assert step is not None and 0.1 < step < 60
+    assert planned_step_seconds("llama3_8b_c4", 1, 8, None) is None
+    assert planned_step_seconds("no_such_recipe", 1, 8, "h100") is None
+
+
+def test_cli_defaults_to_the_profile_price_and_prints_the_forecast(tmp_path, capsys, monkeypatch, attempts):
+    import cookbook.analysis.goodput as goodput
+    from cookbook.analysis.goodput import planned_step_seconds
+
+    gpu_attempts = [Attempt(a.start, a.end, a.state, a.nodes, 8, a.submit) for a in attempts]
+    monkeypatch.setattr(goodput, "slurm_attempts", lambda client, job_id: gpu_attempts)
+    folder = _run_folder(tmp_path, "nebius")
+    assert resolve_run(str(folder)).profile == "nebius"
+    assert cli_main(["goodput", str(folder), "--gpu", "h100"]) == 0
+    out = capsys.readouterr().out
+    forecast = planned_step_seconds("llama3_8b_c4", 1, 8, "h100") * len(
+        {s for g in log_segments(LOG) for s, _ in g.steps}
+    )
+    assert f"planner forecast for these steps: {forecast:.0f} s productive" in out
+    assert "(at 3 per GPU-hour)" in out  # nebius: H100 at its list price
+    # the profile's GPU kind alone gives the forecast too; the price can be overridden
+    assert cli_main(["goodput", str(folder), "--price-per-gpu-hour", "2.5"]) == 0
+    out = capsys.readouterr().out
+    assert "planner forecast" in out and "(at 2.5 per GPU-hour)" in out
+    # a local-cpu run: no GPU kind, no forecast, costs nothing
+    local = _run_folder(tmp_path, "local-cpu")
+    monkeypatch.setattr(goodput, "slurm_attempts", lambda client, job_id: attempts)
+    assert cli_main(["goodput", str(local)]) == 0
+    out = capsys.readouterr().out
+    assert "planner forecast" not in out and "cost 0.00 (at 0 per node-hour)" in out
