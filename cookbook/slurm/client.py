@@ -111,7 +111,7 @@ class SlurmClient:
 
     def state(self, job_id: str) -> JobInfo:
         """State of a job: squeue while Slurm keeps it, then sacct, then the job-completion log."""
-        r = self.run("squeue", "-h", "-j", job_id, "-t", "all", "-o", "%T|%R", check=False)
+        r = r_squeue = self.run("squeue", "-h", "-j", job_id, "-t", "all", "-o", "%T|%R", check=False)
         if r.returncode == 0 and r.stdout.strip():
             state, where = r.stdout.strip().splitlines()[0].split("|", 1)
             info = JobInfo(job_id, state, "", where, "squeue")
@@ -124,6 +124,8 @@ class SlurmClient:
             if r.returncode == 0 and rows:
                 _, state, code, nodes = rows[-1][:4]
                 return JobInfo(job_id, state.split()[0], code, nodes, source)
+        if r_squeue.returncode and "invalid job id" not in r_squeue.stderr.lower():  # Slurm itself failed
+            raise SlurmError(["squeue", "-j", job_id], r_squeue.returncode, r_squeue.stderr)
         raise SlurmError(
             ["squeue", "-j", job_id], 1, f"job {job_id} is unknown to squeue, sacct and the job-completion log"
         )
