@@ -7,7 +7,9 @@ texts), so a regression in the template is caught without a GPU cluster.
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -197,6 +199,54 @@ def test_every_log_line_is_tagged_with_node_and_rank(name):
     text = SCRIPTS[name]
     srun = next(ln for ln in text.splitlines() if ln.startswith("srun "))
     assert "--label" in srun and "--role=rank --tee=3" in text
+    assert "export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]:'" in text
+
+
+def _torchrun_node(node_rank: int, port: int, worker: Path, prefix_line: str, tmp: Path) -> subprocess.Popen:
+    """One node of a 2-node torchrun (static rendezvous on this machine: node_rank fixed), launched as the
+    scripts launch it (``--role=rank --tee=3``) after the script's own prefix line."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = (
+        f"{prefix_line}\n{torchrun} --nnodes=2 --node-rank={node_rank} --nproc-per-node=1 "
+        f"--master-addr=127.0.0.1 --master-port={port} --role=rank --tee=3 --log-dir={tmp}/logs{node_rank} {worker}"
+    )
+    return subprocess.Popen(["bash", "-c", cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_log_lines_carry_the_global_rank_and_the_parser_keeps_rank_0(tmp_path):
+    """Problem 13 on real torchrun: node 1's process is tagged [rank1] (torchrun's default tag is the local
+    rank: [rank0] on every node), and parse_log keeps rank 0's numbers from a log where node 1 comes first."""
+    from cookbook.metrics import parse_log
+
+    text = SCRIPTS["fsdp/fsdp_llama3_1_8b.generic.sbatch"]
+    line = next(ln for ln in text.splitlines() if ln.startswith("export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="))
+    worker = tmp_path / "worker.py"
+    worker.write_text(
+        "import os\nr = int(os.environ['RANK'])\n"
+        "print(f'2025-06-17 16:24:52 I [train.py:103] Batch 0 Loss: {1.5 + r}, Speed: 4.88 samples/sec, "
+        "lr: 0.000100', flush=True)\n"
+    )
+
+    def run(prefix_line: str) -> list[str]:  # a 2-node torchrun on this machine
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        nodes = [_torchrun_node(i, port, worker, prefix_line, tmp_path / prefix_line[:6]) for i in (0, 1)]
+        outs = [n.communicate(timeout=120)[0] for n in nodes]
+        assert [n.returncode for n in nodes] == [0, 0], outs
+        # as srun --label writes them; node 1's lines first
+        return [f"{i}: {ln}" for i in (1, 0) for ln in outs[i].splitlines() if "Loss" in ln]
+
+    tagged = run(line)
+    assert any(ln.startswith("1: [rank1]:") for ln in tagged), tagged
+    # without the line, torchrun tags node 1's process with its local rank: [rank0]
+    assert not any(ln.startswith("1: [rank0]:") for ln in tagged), tagged
+    log = tmp_path / "job.out"
+    log.write_text("\n".join(tagged) + "\n")
+    df = parse_log(log)
+    assert list(df["loss"]) == [1.5] and list(df["rank"]) == [0], df
+    assert list(parse_log(log, ranks="all").sort_values("rank")["loss"]) == [1.5, 2.5]
 
 
 def test_manifest_names_the_recipe_paths_and_intent():
