@@ -375,8 +375,10 @@ class FluxSchnell(TorchtitanRecipe):
     config_fn = "flux_schnell"
     model_folder = "FLUX.1-schnell"  # its autoencoder and configs: the transformer trains from scratch
     planner_model = "flux_schnell"
+    # the Nebius guide's flux_schnell_model.toml; configs/cookbook_titan.py keeps a copy (tests/unit/test_facts.py)
+    images_per_gpu = 32
     planner_settings = {
-        "micro_batch": 64,
+        "micro_batch": images_per_gpu,
         "checkpointing": "full",
         "shard_group": 8,
         "reshard_after_forward": False,
@@ -384,12 +386,13 @@ class FluxSchnell(TorchtitanRecipe):
         "text_tokens": 256,
     }
     planner_source = (
-        "Nebius flux_schnell_model.toml (img 256, T5 256 tokens, full AC, HSDP 2x8, no reshard "
-        "after forward); 64 images/GPU/step inferred from its log (tps x step time)"
+        f"Nebius flux_schnell_model.toml (img 256, T5 256 tokens, full AC, HSDP 2x8, no reshard "
+        f"after forward, {images_per_gpu} images/GPU/step; its published log's memory and rate are at the 64 "
+        "its tps x step time imply)"
     )
     intent = {
         **INTENT,
-        "training.local_batch_size": "the Nebius guide's 32 images per GPU",
+        "training.local_batch_size": f"the Nebius guide's {images_per_gpu} images per GPU",
         "parallelism.data_parallel_replicate_degree": "HSDP as the Nebius guide: one replica per node",
     }
 
