@@ -107,9 +107,9 @@ def default_parameters(notebook: str | os.PathLike) -> dict[str, Any]:
         },
         "02_llama3_3_70b_full_finetune": {**c, "model_dir": None},
         "03_llama3_3_70b_lora": {**c, "model_dir": None},
-        "04_flux_schnell_pretraining": c,
+        "04_flux_schnell_pretraining": {**c, "model_dir": None},
         "05_profiling": {**c, "model_dir": None},
-        "06_llama3_8b_c4_torchtitan": c,
+        "06_llama3_8b_c4_torchtitan": {**c, "model_dir": None},
         "07_sweep_lora_rank": {
             "ranks": [8, 16, 64],
             "base_parameters": {},

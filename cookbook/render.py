@@ -130,7 +130,7 @@ def mount_problems(spec: JobSpec, recipe: Recipe) -> list[str]:
     paths.update(
         {
             f"{sp.key} ({sp.what})": resolve_here(spec.overrides.get(sp.key, sp.default), spec, variables)
-            for sp in recipe.start_paths(spec)
+            for sp in recipe.read_paths(spec)  # start paths and the config keys naming files (e.g. the dataset)
         }
     )
     out = []

@@ -363,13 +363,13 @@ def default_model_dir(repo_id: str, run_root: str | os.PathLike = "runs") -> Pat
 
 
 def model_dir_for(recipe: str, model_dir: str | os.PathLike | None, run_root: str | os.PathLike = "runs") -> Path:
-    """``model_dir`` if given, else the :func:`default_model_dir` of the model the recipe finetunes."""
+    """``model_dir`` if given, else the :func:`default_model_dir` of the download the recipe reads."""
     from cookbook.recipes import get_recipe
 
     if model_dir:
         return Path(model_dir)
     folder = get_recipe(recipe).model_folder
-    require(folder is not None, f"{recipe} trains from scratch: it needs no model_dir")
+    require(folder is not None, f"{recipe} reads no downloaded model: it needs no model_dir")
     return default_model_dir(str(folder), run_root)
 
 

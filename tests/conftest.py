@@ -67,7 +67,7 @@ def job_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def gpu_cluster():
-    """The GPU-shaped local cluster `gpu` (preset: 2 nodes x 8 fake GPUs, 192 CPUs), beside `cookbook`."""
+    """The GPU-shaped local cluster `gpu` (preset: 4 nodes x 8 fake GPUs, 192 CPUs each), beside `cookbook`."""
     from cookbook.local.cluster import ClusterConfig, LocalCluster
 
     if os.geteuid() != 0:

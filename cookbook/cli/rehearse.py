@@ -27,6 +27,8 @@ def _rehearse(args: argparse.Namespace) -> int:
     from cookbook.rehearsal import RehearsalError, rehearse
     from cookbook.slurm.client import JobTimeout, SlurmClient, SlurmError
 
+    if args.json and not os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK):
+        raise UserError(f"--json {args.json}: its folder does not exist or is not writable")
     try:
         report = rehearse(args.script, SlurmClient(dict(os.environ)), timeout=args.timeout, time_limit=args.time_limit)
     except RehearsalError as e:
@@ -37,17 +39,14 @@ def _rehearse(args: argparse.Namespace) -> int:
         ) from None
     except SlurmError as e:
         raise UserError(" ".join((e.stderr or str(e)).split())) from None
+    except OSError as e:  # the script's folder (where the rehearsal writes its reports) not writable
+        raise UserError(f"cannot write the rehearsal's files: {e.strerror}: {e.filename}") from None
     print(report.table())
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "ok": report.ok,
-                    "job_id": report.job_id,
-                    "problems": report.problems,
-                    "nodes": [n.data for n in report.nodes],
-                },
-                f,
-                indent=1,
-            )
+        data = {"ok": report.ok, "job_id": report.job_id, "problems": report.problems}
+        try:
+            with open(args.json, "w") as f:
+                json.dump({**data, "nodes": [n.data for n in report.nodes]}, f, indent=1)
+        except OSError as e:
+            raise UserError(f"--json {args.json}: cannot write it ({e.strerror})") from None
     return 0 if report.ok else 1

@@ -28,7 +28,8 @@ from cookbook.planner.models import FluxShape, ModelShape
 Checkpointing = Literal["none", "selective", "full"]
 CHECKPOINTING_MODES: tuple[str, ...] = ("none", "selective", "full")
 
-# FLUX: the only published run (Nebius, 2x8 H100, full AC, 64 images/GPU) logs ~7.9 images/s/GPU, i.e.
+# FLUX: the only published run (Nebius, 2x8 H100, full AC; its batch: FluxSchnell.images_per_gpu in
+# cookbook/recipes/torchtitan.py) logs ~7.9 images/s/GPU (a rate: the batch size does not enter it), i.e.
 # ~24% MFU by flops_per_sample(): 0.64 of what the LLM anchors give with full AC. Calibrated, not
 # independently checked.
 FLUX_MFU_FACTOR = 0.64

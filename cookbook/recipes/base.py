@@ -108,7 +108,8 @@ class Recipe(ABC):
     framework: ClassVar[str]
     description: str
     config_paths: ClassVar[tuple[StartPath, ...]] = ()  # config keys naming files read at start-up
-    # the Hugging Face download a finetune starts from (None: it trains from scratch)
+    # the Hugging Face download the job reads at start-up: a finetune's weights, a pretraining's tokenizer or
+    # autoencoder (None: it reads none); its default place is ``models/<model_folder>``
     model_folder: str | None = None
     trace_subdir: ClassVar[str] = "profiling/traces"  # where profiler traces land, under the run folder
     # the framework's config keys the planner understands, ``{config key: planner Settings field}``

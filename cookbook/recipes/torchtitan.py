@@ -339,6 +339,10 @@ class TorchtitanRecipe(Recipe):
             return Launch("torchrun", ("-m", "cookbook.local.compat.cpu", "torchtitan", *args), {"TINY_DIR": tiny})
         return Launch("torchrun", ("-m", "torchtitan.train", *args), self.start_variables(spec))
 
+    def model_overrides(self, model_dir: str) -> dict[str, str]:
+        """The download as ``hf_assets_path`` (Llama's tokenizer; FLUX's autoencoder and configs are inside it)."""
+        return {"hf_assets_path": str(model_dir).rstrip("/")}
+
     def resume(self, spec: JobSpec) -> str:
         """torchtitan loads the newest COMPLETE ``step-N`` (one with DCP's ``.metadata``) under
         ``$RUN_DIR/checkpoint`` by itself (checkpoint.enable); a save cut short by the requeue is skipped."""
@@ -349,6 +353,7 @@ class Llama3_8BC4(TorchtitanRecipe):
     name = "llama3_8b_c4"
     description = "Llama-3.1-8B pretraining on C4, torchtitan (FSDP2 [+TP/PP/CP])"
     config_fn = "llama3_8b_c4"
+    model_folder = "Llama-3.1-8B"  # its tokenizer only: the model trains from scratch
     planner_model = "llama3_1_8b"
     planner_settings = {"seq_len": 8192, "micro_batch": 2, "checkpointing": "selective"}
     planner_source = "torchtitan llama3_8b (seq 8192, selective op AC); bs 2 as in torchtitan docs/performance.md"
@@ -358,7 +363,7 @@ class Llama3_8BC4(TorchtitanRecipe):
             StartPath(
                 "hf_assets_path",
                 "MODEL_DIR",
-                "$RECIPE_DIR/models/Llama-3.1-8B",
+                f"$RECIPE_DIR/models/{self.model_folder}",
                 "dir",
                 "the Llama-3.1-8B tokenizer (`cookbook download meta-llama/Llama-3.1-8B`)",
                 ("tokenizer.json", "tokenizer_config.json"),
@@ -370,9 +375,12 @@ class FluxSchnell(TorchtitanRecipe):
     name = "flux_schnell"
     description = "FLUX.1-schnell training on cc12m, torchtitan"
     config_fn = "flux_schnell"
+    model_folder = "FLUX.1-schnell"  # its autoencoder and configs: the transformer trains from scratch
     planner_model = "flux_schnell"
+    # the Nebius guide's flux_schnell_model.toml; configs/cookbook_titan.py keeps a copy (tests/unit/test_facts.py)
+    images_per_gpu = 32
     planner_settings = {
-        "micro_batch": 64,
+        "micro_batch": images_per_gpu,
         "checkpointing": "full",
         "shard_group": 8,
         "reshard_after_forward": False,
@@ -380,12 +388,13 @@ class FluxSchnell(TorchtitanRecipe):
         "text_tokens": 256,
     }
     planner_source = (
-        "Nebius flux_schnell_model.toml (img 256, T5 256 tokens, full AC, HSDP 2x8, no reshard "
-        "after forward); 64 images/GPU/step inferred from its log (tps x step time)"
+        f"Nebius flux_schnell_model.toml (img 256, T5 256 tokens, full AC, HSDP 2x8, no reshard "
+        f"after forward, {images_per_gpu} images/GPU/step; its published log's memory and rate are at the 64 "
+        "its tps x step time imply)"
     )
     intent = {
         **INTENT,
-        "training.local_batch_size": "the Nebius guide's 32 images per GPU",
+        "training.local_batch_size": f"the Nebius guide's {images_per_gpu} images per GPU",
         "parallelism.data_parallel_replicate_degree": "HSDP as the Nebius guide: one replica per node",
     }
 
@@ -394,7 +403,7 @@ class FluxSchnell(TorchtitanRecipe):
             StartPath(
                 "hf_assets_path",
                 "FLUX_DIR",
-                "$RECIPE_DIR/models/FLUX.1-schnell",
+                f"$RECIPE_DIR/models/{self.model_folder}",
                 "dir",
                 "the FLUX.1-schnell download (`cookbook download black-forest-labs/FLUX.1-schnell`)",
                 ("model_index.json",),

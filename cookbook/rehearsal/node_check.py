@@ -13,7 +13,10 @@ same environment. It trains nothing. It reports, as JSON in ``$COOKBOOK_REHEARSE
 - the config parsed by the framework's own parser, in the training interpreter (the launcher's ``#!``),
   and the paths it names (model files, tokenizer, dataset, autoencoder/encoders) present and readable,
   the run folder writable, each inside a container mount when the job uses a container;
-- the network interface NCCL/gloo are told to use, present on the node.
+- the network interface NCCL/gloo are told to use, present on the node, and the EFA / InfiniBand device
+  the profile names (``FI_PROVIDER=efa``, ``NCCL_IB_HCA``) under ``/sys/class/infiniband``;
+- the recipe's intended settings (profiling off unless asked, timeouts, HSDP...), the profile's
+  environment and log lines tagged with node and global rank.
 
 Standard library only: it runs under any ``python3`` on the node; framework code runs only in the
 ``--parse`` child started with the launcher's interpreter. It always exits 0 (srun's
@@ -35,7 +38,7 @@ from typing import Any
 
 SECRET = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)($|_)|_KEY($|_)", re.I)
 ENV_SHOWN = re.compile(
-    r"^(NCCL_|FI_|GLOO_|TORCH_|CUDA_VISIBLE_DEVICES$|OMP_NUM_THREADS$|HF_|TRITON_CACHE_DIR$|"
+    r"^(NCCL_|FI_|GLOO_|TORCH_|TORCHELASTIC_|CUDA_VISIBLE_DEVICES$|OMP_NUM_THREADS$|HF_|TRITON_CACHE_DIR$|"
     r"SLURM_CPUS|SLURM_GPUS|SLURM_JOB_NUM_NODES$|SLURM_NODEID$|PYTHONPATH$|VIRTUAL_ENV$|"
     r"RECIPE_DIR$|RUN_DIR$|MODEL_DIR$|FLUX_DIR$|T5_DIR$|CLIP_DIR$|TINY_DIR$|UCX_)"
 )
@@ -394,23 +397,74 @@ def parallel_problems(framework: str, values: dict, nproc: int, nnodes: int) -> 
     return problems
 
 
-def config_notes(values: dict, expected: dict, nnodes: int) -> list[str]:
-    """Values the recipe sets on purpose (``expected``: key -> [value, why]) that this config does not have."""
-    notes = []
+def config_problems(values: dict, expected: dict, nnodes: int, profiling_requested: bool = False) -> tuple[list, list]:
+    """Values the recipe sets on purpose (``expected``: key -> [value, why]) that this config does not have:
+    (problems, notes). A profiler setting the user asked for (``profiling_requested``) is only a note."""
+    problems, notes = [], []
     for key, (want, why) in expected.items():
         want = nnodes if want == "$SLURM_JOB_NUM_NODES" else want
         if key in values and values[key] != want:
-            notes.append(f"{key}={values[key]!r} where the recipe sets {want!r}: {why}")
-    return notes
+            text = f"{key}={values[key]!r} where the recipe sets {want!r}: {why}"
+            if profiling_requested and key.startswith("profiler."):
+                notes.append(text + " (profiling was asked for)")
+            else:
+                problems.append(text + f"; set {key}={want} (or render the script again)")
+    return problems, notes
 
 
-def env_notes(expected: dict) -> list[str]:
+def env_problems(expected: dict) -> list[str]:
     """Profile variables (name -> [value, source]) missing or different here."""
     return [
-        f"{name}={os.environ.get(name)!r} where the profile sets {value!r} ({source})"
+        f"{name}={os.environ.get(name)!r} where the profile sets {value!r} ({source}): export {name}={value} "
+        "in the script"
         for name, (value, source) in expected.items()
         if os.environ.get(name) != value
     ]
+
+
+def log_tag_problems(flags: dict) -> list[str]:
+    """Every log line must say its node (srun --label) and its GLOBAL rank: torchrun's own ``--tee`` tag is
+    the local rank (``[rank0]`` on every node) unless TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE names ``${rank}``."""
+    template = os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "")
+    if os.environ.get("SLURM_LABELIO") == "1" and "tee" in flags and "${rank}" in template:
+        return []
+    return [
+        "log lines are not tagged with node and global rank: use srun --label, torchrun --role=rank --tee=3 "
+        "and export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]:' (torchrun's own tag is the local "
+        "rank); else ranks cannot be told apart and a parser may keep another rank's numbers"
+    ]
+
+
+def rdma_check(
+    sysfs: str | os.PathLike = "/sys/class/infiniband", gpu_node: bool | None = None
+) -> tuple[dict, list, list]:
+    """The RDMA devices the profile names (``FI_PROVIDER=efa``: an EFA device; ``NCCL_IB_HCA``: a matching
+    HCA, prefixes / ``=exact`` / ``^exclusions``, ``:port`` ignored) present under ``sysfs``: (info, problems,
+    notes). Missing is a problem on a GPU node (``nvidia-smi`` present), a note elsewhere (a CPU test bench)."""
+    root = Path(sysfs)
+    devices = sorted(d.name for d in root.iterdir()) if root.is_dir() else []
+    info: dict[str, object] = {"devices": devices}
+    missing = []
+    if os.environ.get("FI_PROVIDER") == "efa":
+        efa = [
+            d
+            for d in devices
+            if d.startswith(("rdmap", "efa"))
+            or os.path.basename(os.path.realpath(root / d / "device" / "driver")) == "efa"
+        ]
+        info["efa"] = efa
+        if not efa:
+            missing.append(f"FI_PROVIDER=efa but no EFA device under {root} (has: {', '.join(devices) or 'none'})")
+    hca = os.environ.get("NCCL_IB_HCA", "")
+    if hca and not hca.startswith("^"):
+        wanted = [w.split(":")[0] for w in hca.split(",") if w]
+        ok = [d for d in devices for w in wanted if (d == w[1:] if w.startswith("=") else d.startswith(w))]
+        info["NCCL_IB_HCA"] = ok
+        if not ok:
+            missing.append(f"NCCL_IB_HCA={hca} matches no device under {root} (has: {', '.join(devices) or 'none'})")
+    fix = "; check `ibv_devices`, load the driver, or unset the variable on a cluster without that fabric"
+    gpu_node = bool(shutil.which("nvidia-smi")) if gpu_node is None else gpu_node
+    return info, ([m + fix for m in missing] if gpu_node else []), ([] if gpu_node else [m + fix for m in missing])
 
 
 # ------------------------------------------------------------------------------------------ main
@@ -490,13 +544,19 @@ def main(argv: list[str]) -> int:
     problems += p
     if values:
         problems += parallel_problems(framework, values, nproc, nnodes)
-        notes += config_notes(values, manifest.get("expect_config", {}).get(framework, {}), nnodes)
-    notes += env_notes(manifest.get("expect_env", {}))
-    if os.environ.get("SLURM_LABELIO") != "1" or "tee" not in flags:
-        notes.append(
-            "log lines are not tagged with node and rank (srun --label, torchrun --role=rank --tee=3): "
-            "ranks cannot be told apart and a parser may keep another rank's numbers"
+        p, n = config_problems(
+            values,
+            manifest.get("expect_config", {}).get(framework, {}),
+            nnodes,
+            bool(manifest.get("profiling_requested")),
         )
+        problems += p
+        notes += n
+    problems += env_problems(manifest.get("expect_env", {}))
+    problems += log_tag_problems(flags)
+    report["rdma"], p, n = rdma_check()
+    problems += p
+    notes += n
     report["problems"] = [mask(x, secrets) for x in problems]
     report["notes"] = [mask(x, secrets) for x in notes]
     report["seconds"] = round(time.monotonic() - started, 1)

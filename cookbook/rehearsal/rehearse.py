@@ -43,7 +43,7 @@ class NodeReport:
     node: str
     data: dict = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # worth reading, not failing (e.g. a changed default)
+    notes: list[str] = field(default_factory=list)  # worth reading, not failing (e.g. node-local storage)
 
     @property
     def ok(self) -> bool:
@@ -169,12 +169,23 @@ def manifest(text: str, env: dict[str, str] | None = None) -> dict:
         "profile": profile,
         "paths": paths,
         "expect_config": expect_config,
+        "profiling_requested": profiling_requested(text, recipe),
         "expect_env": expect_env,
         "uses_gpus": bool(
             sbatch_value(text, "gpus-per-node") or sbatch_value(text, "gres") or sbatch_value(text, "gpus")
         ),
         "mounts": container_mounts(text),
     }
+
+
+def profiling_requested(text: str, recipe: Recipe | None) -> bool:
+    """The script turns the profiler on itself (rendered with the recipe's ``profiling_overrides``): the user
+    asked for it, so a profiler setting that differs from the recipe's "off" is no problem."""
+    try:
+        switches = [k for k, v in recipe.profiling_overrides().items() if v.lower() == "true"] if recipe else []
+    except ValueError:  # a recipe without profiler settings
+        return False
+    return any(re.search(rf"--{re.escape(k)}(?![\w.-])", text) for k in switches)
 
 
 def possibly_empty_arrays(text: str) -> list[str]:

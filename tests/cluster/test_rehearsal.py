@@ -126,7 +126,7 @@ def test_every_committed_gpu_script_passes_its_rehearsal(gpu, staged):
             assert d["config"].startswith("parsed by"), name
             assert d["launcher"].endswith(("/torchrun", "/tune")), name
             assert "(hidden)" in d["env"]["HF_TOKEN"]
-            assert not [x for x in node.notes if "not tagged" in x], name
+            assert d["env"]["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]:", name
         assert report.nodes[0].data["rendezvous"]["reached_by"] == [report.nodes[1].data["host"]], name
         if ".nebius." in name or ".crusoe." in name:
             assert {n.data["network"]["NCCL_SOCKET_IFNAME"] for n in report.nodes} == {"eth0"}, name
@@ -192,14 +192,20 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
     # 4. FLUX without its autoencoder path (torchtitan's relative default) and a download without ae.safetensors
     s = broken("flux", "torchtitan/flux_schnell.nebius.sbatch")
     _edit(s, '  --encoder.autoencoder_path \\\n  "${FLUX_DIR}"/ae.safetensors \\\n', "")
-    # 5, 6, 7: profiling on, plain FSDP at batch 64, the 100 s collective timeout
+    # 5, 6, 7: profiling on (torchtitan's default, as the config had it), plain FSDP at batch 64, the 100 s
+    # collective timeout
     s = broken("titan-defaults", "torchtitan/flux_schnell.crusoe.sbatch")
+    _edit(
+        s.parent / "cookbook_titan.py", "cfg.profiler.enable_profiling = False", "cfg.profiler.enable_profiling = True"
+    )
     _edit(
         s,
         '  --parallelism.data_parallel_replicate_degree \\\n  "${SLURM_JOB_NUM_NODES}" \\\n',
-        "  --profiler.enable_profiling \\\n  --training.local_batch_size 64 \\\n"
-        "  --comm.train_timeout_seconds 100 \\\n",
+        "  --training.local_batch_size 64 \\\n  --comm.train_timeout_seconds 100 \\\n",
     )
+    # ... and profiling the user asked for (rendered with the profiling overrides): a note, not a problem
+    s = broken("profiling-asked", "torchtitan/llama3_8b_c4.crusoe.sbatch")
+    _edit(s, "  --dump_folder \\\n", "  --profiler.enable_profiling \\\n  --dump_folder \\\n")
     # 8. CPUs asked for but not passed to srun
     s = broken("cpus", "fsdp/fsdp.nebius.sbatch")
     jobs["cpus"][1]["MODEL"] = "llama3_2_1b"
@@ -219,15 +225,14 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
     s = broken("logs", "fsdp/fsdp.crusoe.sbatch")
     jobs["logs"][1]["MODEL"] = "mistral_7b"
     _edit(s, "#SBATCH --output=%x-%j.out", "#SBATCH --output=logs/%x-%j.out")
-    # 12. the model folder missing on the nodes but n1 (hidden_but_on_n1) -- the committed script itself
-    jobs["one-node"] = (
-        RECIPES / "torchtune/llama3_3_70b_full.crusoe.sbatch",
-        job_env(staged, "torchtune/llama3_3_70b_full.crusoe.sbatch"),
-    )
-    # 13. untagged log lines; and a tensor-parallel degree that does not divide the GPUs (a hand-edited config)
+    # 12. the model folder missing on the nodes but n1 (hidden_but_on_n1): the committed script, pinned to n1
+    # and n2 (the preset has 4 nodes)
+    s = broken("one-node", "torchtune/llama3_3_70b_full.crusoe.sbatch")
+    _edit(s, "#SBATCH --nodes=2\n", "#SBATCH --nodes=2\n#SBATCH --nodelist=n1,n2\n")
+    # 13. log lines tagged with the local rank (no global-rank prefix template: every node says [rank0]); and a
+    # tensor-parallel degree that does not divide the GPUs (a hand-edited config)
     s = broken("untagged-tp", "torchtune/llama3_3_70b_full.nebius.sbatch")
-    _edit(s, " --label", "")
-    _edit(s, "--role=rank --tee=3 ", "")
+    _edit(s, "export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]:'\n", "")
     cfg = s.parent / "llama3_3_70b_full.nebius.yaml"
     cfg.write_text(cfg.read_text() + "tensor_parallel_dim: 3\n")
 
@@ -252,23 +257,25 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
         any("encoder.autoencoder_path" in p and "relative path" in p for p in n.problems) for n in flux.nodes
     )
     assert not said("flux", "hf_assets_path")  # the folder itself is there
+    assert not r["titan-defaults"].ok
     for key, text in (
         ("parallelism.data_parallel_replicate_degree=1", "HSDP"),
         ("profiler.enable_profiling=True", "on request"),
         ("comm.train_timeout_seconds=100", "shared filesystem"),
         ("training.local_batch_size=64", "32 images"),
     ):
-        assert all(any(key in x and text in x for x in n.notes) for n in r["titan-defaults"].nodes), key
-    for key, text, note in (
-        ("cpus", "step has 1 CPU(s) but the job has 16", False),
-        ("iface", "NCCL_SOCKET_IFNAME=ib-nope: no such interface", False),
-        ("iface", "FI_EFA_USE_HUGE_PAGE=None where the profile sets '0'", True),
-        ("untagged-tp", "not tagged", True),
-        ("untagged-tp", "tensor_parallel_dim=3 does not divide the 8 processes per node", False),
+        assert all(any(key in x and text in x for x in n.problems) for n in r["titan-defaults"].nodes), key
+    asked = r["profiling-asked"]
+    assert asked.ok and all(any("profiling was asked for" in x for x in n.notes) for n in asked.nodes), asked.table()
+    for key, text in (
+        ("cpus", "step has 1 CPU(s) but the job has 16"),
+        ("iface", "NCCL_SOCKET_IFNAME=ib-nope: no such interface"),
+        ("iface", "FI_EFA_USE_HUGE_PAGE=None where the profile sets '0'"),
+        ("untagged-tp", "not tagged with node and global rank"),
+        ("untagged-tp", "tensor_parallel_dim=3 does not divide the 8 processes per node"),
     ):
-        assert len(r[key].nodes) == 2 and all(
-            any(text in x for x in (n.notes if note else n.problems)) for n in r[key].nodes
-        ), (key, text, r[key].table())
+        assert not r[key].ok and len(r[key].nodes) == 2, (key, r[key].table())
+        assert all(any(text in x for x in n.problems) for n in r[key].nodes), (key, text, r[key].table())
     assert (
         not r["mounts"].ok
         and said("mounts", "has no such option (the pyxis plugin")
@@ -276,14 +283,17 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
     )
     assert not r["logs"].ok and said("logs", "does not create logs/")
     one = r["one-node"]
-    assert not one.ok and [n.node for n in one.nodes if not n.ok] == [n.node for n in one.nodes if n.node != "n1"]
-    assert all(
-        any("checkpointer.checkpoint_dir" in p and "lacks config.json" in p for p in n.problems)
-        for n in one.nodes
-        if n.node != "n1"
-    )
+    assert not one.ok and [n.node for n in one.nodes] == ["n1", "n2"], one.table()
+    assert [n.node for n in one.nodes if not n.ok] == ["n2"], one.table()
+    assert any("checkpointer.checkpoint_dir" in p and "lacks config.json" in p for p in one.nodes[1].problems)
     hits = [p for p in tmp_path.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert hits == []
+
+
+def _assert_no_secret(paths: list[Path]) -> None:
+    """No file at or under ``paths`` holds the secret (checked before the rehearsal folder is deleted)."""
+    files = [f for p in paths for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file()]
+    assert files and [f for f in files if SECRET.encode() in f.read_bytes()] == []
 
 
 def test_cli_rehearse_prints_the_table_and_exits_0_only_when_every_node_passes(gpu_cluster, staged, tmp_path):
@@ -306,6 +316,7 @@ def test_cli_rehearse_prints_the_table_and_exits_0_only_when_every_node_passes(g
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert re.search(r"^n\d\s+n\d\s+8\s+192/192\s+head, reached by 1", ok.stdout, re.M), ok.stdout
     assert "PASSED" in ok.stdout and SECRET not in ok.stdout + ok.stderr
+    _assert_no_secret([tmp_path / "r.json", RECIPES / "fsdp" / ".rehearsal"])
     shutil.rmtree(RECIPES / "fsdp" / ".rehearsal", ignore_errors=True)
     env["NCCL_SOCKET_IFNAME"] = "ib-nope"
     bad = subprocess.run(
@@ -315,7 +326,9 @@ def test_cli_rehearse_prints_the_table_and_exits_0_only_when_every_node_passes(g
         text=True,
         timeout=900,
     )
+    _assert_no_secret([RECIPES / "fsdp" / ".rehearsal"])
     shutil.rmtree(RECIPES / "fsdp" / ".rehearsal", ignore_errors=True)
+    assert SECRET not in bad.stdout + bad.stderr
     assert bad.returncode == 1 and re.search(r"problem on n\d: NCCL_SOCKET_IFNAME=ib-nope", bad.stdout), bad.stdout
     assert "Traceback" not in bad.stderr
 

@@ -6,6 +6,8 @@
   same architectures; the script's FLOPs count (from the built module) equals the planner's formula.
 - Versions: pyproject.toml's dependencies; ``cookbook doctor`` and the CPU shims read them.
 - Profile defaults: ``spec.profile_defaults``; the generated ``slurm-recipes`` specs use it.
+- FLUX's batch (the Nebius guide's images per GPU): ``FluxSchnell.images_per_gpu``; the planner's default
+  and the rehearsal's expected value read it, the torchtitan config keeps a copy checked here.
 """
 
 from __future__ import annotations
@@ -145,3 +147,18 @@ def test_prices_are_facts_of_the_gpu_table_and_profiles_name_known_kinds():
             else gpus.LIST_PRICE_PER_GPU_HOUR.get(profile.gpu or "")
         )
         assert profile.gpu is None or profile.uses_gpus
+
+
+def test_flux_batch_is_one_fact():
+    from cookbook.planner.recipes import recipe_defaults
+    from cookbook.recipes import get_recipe
+    from cookbook.recipes.torchtitan import parse_config
+    from cookbook.spec import make_spec
+
+    flux = get_recipe("flux_schnell")
+    cfg, err = parse_config("flux_schnell", {})
+    assert cfg is not None, err
+    assert cfg.training.local_batch_size == flux.images_per_gpu == 32  # the Nebius guide's toml
+    assert flux.planner_defaults()["settings"]["micro_batch"] == flux.images_per_gpu
+    assert recipe_defaults("flux_schnell").settings.micro_batch == flux.images_per_gpu
+    assert flux.expected_config(make_spec("flux_schnell", "nebius"))["training.local_batch_size"][0] == 32

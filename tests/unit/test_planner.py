@@ -135,8 +135,9 @@ def test_torchtune_readme_memory_matches_published():
 
 
 def test_flux_memory_matches_published():
-    # Nebius FLUX.1-schnell log (seed 004): "memory: 76.79GiB(96.97%)" on 2x8 H100
-    p = plan("flux_schnell", 2, 8, "h100")
+    # Nebius FLUX.1-schnell log (seed 004): "memory: 76.79GiB(96.97%)" on 2x8 H100, at the 64 images/GPU its
+    # tps x step time imply (the guide's toml, and so the recipe's default, says 32)
+    p = plan("flux_schnell", 2, 8, "h100", micro_batch=64)
     _within(p.peak_gib, 76.8, FLUX_MEMORY_TOLERANCE)
     assert p.fits
 

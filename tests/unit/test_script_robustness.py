@@ -7,7 +7,9 @@ texts), so a regression in the template is caught without a GPU cluster.
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -217,6 +219,101 @@ def test_container_mounts_must_cover_what_the_job_reads(tmp_path):
     assert not [w for w in render_job(ok).warnings if "container" in w]
 
 
+def test_container_mounts_must_cover_the_dataset(tmp_path):
+    """Problem 10 for a dataset: render names a dataset path no mount covers; so does the node check."""
+    from cookbook.rehearsal.node_check import path_check
+
+    spec = make_spec(
+        "llama3_8b_c4",
+        "generic",
+        recipe_dir="/shared/jobs",
+        run_dir="/shared/runs/x",
+        container_image="img",
+        container_mounts=["/shared:/shared"],
+        overrides={"dataloader.dataset_path": "/no-such-store/c4"},
+    )
+    warnings = [w for w in render_job(spec).warnings if "container" in w]
+    assert len(warnings) == 1 and "dataloader.dataset_path" in warnings[0] and "/no-such-store/c4" in warnings[0]
+    data = tmp_path / "data" / "c4"
+    data.mkdir(parents=True)
+    (data / "c4-train.00000-of-01024.json.gz").touch()
+    label = "dataloader.dataset_path (the training dataset folder)"
+    missed = path_check(label, str(data), "dir", ["c4-train.00000-of-01024.json.gz"], [str(tmp_path / "jobs")])
+    assert missed == [f"{label}: {data} is inside no --container-mounts destination ({tmp_path / 'jobs'})"]
+    assert path_check(label, str(data), "dir", [], [str(tmp_path / "data") + "/"]) == []
+    assert path_check(label, str(data), "dir", [], []) == []  # no container: no mounts to check
+
+
+def test_node_check_fails_on_changed_intent_profile_settings_and_untagged_logs(monkeypatch):
+    """Problems 5/6/7, 9 and 13 fail the rehearsal (not notes); profiling the user asked for is a note."""
+    from cookbook.rehearsal.node_check import config_problems, env_problems, log_tag_problems
+
+    m = manifest(GPU_SCRIPTS["torchtitan/flux_schnell.nebius.sbatch"])
+    expected = m["expect_config"]["torchtitan"]
+    assert not m["profiling_requested"]
+    values = {
+        "profiler.enable_profiling": True,
+        "comm.train_timeout_seconds": 100,
+        "training.local_batch_size": 64,
+        "parallelism.data_parallel_replicate_degree": 1,
+    }
+    problems, notes = config_problems(values, expected, 2)
+    assert len(problems) == 4 and not notes
+    assert any("parallelism.data_parallel_replicate_degree=1 where the recipe sets 2" in p for p in problems)
+    assert any("comm.train_timeout_seconds=100" in p and "set comm.train_timeout_seconds=300" in p for p in problems)
+    problems, notes = config_problems(values, expected, 2, profiling_requested=True)
+    assert len(problems) == 3 and len(notes) == 1 and "profiler.enable_profiling" in notes[0]
+    spec = make_spec("flux_schnell", "nebius", overrides=get_recipe("flux_schnell").profiling_overrides())
+    assert manifest(render_job(spec).script)["profiling_requested"]
+    as_parsed = {k: 2 if v[0] == "$SLURM_JOB_NUM_NODES" else v[0] for k, v in expected.items()}
+    assert config_problems(as_parsed, expected, 2) == ([], [])
+
+    efa = manifest(GPU_SCRIPTS["torchtune/llama3_3_70b_lora.aws-efa.sbatch"])["expect_env"]
+    monkeypatch.setenv("FI_PROVIDER", "efa")
+    monkeypatch.delenv("FI_EFA_USE_HUGE_PAGE", raising=False)
+    assert [p for p in env_problems(efa) if p.startswith("FI_EFA_USE_HUGE_PAGE=None where the profile sets '0'")]
+    for name, (value, _) in efa.items():
+        monkeypatch.setenv(name, value)
+    assert env_problems(efa) == []
+
+    monkeypatch.setenv("SLURM_LABELIO", "1")
+    monkeypatch.setenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[rank${rank}]:")
+    assert log_tag_problems({"tee": "3"}) == []
+    assert "global rank" in log_tag_problems({})[0]
+    monkeypatch.setenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${role_name}${local_rank}]:")
+    assert "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE" in log_tag_problems({"tee": "3"})[0]
+    monkeypatch.delenv("SLURM_LABELIO")
+    assert log_tag_problems({"tee": "3"})
+
+
+def test_node_check_looks_for_the_efa_or_infiniband_device(tmp_path, monkeypatch):
+    """Problem 9: the fabric the profile names must have a device under /sys/class/infiniband; a problem on a
+    GPU node, a note on a node without nvidia-smi (the CPU bench)."""
+    from cookbook.rehearsal.node_check import rdma_check
+
+    sysfs = tmp_path / "infiniband"
+    monkeypatch.delenv("NCCL_IB_HCA", raising=False)
+    monkeypatch.setenv("FI_PROVIDER", "efa")
+    info, problems, notes = rdma_check(sysfs, gpu_node=True)
+    assert info["devices"] == [] and len(problems) == 1 and not notes
+    assert "FI_PROVIDER=efa but no EFA device" in problems[0] and "ibv_devices" in problems[0]
+    info, problems, notes = rdma_check(sysfs, gpu_node=False)
+    assert not problems and "FI_PROVIDER=efa" in notes[0]
+    (sysfs / "rdmap16s27").mkdir(parents=True)
+    assert rdma_check(sysfs, gpu_node=True)[1:] == ([], [])
+    monkeypatch.delenv("FI_PROVIDER")
+    monkeypatch.setenv("NCCL_IB_HCA", "mlx5")
+    assert "NCCL_IB_HCA=mlx5 matches no device" in rdma_check(sysfs, gpu_node=True)[1][0]
+    (sysfs / "mlx5_0").mkdir()
+    assert rdma_check(sysfs, gpu_node=True)[1:] == ([], [])
+    monkeypatch.setenv("NCCL_IB_HCA", "=mlx5_1:1,=mlx5_2")
+    assert rdma_check(sysfs, gpu_node=True)[1]
+    monkeypatch.setenv("NCCL_IB_HCA", "=mlx5_0:1")
+    assert rdma_check(sysfs, gpu_node=True)[1:] == ([], [])
+    monkeypatch.setenv("NCCL_IB_HCA", "^mlx5_3")  # exclusions only: nothing to look for
+    assert rdma_check(tmp_path / "none", gpu_node=True)[1:] == ([], [])
+
+
 def test_plain_sbatch_needs_no_folder_created_first(tmp_path):
     """Problem 11: the log goes where sbatch runs; the old logs/ default is caught before submission."""
     for text in SCRIPTS.values():
@@ -234,6 +331,54 @@ def test_every_log_line_is_tagged_with_node_and_rank(name):
     text = SCRIPTS[name]
     srun = next(ln for ln in text.splitlines() if ln.startswith("srun "))
     assert "--label" in srun and "--role=rank --tee=3" in text
+    assert "export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]:'" in text
+
+
+def _torchrun_node(node_rank: int, port: int, worker: Path, prefix_line: str, tmp: Path) -> subprocess.Popen:
+    """One node of a 2-node torchrun (static rendezvous on this machine: node_rank fixed), launched as the
+    scripts launch it (``--role=rank --tee=3``) after the script's own prefix line."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = (
+        f"{prefix_line}\n{torchrun} --nnodes=2 --node-rank={node_rank} --nproc-per-node=1 "
+        f"--master-addr=127.0.0.1 --master-port={port} --role=rank --tee=3 --log-dir={tmp}/logs{node_rank} {worker}"
+    )
+    return subprocess.Popen(["bash", "-c", cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_log_lines_carry_the_global_rank_and_the_parser_keeps_rank_0(tmp_path):
+    """Problem 13 on real torchrun: node 1's process is tagged [rank1] (torchrun's default tag is the local
+    rank: [rank0] on every node), and parse_log keeps rank 0's numbers from a log where node 1 comes first."""
+    from cookbook.metrics import parse_log
+
+    text = SCRIPTS["fsdp/fsdp.generic.sbatch"]
+    line = next(ln for ln in text.splitlines() if ln.startswith("export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="))
+    worker = tmp_path / "worker.py"
+    worker.write_text(
+        "import os\nr = int(os.environ['RANK'])\n"
+        "print(f'2025-06-17 16:24:52 I [train.py:103] Batch 0 Loss: {1.5 + r}, Speed: 4.88 samples/sec, "
+        "lr: 0.000100', flush=True)\n"
+    )
+
+    def run(prefix_line: str) -> list[str]:  # a 2-node torchrun on this machine
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        nodes = [_torchrun_node(i, port, worker, prefix_line, tmp_path / prefix_line[:6]) for i in (0, 1)]
+        outs = [n.communicate(timeout=120)[0] for n in nodes]
+        assert [n.returncode for n in nodes] == [0, 0], outs
+        # as srun --label writes them; node 1's lines first
+        return [f"{i}: {ln}" for i in (1, 0) for ln in outs[i].splitlines() if "Loss" in ln]
+
+    tagged = run(line)
+    assert any(ln.startswith("1: [rank1]:") for ln in tagged), tagged
+    # without the line, torchrun tags node 1's process with its local rank: [rank0]
+    assert not any(ln.startswith("1: [rank0]:") for ln in tagged), tagged
+    log = tmp_path / "job.out"
+    log.write_text("\n".join(tagged) + "\n")
+    df = parse_log(log)
+    assert list(df["loss"]) == [1.5] and list(df["rank"]) == [0], df
+    assert list(parse_log(log, ranks="all").sort_values("rank")["loss"]) == [1.5, 2.5]
 
 
 def test_manifest_names_the_recipe_paths_and_intent():
@@ -288,12 +433,26 @@ def test_node_check_splits_launcher_arguments():
 
 
 def test_rehearse_refuses_what_it_cannot_run(tmp_path):
-    from cookbook.cli import main
-
-    assert main(["rehearse", str(tmp_path / "missing.sbatch")]) == 2
+    """Bad input: one line on stderr, exit 2, never a traceback (the real command, as a user runs it)."""
     plain = tmp_path / "plain.sbatch"
     plain.write_text("#!/bin/bash\nsrun hostname\n")
-    assert main(["rehearse", str(plain)]) == 2
+    good = Path(__file__).resolve().parents[2] / "slurm-recipes" / "fsdp" / "fsdp.generic.sbatch"
+    blocked = tmp_path / "blocked" / good.name  # its report folder cannot be made (root may write anywhere)
+    blocked.parent.mkdir()
+    blocked.write_text(good.read_text())
+    (blocked.parent / ".rehearsal").write_text("a file where the rehearsal's folder goes")
+    for args, said in (
+        ([str(tmp_path / "missing.sbatch")], "no such script"),
+        ([str(plain)], "not a cookbook script"),
+        ([str(good), "--json", str(tmp_path / "no-such-folder" / "r.json")], "--json"),
+        ([str(blocked)], "cannot write the rehearsal's files"),
+    ):
+        r = subprocess.run(
+            [sys.executable, "-m", "cookbook", "rehearse", *args], capture_output=True, text=True, timeout=120
+        )
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and said in r.stderr, r.stderr
+    assert not (good.parent / ".rehearsal").exists()  # refused before anything was written or submitted
 
 
 def test_slurm_recipes_folders_run_as_they_are():
