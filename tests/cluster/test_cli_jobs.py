@@ -117,12 +117,12 @@ def test_bad_input_is_one_line_and_exit_2(slurm, job_dir, tmp_path):
     one_line(_cookbook(slurm, "logs", "99999999"), "unknown")
 
     # another user's job: root may submit as nobody; the cookbook changes only your own jobs
-    shared = tmp_path / "other"
-    shared.mkdir(mode=0o777)
-    shared.chmod(0o777)
-    script = shared / "other.sbatch"
-    script.write_text(f"#!/bin/bash\n#SBATCH --output={shared}/o-%j.out\n#SBATCH --time=2\nsleep 60\n")
-    other = slurm.run("sbatch", "--parsable", "--uid=nobody", "--gid=nogroup", str(script)).stdout.strip()
+    # (its output goes nowhere and it starts in /tmp: pytest's folders are closed to other users)
+    script = tmp_path / "other.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --output=/dev/null\n#SBATCH --time=2\nsleep 60\n")
+    other = slurm.run(
+        "sbatch", "--parsable", "--uid=nobody", "--gid=nogroup", "--chdir=/tmp", str(script)
+    ).stdout.strip()
     try:
         one_line(_cookbook(slurm, "cancel", other), f"job {other} belongs to nobody")
         one_line(_cookbook(slurm, "requeue", other), f"job {other} belongs to nobody")
