@@ -16,15 +16,16 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from cookbook.slurm.client import JobInfo, SlurmClient, SlurmError, read_output
-from cookbook.slurm.record import JobRecord
+from cookbook import executor
+from cookbook.executor import merge_metrics, tail_text
+from cookbook.slurm.client import JobInfo, SlurmClient, SlurmError
 from cookbook.spec import LOCAL_CPU, PROFILES, JobSpec, SpecError, make_spec
 
 
@@ -201,23 +202,15 @@ def check_job(spec: JobSpec, client: SlurmClient | None = None, gpu: str | None 
 
 # ------------------------------------------------------------------------------------------ jobs
 @dataclass
-class Job(JobRecord):
-    """A submitted job (its :class:`~cookbook.slurm.record.JobRecord`) with the notebook's steps."""
-
-    client: SlurmClient | None = field(default=None, repr=False, compare=False)
+class Job(executor.Job):
+    """A submitted job (:class:`cookbook.executor.Job`) as a notebook shows it: ``wait`` prints progress
+    and stops the notebook with the diagnosis when the job fails."""
 
     @property
     def slurm(self) -> SlurmClient:
         if self.client is None:
             self.client = slurm_client(self.profile)
         return self.client
-
-    # --------------------------------------------------------------- Slurm
-    def state(self) -> JobInfo:
-        return self.slurm.state(self.job_id)
-
-    def cancel(self) -> None:
-        self.slurm.cancel(self.job_id)
 
     def wait(
         self, timeout: float = 3600, poll: float = 2.0, every: float = 10.0, echo: Callable[[str], None] = print
@@ -231,7 +224,7 @@ class Job(JobRecord):
         follower = LogFollower(self.log)
         start, last_print, last_state = time.monotonic(), 0.0, ""
         while True:
-            info = self.state()
+            info = self.info()
             follower.poll()
             now = time.monotonic()
             if info.state != last_state and not info.done:
@@ -259,16 +252,6 @@ class Job(JobRecord):
             raise NotebookStop(f"job {self.job_id} ended {info.state}.\n{self.explain()}")
         return info
 
-    # --------------------------------------------------------------- outputs
-    def tail(self, lines: int = 20) -> str:
-        """The last lines of the log (progress-bar redraws collapsed to the latest)."""
-        return tail_text(self.log, lines)
-
-    def diagnose(self) -> list:
-        from cookbook.metrics import diagnose
-
-        return diagnose(self.log) if self.log.exists() else []
-
     def explain(self) -> str:
         """Known failures found in the log with their hints, else the log's last lines."""
         found = self.diagnose()
@@ -276,79 +259,20 @@ class Job(JobRecord):
             return "\n".join(str(f) for f in found) + f"\nlog: {self.log}"
         return f"last lines of {self.log}:\n{self.tail(15)}"
 
-    def metrics_files(self) -> list[Path]:
-        """Logs with metrics: the Slurm log, plus the files the recipe's framework writes (torchtune's
-        DiskLogger files carry the throughput)."""
-        from cookbook.recipes import get_recipe
 
-        try:
-            recipe = get_recipe(self.recipe)
-        except KeyError:  # a record of a recipe this version no longer has
-            return [self.log]
-        return [self.log, *recipe.metrics_files(self.run_dir)]
-
-    def metrics(self) -> pd.DataFrame:
-        """One row per training step, from every metrics file (see :func:`cookbook.metrics.parse_log`)."""
-        from cookbook.metrics import parse_log
-
-        return merge_metrics([parse_log(p) for p in self.metrics_files() if p.exists()])
-
-    def plot(self, save: bool = True) -> Any:
-        """Loss (raw + smoothed) and throughput against step; saved as ``metrics.png`` next to the script."""
-        from cookbook.metrics import plot_runs
-
-        out = self.script.parent / "metrics.png" if save else None
-        return plot_runs({self.name: self.metrics()}, out=out)
-
-    def goodput(self, gpu: str | None = None, price: float | None = None) -> Any:
-        """The goodput ledger of this job across its requeues (``.table()``, ``.plot()``, ``.render()``);
-        ``gpu`` and ``price`` default to the job's profile's GPU kind and price per GPU-hour."""
-        from cookbook.analysis.goodput import resolve_run, run_ledger
-
-        return run_ledger(resolve_run(str(self.script.parent)), self.slurm, gpu=gpu, price=price)
-
-    def outputs(self) -> pd.DataFrame:
-        """Files the run wrote (checkpoints, adapters, logs), with sizes."""
-        rows = [
-            {"file": str(p.relative_to(self.run_dir)), "MB": round(p.stat().st_size / 1e6, 3)}
-            for p in sorted(self.run_dir.rglob("*"))
-            if p.is_file()
-        ]
-        return pd.DataFrame(rows, columns=["file", "MB"])
-
-
-def submit(spec: JobSpec, root: str | os.PathLike = "runs", client: SlurmClient | None = None) -> Job:
-    """Render ``spec`` into a fresh folder ``root/<job name>-<time>/`` and sbatch it.
+def submit(spec: JobSpec, root: str | os.PathLike[str] = "runs", client: SlurmClient | None = None) -> Job:
+    """Render ``spec`` into a fresh folder ``root/<job name>-<time>/`` and sbatch it
+    (:meth:`cookbook.executor.Executor.submit_spec`).
 
     A fresh folder per submission: re-running a notebook starts a new run instead of resuming the last
     one (resubmitting the same script resumes, see the recipe's resume logic).
     """
-    from cookbook.render import write_job
-
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
-    folder = (Path(root) / f"{spec.name}-{stamp}").resolve()
-    script = write_job(spec, folder / "job.sbatch")
-    (folder / spec.log_dir).mkdir(parents=True, exist_ok=True)
     client = client or slurm_client(spec.profile)
     try:
-        job_id = client.submit(script, cwd=folder)
+        job = executor.Executor(root, spec.profile, client).submit_spec(spec)
     except SlurmError as e:
         raise NotebookStop(f"sbatch refused the job: {e.stderr or e}") from None
-    log_dir = Path(spec.log_dir)
-    run_dir = Path(spec.run_dir) if spec.run_dir else folder / "runs" / spec.name
-    job = Job(
-        job_id=job_id,
-        script=script,
-        log=(log_dir if log_dir.is_absolute() else folder / log_dir) / f"{spec.name}-{job_id}.out",
-        run_dir=run_dir,
-        recipe=spec.recipe,
-        profile=spec.profile,
-        name=spec.name,
-        submitted=datetime.now().isoformat(timespec="seconds"),
-        client=client,
-    )
-    job.save()
-    return job
+    return Job(**{f.name: getattr(job, f.name) for f in fields(Job)})
 
 
 # ------------------------------------------------------------------------------------------ steps
@@ -530,25 +454,6 @@ def dataset_overrides(
 
 
 # ------------------------------------------------------------------------------------------ text
-def merge_metrics(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """Rows of several sources of one run joined on (split, step); earlier frames win per cell."""
-    frames = [f for f in frames if not f.empty]
-    if not frames:
-        return pd.DataFrame(columns=["step", "split", "loss"])
-    out = frames[0].set_index(["split", "step"])
-    for f in frames[1:]:
-        out = out.combine_first(f.set_index(["split", "step"]))
-    out = out.reset_index().sort_values(["split", "step"], kind="stable").reset_index(drop=True)
-    return out[["step", "split", *[c for c in out.columns if c not in ("step", "split")]]]
-
-
-def tail_text(path: str | os.PathLike, lines: int = 20) -> str:
-    """Last ``lines`` lines of a log, with carriage-return redraws (tqdm) collapsed to the last one."""
-    text = read_output(path)
-    out = [ln.rsplit("\r", 1)[-1] if "\r" in ln.rstrip("\r") else ln.rstrip("\r") for ln in text.split("\n")]
-    while out and not out[-1].strip():
-        out.pop()
-    return "\n".join(out[-lines:])
 
 
 def progress_line(df: pd.DataFrame, remaining: timedelta | None) -> str:

@@ -91,7 +91,7 @@ class JobMonitor:
         with self._lock:
             if self.job is not None:
                 try:
-                    self.info = self.job.state()
+                    self.info = self.job.info()
                 except SlurmError as e:
                     self.state.value = f"state: <span style='color:#c62828'>{html.escape(str(e))}</span>"
             for f in self._followers.values():

@@ -100,7 +100,7 @@ def run_and_check(name: str, tiny_assets, artifacts: Path, tmp_path: Path, known
         text = Path(executed).read_text()
         assert "PASSED: every node can run this job" in text and "head, reached by 1" in text
     for job in jobs:
-        assert job.state().state == "COMPLETED"
+        assert job.state == "COMPLETED"
         df = job.metrics()
         assert len(df) >= 2 and df["loss"].notna().all()
     assert _images(executed) >= 1, "the metrics plot is not in the executed notebook"

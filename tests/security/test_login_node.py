@@ -270,7 +270,7 @@ def _sweep(cleanup: contextlib.ExitStack, slurm, tiny_assets, tmp_path_factory):
         },
     )
     job = submit(spec, root=job_dir, client=slurm)
-    cleanup.callback(lambda: job.state().done or job.cancel())
+    cleanup.callback(lambda: job.done() or job.cancel())
     # the program the job really runs on its node, as its recipe launches it ($RECIPE_DIR: the job's folder)
     job_program = get_recipe(spec.recipe).command(spec).args[0].replace("$RECIPE_DIR", str(job.script.parent))
     print(f"job submitted: {time.time() - started:.0f} s")

@@ -1,0 +1,244 @@
+"""A submitit-shaped Python API: ``Executor`` renders and submits recipes, ``Job`` follows one job.
+
+    executor = Executor(folder="runs", profile="nebius")
+    executor.update_parameters(nodes=2, gpus_per_node=8, time="04:00:00", partition="gpu")
+    job = executor.submit("llama3_3_70b_lora", **{"lora_rank": 16})
+    job.job_id, job.state, job.done()
+    job.wait(); job.metrics(); job.plot(); job.goodput()
+
+As in submitit, ``update_parameters`` takes the job's Slurm and cluster settings (the fields of
+:class:`cookbook.spec.JobSpec`: ``nodes``, ``gpus_per_node``, ``time``, ``partition``, ``account``, ``qos``,
+``container_image`` ...), and ``submit`` takes what is run, here a recipe and its config overrides. Every job
+gets a fresh folder ``folder/<job name>-<time>/`` with its script, configs, log and ``job.json``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cookbook.render import validate, write_job
+from cookbook.slurm.client import TERMINAL_STATES, JobInfo, JobTimeout, SlurmClient, SlurmError, read_output
+from cookbook.slurm.record import JobRecord
+from cookbook.spec import JobSpec, make_spec
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from cookbook.metrics import Finding
+
+
+class JobFailed(RuntimeError):
+    """``Job.result()`` of a job that did not end COMPLETED; the message has the log's diagnosis."""
+
+
+@dataclass
+class Job(JobRecord):
+    """A submitted job: Slurm's state of it, its log, and what the cookbook reads from its run."""
+
+    client: SlurmClient | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def slurm(self) -> SlurmClient:
+        if self.client is None:
+            self.client = SlurmClient()
+        return self.client
+
+    # --------------------------------------------------------------- Slurm (submitit's shape)
+    def info(self) -> JobInfo:
+        """What Slurm knows of the job now (state, exit code, nodes)."""
+        return self.slurm.state(self.job_id)
+
+    @property
+    def state(self) -> str:
+        """Slurm's state: PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT ..."""
+        return self.info().state
+
+    def done(self) -> bool:
+        """Whether the job has ended (in any state)."""
+        return self.info().done
+
+    def wait(self, timeout: float = 3600, poll: float = 2.0) -> JobInfo:
+        """Block until the job ends (:class:`~cookbook.slurm.client.JobTimeout` after ``timeout`` s)."""
+        return self.slurm.wait(self.job_id, timeout=timeout, poll=poll, until=TERMINAL_STATES)
+
+    def result(self, timeout: float = 3600) -> pd.DataFrame:
+        """Wait, then the metrics table; :class:`JobFailed` with the diagnosis unless it ended COMPLETED."""
+        info = self.wait(timeout)
+        if info.state != "COMPLETED":
+            found = self.diagnose()
+            why = "\n".join(str(f) for f in found) if found else f"last lines:\n{self.tail(15)}"
+            raise JobFailed(f"job {self.job_id} ended {info.state} (exit {info.exit_code or '?'}); {why}")
+        return self.metrics()
+
+    def stdout(self) -> str:
+        """The job's log ('' before it starts); every rank's lines, tagged with node and rank."""
+        return read_output(self.log)
+
+    def stderr(self) -> str:
+        """The cookbook's scripts send stderr to the same log as stdout."""
+        return self.stdout()
+
+    def cancel(self, signal: str | None = None) -> None:
+        """``scancel`` (``signal="USR1"``: the script saves and requeues instead of stopping)."""
+        self.slurm.cancel(self.job_id, signal=signal)
+
+    def requeue(self) -> None:
+        """Back into the queue; the script resumes from its newest complete checkpoint."""
+        self.slurm.requeue(self.job_id)
+
+    # --------------------------------------------------------------- what the run wrote
+    def tail(self, lines: int = 20) -> str:
+        """The last lines of the log (progress-bar redraws collapsed to the latest)."""
+        return tail_text(self.log, lines)
+
+    def diagnose(self) -> list[Finding]:
+        """Known failures found in the log, each with what to do."""
+        from cookbook.metrics import diagnose
+
+        return diagnose(self.log) if self.log.exists() else []
+
+    def metrics_files(self) -> list[Path]:
+        """Logs with metrics: the Slurm log, plus the files the recipe's framework writes."""
+        from cookbook.recipes import get_recipe
+
+        try:
+            recipe = get_recipe(self.recipe)
+        except KeyError:  # a record of a recipe this version no longer has
+            return [self.log]
+        return [self.log, *recipe.metrics_files(self.run_dir)]
+
+    def metrics(self) -> pd.DataFrame:
+        """One row per training step, from every metrics file (see :func:`cookbook.metrics.parse_log`)."""
+        from cookbook.metrics import parse_log
+
+        return merge_metrics([parse_log(p) for p in self.metrics_files() if p.exists()])
+
+    def plot(self, save: bool = True) -> Any:
+        """Loss (raw + smoothed) and throughput against step; saved as ``metrics.png`` next to the script."""
+        from cookbook.metrics import plot_runs
+
+        out = self.script.parent / "metrics.png" if save else None
+        return plot_runs({self.name: self.metrics()}, out=out)
+
+    def goodput(self, gpu: str | None = None, price: float | None = None) -> Any:
+        """The goodput ledger of this job across its requeues (``.table()``, ``.plot()``, ``.render()``);
+        ``gpu`` and ``price`` default to the job's profile's GPU kind and price per GPU-hour."""
+        from cookbook.analysis.goodput import resolve_run, run_ledger
+
+        return run_ledger(resolve_run(str(self.script.parent)), self.slurm, gpu=gpu, price=price)
+
+    def rehearse(self, timeout: float = 900) -> Any:
+        """Run this job's script as a rehearsal (a check on every node in the launcher's place)."""
+        from cookbook.rehearsal import rehearse
+
+        return rehearse(self.script, self.slurm, timeout=timeout)
+
+    def outputs(self) -> pd.DataFrame:
+        """Files the run wrote (checkpoints, adapters, logs), with sizes."""
+        import pandas as pd
+
+        rows = [
+            {"file": str(p.relative_to(self.run_dir)), "MB": round(p.stat().st_size / 1e6, 3)}
+            for p in sorted(self.run_dir.rglob("*"))
+            if p.is_file()
+        ]
+        return pd.DataFrame(rows, columns=["file", "MB"])
+
+
+_SPEC_FIELDS = {f.name for f in fields(JobSpec)} - {"recipe", "profile", "overrides"}
+
+
+class Executor:
+    """Submits recipes as Slurm jobs, each rendered into a fresh folder under ``folder``."""
+
+    def __init__(
+        self, folder: str | os.PathLike[str] = "runs", profile: str = "generic", client: SlurmClient | None = None
+    ):
+        self.folder, self.profile, self.client = Path(folder), profile, client
+        self.parameters: dict[str, Any] = {}
+
+    def update_parameters(self, **parameters: Any) -> None:
+        """Set the jobs' Slurm and cluster settings (fields of :class:`cookbook.spec.JobSpec`)."""
+        unknown = sorted(set(parameters) - _SPEC_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(_SPEC_FIELDS))}")
+        self.parameters.update(parameters)
+
+    def spec(self, recipe: str, **overrides: Any) -> JobSpec:
+        """The validated job ``submit`` would run (:class:`cookbook.spec.SpecError` names what is wrong)."""
+        spec = make_spec(
+            recipe, self.profile, **self.parameters, overrides={str(k): str(v) for k, v in overrides.items()}
+        )
+        validate(spec)
+        return spec
+
+    def submit(self, recipe: str, **overrides: Any) -> Job:
+        """Render ``recipe`` with its config ``overrides`` into ``folder/<name>-<time>/`` and sbatch it."""
+        return self.submit_spec(self.spec(recipe, **overrides))
+
+    def map_array(self, recipe: str, overrides: list[dict[str, Any]]) -> list[Job]:
+        """One job per override set (a sweep), each in its own folder and job name."""
+        base = self.spec(recipe)
+        return [
+            self.submit_spec(replace(self.spec(recipe, **o), job_name=f"{base.name}-{i}"))
+            for i, o in enumerate(overrides)
+        ]
+
+    def submit_spec(self, spec: JobSpec) -> Job:
+        """Render and sbatch a ready :class:`JobSpec`; :class:`SlurmError` with Slurm's text if refused."""
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
+        folder = (self.folder / f"{spec.name}-{stamp}").resolve()
+        script = write_job(spec, folder / "job.sbatch")
+        log_dir = Path(spec.log_dir)
+        (log_dir if log_dir.is_absolute() else folder / log_dir).mkdir(parents=True, exist_ok=True)
+        client = self.client or SlurmClient()
+        job_id = client.submit(script, cwd=folder)
+        job = Job(
+            job_id=job_id,
+            script=script,
+            log=(log_dir if log_dir.is_absolute() else folder / log_dir) / f"{spec.name}-{job_id}.out",
+            run_dir=Path(spec.run_dir) if spec.run_dir else folder / "runs" / spec.name,
+            recipe=spec.recipe,
+            profile=spec.profile,
+            name=spec.name,
+            submitted=datetime.now().isoformat(timespec="seconds"),
+            client=client,
+        )
+        job.save()
+        return job
+
+
+def load_job(folder: str | os.PathLike[str], client: SlurmClient | None = None) -> Job:
+    """The job recorded in ``folder/job.json`` (a run folder ``submit`` made)."""
+    record = JobRecord.load(folder)
+    return Job(**{f.name: getattr(record, f.name) for f in fields(JobRecord)}, client=client)
+
+
+def merge_metrics(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Rows of several sources of one run joined on (split, step); earlier frames win per cell."""
+    import pandas as pd
+
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame(columns=["step", "split", "loss"])
+    out = frames[0].set_index(["split", "step"])
+    for f in frames[1:]:
+        out = out.combine_first(f.set_index(["split", "step"]))
+    out = out.reset_index().sort_values(["split", "step"], kind="stable").reset_index(drop=True)
+    return out[["step", "split", *[c for c in out.columns if c not in ("step", "split")]]]
+
+
+def tail_text(path: str | os.PathLike[str], lines: int = 20) -> str:
+    """Last ``lines`` lines of a log, with carriage-return redraws (tqdm) collapsed to the last one."""
+    text = read_output(path)
+    out = [ln.rsplit("\r", 1)[-1] if "\r" in ln.rstrip("\r") else ln.rstrip("\r") for ln in text.split("\n")]
+    while out and not out[-1].strip():
+        out.pop()
+    return "\n".join(out[-lines:])
+
+
+__all__ = ["Executor", "Job", "JobFailed", "JobTimeout", "SlurmError", "load_job", "merge_metrics", "tail_text"]
