@@ -23,10 +23,9 @@ from pathlib import Path
 import pandas as pd
 
 from cookbook.metrics.derived import eta
-from cookbook.metrics.parse import Collector
+from cookbook.metrics.parse import MAX_PARTIAL, Collector
 from cookbook.metrics.table import to_frame
 
-_MAX_PARTIAL = 1 << 20  # a longer "line" is no log line (binary junk): dropped
 READ = 16 << 20  # bytes per read; a poll reads to the end
 
 
@@ -42,7 +41,7 @@ class LogFollower:
         self.lines_skipped: list[str] = []
         self._inode: tuple[int, int] | None = None
         self._partial = b""
-        self._collector = Collector()
+        self._collector = Collector(self.ranks)
         self._emitted: set[tuple] = set()
         self._held: dict[tuple, pd.Series] = {}  # (split, step) -> first row of a non-zero rank
         self._parts: list[pd.DataFrame] = []
@@ -64,7 +63,7 @@ class LogFollower:
         for chunk in self._read_new():
             data = self._partial + chunk
             cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
-            self._partial = data[cut:] if len(data) - cut <= _MAX_PARTIAL else b""
+            self._partial = data[cut:] if len(data) - cut <= MAX_PARTIAL else b""
             if cut:
                 self._collector.feed(data[:cut].decode("utf-8", errors="replace"))
         skipped = self._collector.skipped

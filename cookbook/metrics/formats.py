@@ -60,11 +60,15 @@ _MEMORY = rf"(?:\s+{_A}memory:\s*(?P<memory_gib>{_NUM})GiB\((?P<memory_pct>{_NUM
 _MFU = rf"(?:\s+{_A}mfu:\s*(?:(?P<mfu_pct>{_NUM})%|N/A))?"
 
 
-def _line(body: str) -> re.Pattern:
-    """A format's regex: matched from the line start -- the launcher prefix (groups ``srun``, ``tag``,
-    ``glob``), then anything (``_head``, holding the date; not a garbled 16-digit number), then ``body``
-    -- so one ``match`` per line reads everything."""
-    return re.compile(_PREFIX + r"(?P<_head>(?!\d{16}).*?)" + body)
+_HEAD = r"(?P<_head>(?!\d{16}).*?)"
+
+
+def _line(key: str, rest: str) -> dict[str, re.Pattern]:
+    """A format's regex and its key regex: matched from the line start -- the launcher prefix (groups
+    ``srun``, ``tag``, ``glob``), then anything (``_head``, holding the date; not a garbled 16-digit
+    number), then ``key`` (up to the step) and ``rest`` -- so one ``match`` per line reads everything. The
+    key regex (``key`` alone, searched) tells a line of a step just read cheaply (:class:`~.parse.Collector`)."""
+    return {"regex": re.compile(_PREFIX + _HEAD + key + rest), "key": re.compile(key)}
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: a cheap dict key
@@ -76,6 +80,7 @@ class Format:
     name: str
     marker: str  # a substring every line of the format holds (cheap test first)
     regex: re.Pattern | None = None
+    key: re.Pattern | None = None  # the regex up to the step
     split: str = "train"
     dated: bool = False  # take the time from the date before the match (the line's head)
     parse: Callable[[str], dict[str, Any] | None] | None = None
@@ -117,10 +122,9 @@ FORMATS: tuple[Format, ...] = (
     Format(
         "torchtitan",
         "validate step:",
-        _line(
-            rf"validate step:\s*(?P<step>{_C})\s+{_A}loss:\s*(?P<loss>{_NUM}){_MEMORY}"
-            + _f("tokens_per_second_per_gpu", "[tw]ps")
-            + rf"{_A}\s*$"
+        **_line(
+            rf"validate step:\s*(?P<step>{_C})\s+{_A}loss:",
+            rf"\s*(?P<loss>{_NUM}){_MEMORY}" + _f("tokens_per_second_per_gpu", "[tw]ps") + rf"{_A}\s*$",
         ),
         split="validation",
         dated=True,
@@ -128,35 +132,37 @@ FORMATS: tuple[Format, ...] = (
     Format(
         "torchtitan",
         "step:",
-        _line(
-            rf"step:(?<!validate step:)\s*(?P<step>{_C})\s+{_A}loss:\s*(?P<loss>{_NUM})"
+        **_line(
+            rf"step:(?<!validate step:)\s*(?P<step>{_C})\s+{_A}loss:",
+            rf"\s*(?P<loss>{_NUM})"
             + _f("grad_norm", "grad_norm")
             + _MEMORY
             + _f("tokens_per_second_per_gpu", "[tw]ps")
             + _f("tflops", "tflops")
             + _MFU
-            + rf"{_A}\s*\|?\s*$"
+            + rf"{_A}\s*\|?\s*$",
         ),
         dated=True,
     ),
     Format(
         "torchtune-tqdm",
         "|Loss:",
-        _line(
-            rf"(?<![\w.|])(?P<epoch>{_C})\|(?P<step>{_C})\|Loss:\s*(?P<loss>{_NUM}):\s*\d+%\|[^|]*\|\s*"
-            rf"(?P<progress>{_C})/(?P<total_steps>{_C})\s*"
+        **_line(
+            rf"(?<![\w.|])(?P<epoch>{_C})\|(?P<step>{_C})\|Loss:",
+            rf"\s*(?P<loss>{_NUM}):\s*\d+%\|[^|]*\|\s*(?P<progress>{_C})/(?P<total_steps>{_C})\s*"
             r"\[(?P<elapsed>\d+(?::\d+)*)<(?P<remaining>\d+(?::\d+)*|\?)"
-            r"(?:,\s*(?P<rate>\d+(?:\.\d+)?|\?)(?P<unit>s/it|it/s))?(?:\]|\s*$)"
+            r"(?:,\s*(?P<rate>\d+(?:\.\d+)?|\?)(?P<unit>s/it|it/s))?(?:\]|\s*$)",
         ),
     ),
     Format("torchtune-disk", "Step ", parse=_disk),
     Format(
         "fsdp",
         "Batch ",
-        _line(
-            rf"Batch (?P<step>{_C}) Loss: (?P<loss>{_NUM}), Speed: (?P<samples_per_second>{_NUM}) samples/sec"
+        **_line(
+            rf"Batch (?P<step>{_C}) Loss: ",
+            rf"(?P<loss>{_NUM}), Speed: (?P<samples_per_second>{_NUM}) samples/sec"
             rf"(?:, lr: (?P<lr>{_NUM}))?(?:, tokens_per_second_per_gpu: (?P<tokens_per_second_per_gpu>{_NUM}))?"
-            rf"(?:, mfu: (?:(?P<mfu_pct>{_NUM})%|N/A))?\s*$"
+            rf"(?:, mfu: (?:(?P<mfu_pct>{_NUM})%|N/A))?\s*$",
         ),
         dated=True,
     ),  # the last two: our own fsdp_train.py

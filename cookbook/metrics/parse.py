@@ -25,6 +25,7 @@ from cookbook.metrics.formats import (
     FORMATS,
     INT_COLUMNS,
     NEEDLE,
+    PREFIX,
     Format,
     head_time,
     parse_line,
@@ -33,6 +34,8 @@ from cookbook.metrics.formats import (
 from cookbook.metrics.table import resolve, to_frame
 
 WINDOW = 1 << 20
+MAX_PARTIAL = 1 << 20  # a longer "line" (no \\n or \\r in it) is no log line (binary junk): dropped
+_KEYED = [f for f in FORMATS if f.regex is not None]
 BATCH = 5_000  # rows converted at a time (their strings held until then)
 
 
@@ -72,7 +75,7 @@ def _floats(col: list) -> np.ndarray | None:
 class Collector:
     """Rows of complete log lines fed in file order, kept column-wise per format until :meth:`frame`."""
 
-    def __init__(self) -> None:
+    def __init__(self, ranks: str = "all") -> None:
         self.seq = 0  # lines read so far that gave a row (the order of rows)
         self._redraw = "\0"  # the last tqdm bar's "E|S|Loss:" with its prefix
         self.lines = 0  # ``\\n`` seen so far (line numbers of skipped lines)
@@ -82,40 +85,66 @@ class Collector:
         self._rows: list[dict[str, Any]] = []
         self.formats: set[str] = set()  # formats and ranks seen (before duplicates are dropped)
         self.ranks: set[int] = set()
+        # ranks="first": the last rank-0 or rankless row (its step's final row): (step text, split, step,
+        # format, launcher prefix). A later line of that step with another format or prefix is known by its
+        # key regex and read no further (its format and head noted for attrs); one from the same source is
+        # checked (a typo there is reported).
+        self._first, self._last = ranks != "all", ("\0", "", -1, None, "")
+        self._losers: set[tuple] = set()
 
     def feed(self, text: str) -> None:
         """Read ``text``: complete lines (it ends at a line end or at the end of the log)."""
-        pos, end, counted, line_no, seq, redraw = 0, len(text), 0, self.lines + 1, self.seq, self._redraw
-        find, rfind, found = text.find, text.rfind, self._found
-        while (i := find(NEEDLE, pos)) >= 0:
-            j = rfind("\n", pos, i)
-            start = pos if j < 0 else j + 1
-            stop = find("\n", i)
-            stop = end if stop < 0 else stop
-            line = text[start:stop]
-            for seg in line.split("\r") if "\r" in line else (line,):
-                if NEEDLE not in seg or (seg.startswith(redraw) and "step:" not in seg):
-                    continue  # a tqdm redraw of the bar just read: its step is taken (first line wins)
-                fmt, m, looks = parse_line(seg)
-                if fmt is None:
-                    if looks:
-                        line_no += text.count("\n", counted, start)
-                        counted = start
-                        self.skipped.append((line_no, (_ANSI.sub("", seg) if "\x1b" in seg else seg).strip()[:300]))
+        seq, redraw, found, add_loser = self.seq, self._redraw, self._found, self._losers.add
+        last_s, last_split, last_step, last_fmt, last_pre = self._last
+        segs = text.split("\n")
+        lines = None  # the line (index) of each seg when some lines are split on \r
+        if "\r" in text:
+            lines = [n for n, line in enumerate(segs) for _ in range(line.count("\r") + 1)]
+            segs = [seg for line in segs for seg in line.split("\r")]
+        for n, seg in enumerate(segs):
+            if NEEDLE not in seg or (seg.startswith(redraw) and "step:" not in seg):
+                continue  # a tqdm redraw of the bar just read: its step is taken (first line wins)
+            if last_s in seg:  # maybe a line of the step just read
+                for f in _KEYED:
+                    if f.marker in seg:
+                        k = f.key.search(seg)
+                        if (
+                            k
+                            and (f is not last_fmt or not seg.startswith(last_pre))
+                            and f.split == last_split
+                            and int(k["step"]) == last_step
+                        ):
+                            add_loser((f, seg[: k.start()]))
+                            seg = ""
+                        break
+                if not seg:
                     continue
-                if fmt.regex is not None:
-                    rows = found[fmt]
-                    rows.append(seq)
-                    rows.extend(m.groups())
-                    if fmt.name == "torchtune-tqdm":
-                        redraw = seg[: m.end("step") + 6]  # prefix, "E|S|Loss:"
-                else:
-                    m.update(seq=seq, format=fmt.name)
-                    m.setdefault("split", fmt.split)
-                    self._rows.append(m)
-                seq += 1
-            pos = stop + 1
-        self.seq, self._redraw = seq, redraw
+            fmt, m, looks = parse_line(seg)
+            if fmt is None:
+                if looks:
+                    line_no = self.lines + 1 + (n if lines is None else lines[n])
+                    self.skipped.append((line_no, (_ANSI.sub("", seg) if "\x1b" in seg else seg).strip()[:300]))
+                continue
+            if fmt.regex is not None:
+                rows = found[fmt]
+                rows.append(seq)
+                rows.extend(m.groups())
+                if fmt.name == "torchtune-tqdm":
+                    redraw = seg[: m.end("step") + 6]  # prefix, "E|S|Loss:"
+                if self._first and ((r := rank_node(*m.group("srun", "tag", "glob"))[0]) is None or int(r) == 0):
+                    last_step, last_split, last_fmt, last_pre = (
+                        int(m["step"]),
+                        fmt.split,
+                        fmt,
+                        seg[: m.start("_head")],
+                    )
+                    last_s = str(last_step)
+            else:
+                m.update(seq=seq, format=fmt.name)
+                m.setdefault("split", fmt.split)
+                self._rows.append(m)
+            seq += 1
+        self.seq, self._redraw, self._last = seq, redraw, (last_s, last_split, last_step, last_fmt, last_pre)
         self.lines += text.count("\n")
 
     def frame(self, ranks: str = "all") -> pd.DataFrame:
@@ -126,8 +155,13 @@ class Collector:
             parts.append(rows := pd.DataFrame.from_records(self._rows))
             self.formats.update(rows["format"])
             self.ranks.update(int(r) for r in rows["rank"].dropna())
+        for fmt, head in self._losers:  # a line's launcher prefix is at the start of its head
+            self.formats.add(fmt.name)
+            if (p := PREFIX.match(head)) and (rank := rank_node(*p.group("srun", "tag", "glob"))[0]) is not None:
+                self.ranks.add(int(rank))
         for found in self._found.values():
             found.clear()
+        self._losers.clear()
         self._rows = []
         if len(parts) < 2:
             return parts[0] if parts else pd.DataFrame()
@@ -196,7 +230,7 @@ def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
         p = src
     # windows: rows converted every ``BATCH`` rows (each batch reduced to one row per key) and the rows so
     # far reduced whenever they doubled, so memory follows the result, not the file
-    collector, parts, keep, converted, held, reduced = Collector(), [], b"", 0, 0, BATCH
+    collector, parts, keep, converted, held, reduced = Collector(ranks), [], b"", 0, 0, BATCH
     # Plain reads, not mmap: a log truncated while mapped (Slurm truncates it on requeue) would SIGBUS.
     with open(p, "rb") as f:
         while True:
@@ -206,7 +240,7 @@ def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
             if cut:
                 with memoryview(data) as view:
                     collector.feed(str(view[:cut], "utf-8", "replace"))
-            keep = data[cut:]
+            keep = data[cut:] if len(data) - cut <= MAX_PARTIAL else b""
             if collector.seq - converted >= BATCH or not block:
                 converted = collector.seq
                 parts.append(resolve(collector.frame(ranks), ranks))  # cross-format keys too
@@ -229,7 +263,7 @@ def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
 
 def parse_text(text: str | bytes, ranks: str = "first") -> pd.DataFrame:
     """Like :func:`parse_log` for log text already in memory (a notebook cell, a test)."""
-    collector = Collector()
+    collector = Collector(ranks)
     collector.feed(text.decode("utf-8", errors="replace") if isinstance(text, bytes) else text)
     return _table(collector, [collector.frame(ranks)], ranks, "<text>")
 
