@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from cookbook.metrics.formats import (
     _ANSI,
@@ -39,14 +41,15 @@ _KEYED = [f for f in FORMATS if f.regex is not None]
 BATCH = 5_000  # rows converted at a time (their strings held until then)
 
 
-def _hms(text: str | None) -> float:
-    """tqdm's ``05:03`` / ``49:53:19`` -> seconds; NaN for ``?``."""
-    if text is None or "?" in text:
-        return math.nan
-    secs = 0
-    for part in text.split(":"):
-        secs = secs * 60 + int(part)
-    return float(secs)
+def _hms(col: list) -> np.ndarray:
+    """tqdm's ``05:03`` / ``49:53:19`` (str, ``?`` or None) -> seconds (NaN for ``?``/None), column-wise."""
+    arr = pa.array(col, pa.string())
+    lists = pc.split_pattern(pc.if_else(pc.equal(arr, "?"), pa.scalar(None, pa.string()), arr), ":")
+    values = pc.cast(lists.flatten(), pa.float64()).to_numpy()
+    ends, lens = lists.offsets.to_numpy()[1:], pc.list_value_length(lists).fill_null(0).to_numpy()
+    parent = np.repeat(np.arange(len(col)), lens)
+    secs = np.bincount(parent, values * 60.0 ** (ends[parent] - 1 - np.arange(len(values))), minlength=len(col))
+    return np.where(lens > 0, secs, np.nan)
 
 
 def _per_step(rate_unit: tuple[str | None, str | None]) -> float:
@@ -96,11 +99,18 @@ class Collector:
         """Read ``text``: complete lines (it ends at a line end or at the end of the log)."""
         seq, redraw, found, add_loser = self.seq, self._redraw, self._found, self._losers.add
         last_s, last_split, last_step, last_fmt, last_pre = self._last
-        segs = text.split("\n")
-        lines = None  # the line (index) of each seg when some lines are split on \r
-        if "\r" in text:
+        if text.count(NEEDLE) * 8 < text.count("\n"):  # mostly other lines (NCCL): find the needle's
+            segs, starts, pos, end = [], [], 0, len(text)
+            while (i := text.find(NEEDLE, pos)) >= 0:
+                starts.append(text.rfind("\n", 0, i) + 1)
+                pos = end if (pos := text.find("\n", i)) < 0 else pos
+                segs.append(text[starts[-1] : pos])
+            line_of = lambda n: text.count("\n", 0, starts[n])  # noqa: E731
+        else:
+            segs, line_of = text.split("\n"), lambda n: n
+        if "\r" in text:  # tqdm: each \r-separated piece is read alone
             lines = [n for n, line in enumerate(segs) for _ in range(line.count("\r") + 1)]
-            segs = [seg for line in segs for seg in line.split("\r")]
+            segs, line_of = [seg for line in segs for seg in line.split("\r")], lambda n, f=line_of: f(lines[n])
         for n, seg in enumerate(segs):
             if NEEDLE not in seg or (seg.startswith(redraw) and "step:" not in seg):
                 continue  # a tqdm redraw of the bar just read: its step is taken (first line wins)
@@ -122,8 +132,9 @@ class Collector:
             fmt, m, looks = parse_line(seg)
             if fmt is None:
                 if looks:
-                    line_no = self.lines + 1 + (n if lines is None else lines[n])
-                    self.skipped.append((line_no, (_ANSI.sub("", seg) if "\x1b" in seg else seg).strip()[:300]))
+                    self.skipped.append(
+                        (self.lines + 1 + line_of(n), (_ANSI.sub("", seg) if "\x1b" in seg else seg).strip()[:300])
+                    )
                 continue
             if fmt.regex is not None:
                 rows = found[fmt]
@@ -131,13 +142,8 @@ class Collector:
                 rows.extend(m.groups())
                 if fmt.name == "torchtune-tqdm":
                     redraw = seg[: m.end("step") + 6]  # prefix, "E|S|Loss:"
-                if self._first and ((r := rank_node(*m.group("srun", "tag", "glob"))[0]) is None or int(r) == 0):
-                    last_step, last_split, last_fmt, last_pre = (
-                        int(m["step"]),
-                        fmt.split,
-                        fmt,
-                        seg[: m.start("_head")],
-                    )
+                if self._first and ((r := m["glob"] or m["tag"] or m["srun"]) is None or int(r) == 0):  # rank 0
+                    last_step, last_split, last_fmt, last_pre = int(m["step"]), fmt.split, fmt, seg[: m.start("_head")]
                     last_s = str(last_step)
             else:
                 m.update(seq=seq, format=fmt.name)
@@ -191,7 +197,7 @@ class Collector:
             out["time"] = pd.to_datetime(dates, format="ISO8601", errors="coerce")  # no date: NaT
         for name, values in col.items():
             if name in ("elapsed", "remaining"):
-                out[f"{name}_s"] = np.array(_each(_hms, values))
+                out[f"{name}_s"] = _hms(values)
             elif name == "rate":
                 out["seconds_per_step"] = np.array(_each(_per_step, list(zip(values, col["unit"], strict=True))))
             elif name in INT_COLUMNS:  # always captured, digits only
