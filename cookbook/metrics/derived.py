@@ -54,15 +54,9 @@ def planner_flops(model: str, seq_len: int | None = None, image_size: int | None
     return flops_per_token(shape, s), per_sample
 
 
-def add_derived(
-    df: pd.DataFrame,
-    *,
-    flops_per_token: float | None = None,
-    flops_per_sample: float | None = None,
-    gpu: str | None = None,
-    n_gpus: int = 1,
-    tokens_per_step: float | None = None,
-) -> pd.DataFrame:
+def add_derived(df: pd.DataFrame, *, flops_per_token: float | None = None, flops_per_sample: float | None = None,
+                gpu: str | None = None, n_gpus: int = 1,
+                tokens_per_step: float | None = None) -> pd.DataFrame:  # fmt: skip
     """Copy of ``df`` with ``tflops``/``mfu_pct`` filled where missing or 0, and ``tokens_seen``.
 
     ``samples_per_second`` (FSDP) is taken as the total over ``n_gpus``; ``tokens_per_second_per_gpu``

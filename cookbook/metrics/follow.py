@@ -5,12 +5,11 @@
     follower.eta()             # time left, from the last steps polled (no table rebuilt)
     follower.df                # everything so far (the table parse_log gives)
 
-A line is complete once a ``\\n`` or ``\\r`` follows it (tqdm's latest bar is read when the next redraw
-comes). A poll costs O(new bytes): the same grammar and :class:`~cookbook.metrics.parse.Collector` as
-``parse_log``; a step is emitted once, with the row ``parse_log`` keeps (table.py): a rank-0 line (or one
-without a rank) at once, another rank's when a later step's line came first (a rank-0 line arriving after
-that is ignored: the only case where ``df`` differs from ``parse_log``). A file that shrinks or is
-replaced (another inode: a requeued job rewrote it) is read again from the start, counted in ``resets``.
+A line is complete once a ``\\n`` or ``\\r`` follows it. A poll costs O(new bytes), with the grammar and
+:class:`~cookbook.metrics.parse.Collector` of ``parse_log``; a step is emitted once, with the row ``parse_log``
+keeps (table.py): a rank-0 (or rankless) line at once, another rank's when a later step's line came first (a
+rank-0 line after that is ignored: then ``df`` differs from ``parse_log``). A file that shrinks or is replaced
+(a requeued job rewrote it) is read again from the start, counted in ``resets``.
 """
 
 from __future__ import annotations
@@ -37,14 +36,10 @@ class LogFollower:
         self._reset()
 
     def _reset(self) -> None:
-        self.offset = 0  # bytes of the file consumed
+        self.offset, self._partial, self._inode = 0, b"", None  # bytes of the file consumed; (dev, inode)
         self.lines_skipped: list[str] = []
-        self._inode: tuple[int, int] | None = None
-        self._partial = b""
-        self._collector = Collector(self.ranks)
-        self._emitted: set[tuple] = set()
+        self._collector, self._emitted, self._parts = Collector(self.ranks), set(), []
         self._held: dict[tuple, pd.Series] = {}  # (split, step) -> first row of a non-zero rank
-        self._parts: list[pd.DataFrame] = []
         self._df: pd.DataFrame | None = None
         self._recent = pd.DataFrame()  # the last train rows, for eta()
         self.resets += 1
@@ -66,9 +61,8 @@ class LogFollower:
             self._partial = data[cut:] if len(data) - cut <= MAX_PARTIAL else b""
             if cut:
                 self._collector.feed(data[:cut].decode("utf-8", errors="replace"))
-        skipped = self._collector.skipped
-        self.lines_skipped += [text for _, text in skipped]
-        skipped.clear()
+        self.lines_skipped += [text for _, text in self._collector.skipped]
+        self._collector.skipped.clear()
         new = self._emit(self._collector.frame())
         if new.empty:
             return to_frame(new)
@@ -83,11 +77,9 @@ class LogFollower:
         """The rows of ``raw`` (in line order) that are steps not emitted before."""
         if raw.empty:
             return raw
-        nan = pd.Series(float("nan"), index=raw.index)
-        keep, held_rows = [], []
-        for i, split, step, rank, node in zip(
-            raw.index, raw["split"], raw["step"], raw.get("rank", nan), raw.get("node", nan), strict=True
-        ):
+        nan, keep, held_rows = pd.Series(float("nan"), index=raw.index), [], []
+        ranks, nodes = raw.get("rank", nan), raw.get("node", nan)
+        for i, split, step, rank, node in zip(raw.index, raw["split"], raw["step"], ranks, nodes, strict=True):
             key = (split, step, node, rank) if self.ranks == "all" else (split, step)
             if key in self._emitted:
                 continue

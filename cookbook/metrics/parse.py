@@ -1,11 +1,11 @@
 """``parse_log``: a training log file, a TensorBoard event folder or a run folder -> one row per step.
 
 A log is read in ``WINDOW``-byte windows cut after the last ``\\n``/``\\r``; each window's lines that hold
-the NEEDLE are read by :func:`~cookbook.metrics.formats.parse_line` (the one grammar, shared with the
-live follower), their captured strings kept per format and converted column-wise (numpy) once per
-window, and the window's rows reduced to one per key before the next window is read. Time and memory
-are linear in the file, whatever its shape (``\\r``-only tqdm streams, 16 ranks each printing every step,
-NCCL noise) and wherever the windows fall.
+the NEEDLE are read by :func:`~cookbook.metrics.formats.parse_line` (the one grammar, shared with the live
+follower) -- but a line of the step just read from another rank or format, known by its format's key
+regex, is not (it cannot win: table.py). Captured strings are converted column-wise every ``BATCH`` rows
+and reduced to one row per key. Time and memory are linear in the file, whatever its shape and wherever
+the windows fall.
 """
 
 from __future__ import annotations
@@ -21,24 +21,15 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cookbook.metrics.formats import (
-    _ANSI,
-    ALIASES,
-    FORMATS,
-    INT_COLUMNS,
-    NEEDLE,
-    PREFIX,
-    Format,
-    head_time,
-    parse_line,
-    rank_node,
-)
+import cookbook.metrics.formats as fm
+from cookbook.metrics.formats import FORMATS, NEEDLE, Format, parse_line, rank_node
 from cookbook.metrics.table import resolve, to_frame
 
 WINDOW = 1 << 20
 MAX_PARTIAL = 1 << 20  # a longer "line" (no \\n or \\r in it) is no log line (binary junk): dropped
-_KEYED = [f for f in FORMATS if f.regex is not None]
-BATCH = 5_000  # rows converted at a time (their strings held until then)
+_KEYED = [*(f for f in FORMATS if f.regex is not None), fm.Format("", "")]  # the last: no format
+BATCH = 5_000
+_KEYS = ("split", "step", "rank", "node")  # rows converted at a time (their strings held until then)
 
 
 def _hms(col: list) -> np.ndarray:
@@ -54,9 +45,8 @@ def _hms(col: list) -> np.ndarray:
 
 def _per_step(rate_unit: tuple[str | None, str | None]) -> float:
     """tqdm's rate (``131.58`` ``s/it`` or ``2.5`` ``it/s``) -> seconds per step."""
-    rate, unit = rate_unit
-    value = math.nan if rate is None or rate == "?" else float(rate)
-    return value if unit == "s/it" else (1 / value if value else math.nan)
+    value = math.nan if rate_unit[0] in (None, "?") else float(rate_unit[0])
+    return value if rate_unit[1] == "s/it" else (1 / value if value else math.nan)
 
 
 def _each(fn, col) -> list:
@@ -79,21 +69,17 @@ class Collector:
     """Rows of complete log lines fed in file order, kept column-wise per format until :meth:`frame`."""
 
     def __init__(self, ranks: str = "all") -> None:
-        self.seq = 0  # lines read so far that gave a row (the order of rows)
-        self._redraw = "\0"  # the last tqdm bar's "E|S|Loss:" with its prefix
-        self.lines = 0  # ``\\n`` seen so far (line numbers of skipped lines)
-        self.skipped: list[tuple[int, str]] = []
+        # lines that gave a row (their order); ``\\n`` seen (line numbers); the last tqdm bar's prefix + "E|S|Loss:"
+        self.seq, self.lines, self._redraw = 0, 0, "\0"
         # per regex format, its rows flat: seq, then the regex's groups (a record of groups + 1 items)
         self._found: dict[Format, list] = {f: [] for f in FORMATS if f.regex is not None}
-        self._rows: list[dict[str, Any]] = []
-        self.formats: set[str] = set()  # formats and ranks seen (before duplicates are dropped)
-        self.ranks: set[int] = set()
-        # ranks="first": the last rank-0 or rankless row (its step's final row): (step text, split, step,
+        self._rows: list[dict[str, Any]] = []  # rows of formats without a regex
+        self.skipped: list[tuple[int, str]] = []  # (line number, text): looked like metrics, matched no format
+        self.formats, self.ranks = set(), set()  # formats and ranks seen (before duplicates are dropped)
+        # ranks="first": the last rank-0 or rankless row, its step's final row: (step text, split, step,
         # format, launcher prefix). A later line of that step with another format or prefix is known by its
-        # key regex and read no further (its format and head noted for attrs); one from the same source is
-        # checked (a typo there is reported).
-        self._first, self._last = ranks != "all", ("\0", "", -1, None, "")
-        self._losers: set[tuple] = set()
+        # key regex and read no further (format and head kept for attrs); one from the same source is read.
+        self._first, self._last, self._losers = ranks != "all", ("\0", "", -1, None, ""), set()
 
     def feed(self, text: str) -> None:
         """Read ``text``: complete lines (it ends at a line end or at the end of the log)."""
@@ -115,26 +101,16 @@ class Collector:
             if NEEDLE not in seg or (seg.startswith(redraw) and "step:" not in seg):
                 continue  # a tqdm redraw of the bar just read: its step is taken (first line wins)
             if last_s in seg:  # maybe a line of the step just read
-                for f in _KEYED:
-                    if f.marker in seg:
-                        k = f.key.search(seg)
-                        if (
-                            k
-                            and (f is not last_fmt or not seg.startswith(last_pre))
-                            and f.split == last_split
-                            and int(k["step"]) == last_step
-                        ):
-                            add_loser((f, seg[: k.start()]))
-                            seg = ""
-                        break
-                if not seg:
+                f = next(f for f in _KEYED if f.marker in seg)  # the last: a catch-all without a key
+                k = f.key and f.split == last_split and f.key.search(seg)
+                if k and int(k["step"]) == last_step and (f is not last_fmt or not seg.startswith(last_pre)):
+                    add_loser((f, seg[: k.start()]))
                     continue
             fmt, m, looks = parse_line(seg)
             if fmt is None:
                 if looks:
-                    self.skipped.append(
-                        (self.lines + 1 + line_of(n), (_ANSI.sub("", seg) if "\x1b" in seg else seg).strip()[:300])
-                    )
+                    shown = (fm._ANSI.sub("", seg) if "\x1b" in seg else seg).strip()[:300]
+                    self.skipped.append((self.lines + 1 + line_of(n), shown))
                 continue
             if fmt.regex is not None:
                 rows = found[fmt]
@@ -163,7 +139,7 @@ class Collector:
             self.ranks.update(int(r) for r in rows["rank"].dropna())
         for fmt, head in self._losers:  # a line's launcher prefix is at the start of its head
             self.formats.add(fmt.name)
-            if (p := PREFIX.match(head)) and (rank := rank_node(*p.group("srun", "tag", "glob"))[0]) is not None:
+            if (p := fm.PREFIX.match(head)) and (rank := rank_node(*p.group("srun", "tag", "glob"))[0]) is not None:
                 self.ranks.add(int(rank))
         for found in self._found.values():
             found.clear()
@@ -193,14 +169,14 @@ class Collector:
                 seq, rank, node, steps, n = seq[keep], rank[keep], node[keep], steps[keep], len(keep)
         out: dict[str, Any] = {"seq": seq, "rank": rank, "node": node}
         if fmt.dated:
-            dates = [f"{d}.{ms}" if ms else d for d, ms in _each(head_time, col["_head"])]
+            dates = [f"{d}.{ms}" if ms else d for d, ms in _each(fm.head_time, col["_head"])]
             out["time"] = pd.to_datetime(dates, format="ISO8601", errors="coerce")  # no date: NaT
         for name, values in col.items():
             if name in ("elapsed", "remaining"):
                 out[f"{name}_s"] = _hms(values)
             elif name == "rate":
                 out["seconds_per_step"] = np.array(_each(_per_step, list(zip(values, col["unit"], strict=True))))
-            elif name in INT_COLUMNS:  # always captured, digits only
+            elif name in fm.INT_COLUMNS:  # always captured, digits only
                 out[name] = steps if name == "step" else np.fromiter(map(int, values), np.int64, n)
             elif name not in ("srun", "tag", "glob", "_head", "unit") and (v := _floats(values)) is not None:
                 out[name] = v
@@ -214,9 +190,8 @@ def _table(collector: Collector, parts: list[pd.DataFrame], ranks: str, source: 
     rows = pd.concat([p for p in parts if len(p)] or [pd.DataFrame()], ignore_index=True)
     parts.clear()  # the caller's list: its frames are freed before the table is built
     df = to_frame(rows, ranks=ranks)
-    df.attrs.update(
-        source=source, formats=sorted(collector.formats), ranks=sorted(collector.ranks), skipped=collector.skipped
-    )
+    df.attrs.update(source=source, formats=sorted(collector.formats), ranks=sorted(collector.ranks))
+    df.attrs["skipped"] = collector.skipped
     return df
 
 
@@ -252,14 +227,10 @@ def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
                 parts.append(resolve(collector.frame(ranks), ranks))  # cross-format keys too
                 held += len(parts[-1])
                 if held > 2 * reduced:  # resolved on the key columns only; a part is copied if it loses rows
-                    keys = pd.concat(
-                        [p[[c for c in ("split", "step", "rank", "node") if c in p]] for p in parts], ignore_index=True
-                    )
+                    keys = pd.concat([p[[c for c in _KEYS if c in p]] for p in parts], ignore_index=True)
                     wins = np.zeros(len(keys), dtype=bool)
                     wins[resolve(keys, ranks).index.to_numpy()] = True
-                    spans = [
-                        wins[e - len(p) : e] for p, e in zip(parts, np.cumsum([len(p) for p in parts]), strict=True)
-                    ]
+                    spans = np.split(wins, np.cumsum([len(p) for p in parts])[:-1])
                     parts = [p if w.all() else p[w] for p, w in zip(parts, spans, strict=True)]
                     held = reduced = max(int(wins.sum()), BATCH)
             if not block:
@@ -293,7 +264,7 @@ def best_source(folder: str | os.PathLike) -> tuple[str, Path]:
 
 
 # TensorBoard tags (torchtune, torchtitan) -> canonical columns; validation tags get split=validation
-TB_TAGS: dict[str, str] = {**ALIASES, "lr/AdamW": "lr", "n_tokens_seen": "tokens_seen"}
+TB_TAGS: dict[str, str] = {**fm.ALIASES, "lr/AdamW": "lr", "n_tokens_seen": "tokens_seen"}
 _VAL_PREFIX, _TB_COLUMNS = "validation_metrics/", ["tag", "step", "value", "wall_time"]
 
 
@@ -302,10 +273,8 @@ def read_tensorboard(folder: str | os.PathLike) -> pd.DataFrame:
     runs (sub-folders with event files) the newest is read, the others listed in ``attrs["other_runs"]``."""
     from tbparse import SummaryReader
 
-    runs = sorted(
-        {f.parent for f in Path(folder).rglob("events.out.tfevents*")},
-        key=lambda d: max(f.stat().st_mtime for f in d.glob("events.out.tfevents*")),
-    )
+    newest = lambda d: max(f.stat().st_mtime for f in d.glob("events.out.tfevents*"))  # noqa: E731
+    runs = sorted({f.parent for f in Path(folder).rglob("events.out.tfevents*")}, key=newest)
     if not runs:
         raise FileNotFoundError(f"no TensorBoard event files (events.out.tfevents*) under {folder}")
     with warnings.catch_warnings():
@@ -320,7 +289,6 @@ def read_tensorboard(folder: str | os.PathLike) -> pd.DataFrame:
         row[TB_TAGS.get(tag.removeprefix(_VAL_PREFIX), tag.removeprefix(_VAL_PREFIX))] = float(value)
         row["time"] = max(row.get("time", wall), wall)
     df = to_frame([{**r, "time": pd.Timestamp(r["time"], unit="s")} for r in rows.values()])
-    df.attrs.update(
-        source=str(runs[-1]), formats=["tensorboard"], ranks=[], skipped=[], other_runs=[str(d) for d in runs[:-1]]
-    )
+    df.attrs.update(source=str(runs[-1]), formats=["tensorboard"], ranks=[], skipped=[])
+    df.attrs["other_runs"] = [str(d) for d in runs[:-1]]
     return df
