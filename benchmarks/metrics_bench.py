@@ -3,9 +3,11 @@
     .venv/bin/python benchmarks/metrics_bench.py                  # 256 MB per shape, tqdm 100k and 1M updates
     .venv/bin/python benchmarks/metrics_bench.py --size-mb 16 --tqdm-updates 100000   # quick
 
-Per shape (written once into --dir, each ending in a failure's last lines): ``grep -c oss FILE``; the plain
-per-line loop (``for line in open(FILE)``, the grammar's own precompiled regex ``match``ed per line,
-``m.groups()`` appended, then one ``pd.DataFrame(...).apply(pd.to_numeric)``); ``parse_log(FILE)``;
+Per shape (written once into --dir, each ending in a failure's last lines): ``grep -c oss FILE``; the
+simple loop, the baseline (``for line in open(FILE)``, per format in the shape one precompiled regex of the
+fields a user wants -- ``SIMPLE`` -- ``search``ed per line, the groups converted with int/float into lists,
+then a DataFrame); the grammar loop (the grammar's own regexes ``match``ed per line, ``m.groups()``
+appended, one ``pd.DataFrame(...).apply(pd.to_numeric)``: the previous baseline); ``parse_log(FILE)``;
 ``diagnose(FILE)``; and ``cookbook metrics FILE``. Each runs in a fresh process (peak RSS is that process's
 ``ru_maxrss``; "baseline" is a process that only imports), timed inside it after its imports, back to back
 on the same file read from the page cache. Times are CPU seconds (user + system: the machine is shared,
@@ -265,7 +267,6 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--poll-steps", default="100,10000,60000")
     ap.add_argument("--no-cli", action="store_true")
-    ap.add_argument("--grammar-loop", action="store_true", help="also time the grammar's regexes per line")
     ap.add_argument("--dir", default=None, help="where to write the logs (default: a temp dir)")
     ap.add_argument("--json", default=None, help="also write the raw results to this JSON file")
     args = ap.parse_args(argv)
@@ -290,7 +291,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "steps": steps,
                 "grep_s": grep_seconds(log),
                 "simple": child("simple", log, shape),
-                "plain": child("plain", log, shape) if args.grammar_loop else None,
+                "plain": child("plain", log, shape),
                 "parse": child("parse", log),
                 "diagnose": child("diagnose", log),
                 "metrics": child("metrics", log),

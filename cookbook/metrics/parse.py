@@ -27,7 +27,7 @@ from cookbook.metrics.table import resolve, to_frame
 
 WINDOW = 1 << 20
 MAX_PARTIAL = 1 << 20  # a longer "line" (no \\n or \\r in it) is no log line (binary junk): dropped
-_KEYED = [*(f for f in FORMATS if f.regex is not None), fm.Format("", "")]  # the last: no format
+_KEYED = [*(f for f in FORMATS if f.key is not None), fm.Format("", "")]  # the last: no format
 BATCH = 5_000
 _KEYS = ("split", "step", "rank", "node")  # rows converted at a time (their strings held until then)
 
