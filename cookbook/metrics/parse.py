@@ -85,7 +85,7 @@ class Collector:
         """Read ``text``: complete lines (it ends at a line end or at the end of the log)."""
         seq, redraw, found, add_loser = self.seq, self._redraw, self._found, self._losers.add
         last_s, last_split, last_step, last_fmt, last_pre = self._last
-        if text.count(NEEDLE) * 8 < text.count("\n"):  # mostly other lines (NCCL): find the needle's
+        if text.count(NEEDLE, 0, 1 << 16) * 8 < text.count("\n", 0, 1 << 16):  # mostly other lines: find the needle's
             segs, starts, pos, end = [], [], 0, len(text)
             while (i := text.find(NEEDLE, pos)) >= 0:
                 starts.append(text.rfind("\n", 0, i) + 1)
