@@ -129,14 +129,14 @@ FORMATS: tuple[Format, ...] = (
         r"\[(?P<elapsed>\d+(?::\d+)*)<(?P<remaining>\d+(?::\d+)*|\?)"
         r"(?:,\s*(?P<rate>\d+(?:\.\d+)?|\?)(?P<unit>s/it|it/s))?(?:\]|\s*$)",
     )),
-    Format("torchtune-disk", "Step ", key=re.compile(rf"^Step (?P<step>{_C}) \|"), parse=_disk),
+    Format("torchtune-disk", "Step ", parse=_disk),
     Format("fsdp", "Batch ", **_line(  # the last two fields: our own fsdp_train.py
         rf"Batch (?P<step>{_C}) Loss: ",
         rf"(?P<loss>{_NUM}), Speed: (?P<samples_per_second>{_NUM}) samples/sec"
         rf"(?:, lr: (?P<lr>{_NUM}))?(?:, tokens_per_second_per_gpu: (?P<tokens_per_second_per_gpu>{_NUM}))?"
         rf"(?:, mfu: (?:(?P<mfu_pct>{_NUM})%|N/A))?\s*$",
     ), dated=True),
-    Format("jsonl", "{", key=re.compile(rf'^\{{(?!.*"split")"step": ?(?P<step>{_C})[,}}]'), parse=_jsonl),
+    Format("jsonl", "{", parse=_jsonl),
 )
 # fmt: on
 

@@ -2,8 +2,8 @@
 
 A log is read in ``WINDOW``-byte windows cut after the last ``\\n``/``\\r``; each window's lines that hold
 the NEEDLE are read by :func:`~cookbook.metrics.formats.parse_line` (the one grammar, shared with the live
-follower) -- but a line of the step just read from another rank or format, known by its format's key
-regex, is not (it cannot win: table.py). Captured strings are converted column-wise every ``BATCH`` rows
+follower) -- but a line of the step just read from another rank (launcher prefix), known by its format's
+key regex, is not (it cannot win: table.py). Captured strings are converted column-wise every ``BATCH`` rows
 and reduced to one row per key. Time and memory are linear in the file, whatever its shape and wherever
 the windows fall.
 """
@@ -76,15 +76,16 @@ class Collector:
         self._rows: list[dict[str, Any]] = []  # rows of formats without a regex
         self.skipped: list[tuple[int, str]] = []  # (line number, text): looked like metrics, matched no format
         self.formats, self.ranks = set(), set()  # formats and ranks seen (before duplicates are dropped)
-        # ranks="first": the last rank-0 or rankless row, its step's final row: (step text, split, step,
-        # format, launcher prefix). A later line of that step with another format or prefix is known by its
-        # key regex and read no further (format and head kept for attrs); one from the same source is read.
-        self._first, self._last, self._losers = ranks != "all", ("\0", "", -1, None, ""), set()
+        # ranks="first": the last rank-0 or rankless row, its step's final row: (step text, step, format,
+        # launcher prefix). A later line of that step and format with another prefix is known by its
+        # key regex and read no further (head kept for attrs); one with the same prefix is read (a typo there
+        # is reported). Other formats' lines are read: their columns are in the table even when they lose.
+        self._first, self._last, self._losers = ranks != "all", ("\0", -1, None, ""), set()
 
     def feed(self, text: str) -> None:
         """Read ``text``: complete lines (it ends at a line end or at the end of the log)."""
         seq, redraw, found, add_loser = self.seq, self._redraw, self._found, self._losers.add
-        last_s, last_split, last_step, last_fmt, last_pre = self._last
+        last_s, last_step, last_fmt, last_pre = self._last
         if text.count(NEEDLE, 0, 1 << 16) * 8 < text.count("\n", 0, 1 << 16):  # mostly other lines: find the needle's
             segs, starts, pos, end = [], [], 0, len(text)
             while (i := text.find(NEEDLE, pos)) >= 0:
@@ -100,10 +101,9 @@ class Collector:
         for n, seg in enumerate(segs):
             if NEEDLE not in seg or (seg.startswith(redraw) and "step:" not in seg):
                 continue  # a tqdm redraw of the bar just read: its step is taken (first line wins)
-            if last_s in seg:  # maybe a line of the step just read
+            if last_s in seg and not seg.startswith(last_pre):  # maybe another rank's line of the step just read
                 f = next(f for f in _KEYED if f.marker in seg)  # the last: a catch-all without a key
-                k = f.key and f.split == last_split and f.key.search(seg)
-                if k and int(k["step"]) == last_step and (f is not last_fmt or not seg.startswith(last_pre)):
+                if f is last_fmt and (k := f.key.search(seg)) and int(k["step"]) == last_step:
                     add_loser((f, seg[: k.start()]))
                     continue
             fmt, m, looks = parse_line(seg)
@@ -119,14 +119,14 @@ class Collector:
                 if fmt.name == "torchtune-tqdm":
                     redraw = seg[: m.end("step") + 6]  # prefix, "E|S|Loss:"
                 if self._first and ((r := m["glob"] or m["tag"] or m["srun"]) is None or int(r) == 0):  # rank 0
-                    last_step, last_split, last_fmt, last_pre = int(m["step"]), fmt.split, fmt, seg[: m.start("_head")]
+                    last_step, last_fmt, last_pre = int(m["step"]), fmt, seg[: m.start("_head")]
                     last_s = str(last_step)
             else:
                 m.update(seq=seq, format=fmt.name)
                 m.setdefault("split", fmt.split)
                 self._rows.append(m)
             seq += 1
-        self.seq, self._redraw, self._last = seq, redraw, (last_s, last_split, last_step, last_fmt, last_pre)
+        self.seq, self._redraw, self._last = seq, redraw, (last_s, last_step, last_fmt, last_pre)
         self.lines += text.count("\n")
 
     def frame(self, ranks: str = "all") -> pd.DataFrame:
