@@ -226,7 +226,7 @@ def parse_log(path: str | os.PathLike, ranks: str = "first") -> pd.DataFrame:
                 converted = collector.seq
                 parts.append(resolve(collector.frame(ranks), ranks))  # cross-format keys too
                 held += len(parts[-1])
-                if held > 2 * reduced:  # resolved on the key columns only; a part is copied if it loses rows
+                if held > 2 * reduced or not block:  # on the key columns only (at the end: to_frame copies none)
                     keys = pd.concat([p[[c for c in _KEYS if c in p]] for p in parts], ignore_index=True)
                     wins = np.zeros(len(keys), dtype=bool)
                     wins[resolve(keys, ranks).index.to_numpy()] = True
