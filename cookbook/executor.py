@@ -119,7 +119,7 @@ class Job(JobRecord):
 
     def plot(self, save: bool = True) -> Any:
         """Loss (raw + smoothed) and throughput against step; saved as ``metrics.png`` next to the script."""
-        from cookbook.metrics import plot_runs
+        from cookbook.metrics.plots import plot_runs  # matplotlib: only when a plot is asked for
 
         out = self.script.parent / "metrics.png" if save else None
         return plot_runs({self.name: self.metrics()}, out=out)

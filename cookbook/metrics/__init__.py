@@ -10,36 +10,19 @@ plot_runs({"a": "a.log", "b": "b.log"}, out="cmp.png")
 import importlib
 from typing import Any
 
-from cookbook.metrics.derived import (
-    add_derived,
-    eta,
-    hf_config_flops_per_token,
-    peak_tflops,
-    planner_flops,
-    tokens_seen,
-)
+from cookbook.gpus import peak_tflops
+from cookbook.metrics.derived import add_derived, eta, hf_config_flops_per_token, planner_flops, tokens_seen
 from cookbook.metrics.diagnose import Finding, diagnose, diagnose_text
 from cookbook.metrics.follow import LogFollower
 from cookbook.metrics.parse import best_source, parse_log, parse_text, read_tensorboard
 
+# fmt: off
 __all__ = [
-    "Finding",
-    "LogFollower",
-    "add_derived",
-    "best_source",
-    "diagnose",
-    "diagnose_text",
-    "eta",
-    "hf_config_flops_per_token",
-    "parse_log",
-    "parse_text",
-    "peak_tflops",
-    "planner_flops",
-    "plot_runs",
-    "plots",
-    "read_tensorboard",
-    "tokens_seen",
+    "Finding", "LogFollower", "add_derived", "best_source", "diagnose", "diagnose_text", "eta",
+    "hf_config_flops_per_token", "parse_log", "parse_text", "peak_tflops", "planner_flops", "plot_runs", "plots",
+    "read_tensorboard", "tokens_seen",
 ]
+# fmt: on
 
 
 def __getattr__(name: str) -> Any:

@@ -13,24 +13,20 @@ import os
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from cookbook.gpus import peak_tflops as peak_tflops  # re-exported: cookbook.metrics.peak_tflops
 
 
-def hf_config_flops_per_token(config: Mapping[str, Any] | str | os.PathLike[str], seq_len: int) -> float:
+def hf_config_flops_per_token(config: Mapping[str, object] | str | os.PathLike[str], seq_len: int) -> float:
     """FLOPs per token of a Llama-style model from its Hugging Face ``config.json`` (dict or path),
     counted by the planner's formula (the one count of the package: 6N + 12 * layers * heads * head_dim * s)."""
     from cookbook.planner.estimate import Settings, flops_per_token
     from cookbook.planner.models import shape_from_config
 
-    if isinstance(config, Mapping):
-        values = config
-    else:
-        p = Path(config)
-        values = json.loads((p / "config.json" if p.is_dir() else p).read_text())
+    p = Path() if isinstance(config, Mapping) else Path(config)
+    values = config if isinstance(config, Mapping) else json.loads((p / "config.json" if p.is_dir() else p).read_text())
     return flops_per_token(shape_from_config(values), Settings(seq_len=seq_len))
 
 
@@ -43,10 +39,9 @@ FLUX_TPS_PER_IMAGE_PIXEL = 3
 def planner_flops(model: str, seq_len: int | None = None, image_size: int | None = None) -> tuple[float, float]:
     """(FLOPs per unit of the logged ``tokens_per_second_per_gpu``, FLOPs per sample) of a planner model.
 
-    ``model`` is a planner key (``llama3_1_8b``, ``flux_schnell`` ...), counted by the planner's formulas
-    (unset sizes: the planner's ``Settings`` defaults). An LLM's unit is a token; FLUX trains on images,
-    so its unit is one pixel value (see ``FLUX_TPS_PER_IMAGE_PIXEL``): FLOPs per image / (3 * image_size**2).
-    """
+    ``model`` is a planner key (``llama3_1_8b``, ``flux_schnell`` ...), counted by the planner's formulas (unset
+    sizes: the planner's ``Settings`` defaults). An LLM's unit is a token; FLUX trains on images, so its unit is one
+    pixel value (see ``FLUX_TPS_PER_IMAGE_PIXEL``): FLOPs per image / (3 * image_size**2)."""
     from cookbook.planner.estimate import Settings, flops_per_sample, flops_per_token
     from cookbook.planner.models import FluxShape, get_model
 
@@ -58,20 +53,13 @@ def planner_flops(model: str, seq_len: int | None = None, image_size: int | None
     return flops_per_token(shape, s), per_sample
 
 
-def add_derived(
-    df: pd.DataFrame,
-    *,
-    flops_per_token: float | None = None,
-    flops_per_sample: float | None = None,
-    gpu: str | None = None,
-    n_gpus: int = 1,
-    tokens_per_step: float | None = None,
-) -> pd.DataFrame:
+def add_derived(df: pd.DataFrame, *, flops_per_token: float | None = None, flops_per_sample: float | None = None,
+                gpu: str | None = None, n_gpus: int = 1,
+                tokens_per_step: float | None = None) -> pd.DataFrame:  # fmt: skip
     """Copy of ``df`` with ``tflops``/``mfu_pct`` filled where missing or 0, and ``tokens_seen``.
 
-    ``samples_per_second`` (FSDP) is taken as the total over ``n_gpus``; ``tokens_per_second_per_gpu``
-    is per GPU. Printed non-zero values are kept.
-    """
+    ``samples_per_second`` (FSDP) is taken as the total over ``n_gpus``; ``tokens_per_second_per_gpu`` is per GPU.
+    Printed non-zero values are kept."""
     out = df.copy()
     tflops = None
     if flops_per_token and "tokens_per_second_per_gpu" in out:

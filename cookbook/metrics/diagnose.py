@@ -9,9 +9,11 @@ from __future__ import annotations
 import io
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 
 @dataclass(frozen=True)
@@ -36,175 +38,93 @@ def _slurm_state(state: str) -> str:
 
 
 # First matching rule wins for a line; order = most specific first.
+# fmt: off
 RULES: tuple[Rule, ...] = (
-    Rule(
-        "slurm_timeout",
-        r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT|" + _slurm_state("TIMEOUT"),
-        "the job hit its --time limit: raise --time, or checkpoint more often and resubmit to resume",
-    ),
-    Rule(
-        "slurm_preempted",
-        r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO PREEMPTION|" + _slurm_state("PREEMPTED"),
-        "preempted by a higher-priority job: submit with --requeue and resume from the last checkpoint",
-    ),
-    Rule(
-        "slurm_node_fail",
-        r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO NODE FAIL|"
-        r"DUE TO NODE FAILURE|NODE_FAIL|srun: error: Node failure on",
-        "a node died under the job: resubmit excluding it (--exclude=NODE) and resume from a checkpoint",
-    ),
-    Rule(
-        "slurm_cancelled",
-        r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+|" + _slurm_state("CANCELLED"),
-        "the job was cancelled (scancel or an admin); resubmit if that was not intended",
-    ),
-    Rule(
-        "cuda_oom",
-        r"CUDA out of memory|CUDA error: out of memory|torch\.OutOfMemoryError|OutOfMemoryError: |"
-        r"CUBLAS_STATUS_ALLOC_FAILED",
-        "GPU memory exhausted: lower batch size or sequence length, enable activation checkpointing, "
-        "or shard over more GPUs (check the planner first)",
-    ),
-    Rule(
-        "host_oom",
-        r"oom[-_]kill|Out of memory: Killed process|OUT_OF_MEMORY",
-        "the host ran out of RAM (Linux OOM killer): request more --mem, fewer dataloader workers, no CPU offload",
-    ),
-    Rule(
-        "nccl_timeout",
-        r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]ime(?:d )?out|"
-        r"ProcessGroupNCCL's watchdog got stuck|"
-        r"NCCL.*timed out|Some NCCL operations have failed or timed out|collective operation timeout",
-        "a rank stopped joining collectives: find the first rank that failed or hung above; check the "
-        "network (NCCL_SOCKET_IFNAME, IB/EFA) and only raise the timeout for legitimately slow steps",
-    ),
-    Rule(
-        "nccl_error",
-        r"NCCL WARN|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError|"
-        r"NCCL error",
-        "NCCL failed: rerun with NCCL_DEBUG=INFO and check NCCL_SOCKET_IFNAME / the fabric plugin "
-        "(aws-ofi-nccl on EFA)",
-    ),
-    Rule(
-        "gated_model",
-        r"GatedRepoError|gated repo|401 Client Error|403 Client Error|"
-        r"Access to model \S+ is restricted|Cannot access gated repo|"
-        r"'40[13] (?:Unauthorized|Forbidden)' for url '?https://(?:huggingface\.co|hf\.co)",
-        "the hub refused access (gated model, or no/invalid token): accept the licence on huggingface.co "
-        "and export a valid HF_TOKEN (or `huggingface-cli login`) before submitting",
-    ),
-    Rule(
-        "hub_unreachable",
-        r"Failed to download|LocalEntryNotFoundError|huggingface\.co.*(?:timed out|"
-        r"Max retries|ConnectError)|ReadTimeoutError.*huggingface|(?:httpx|httpcore|requests)\.\w*(?:ConnectError|"
-        r"ConnectionError|ConnectTimeout)",
-        "the Hugging Face hub is unreachable from the nodes: download on the login node first, then set "
-        "HF_HUB_OFFLINE=1 (or raise HF_HUB_ETAG_TIMEOUT)",
-    ),
-    Rule(
-        "rendezvous",
-        r"RendezvousConnectionError|RendezvousTimeoutError|DistNetworkError|"
-        r"\[c10d\].*(?:Name or service not known|Temporary failure in name resolution|cannot be retrieved)|"
-        r"gai error|"
-        r"The server socket has failed to listen|[Cc]onnection refused.*(?:29500|rdzv|store)",
-        "workers could not reach the rendezvous host: use the first node of `scontrol show hostnames` "
-        "as the endpoint, make sure it resolves to a non-loopback address on every node, and that "
-        "MASTER_PORT is free",
-    ),
-    Rule(
-        "rendezvous",
-        r"socket\.gaierror|\[Errno -[23]\] (?:Name or service not known|"
-        r"Temporary failure in name resolution)",
-        "the rendezvous host name does not resolve on this node: use a name from `scontrol show hostnames` "
-        "(or its IP address) as --rdzv-endpoint / MASTER_ADDR",
-        context=r"rendezvous|rdzv|c10d|TCPStore|MASTER_ADDR",
-    ),
-    Rule(
-        "missing_tokenizer",
-        r"(?:FileNotFoundError|No such file or directory|does not exist).*"
-        r"(?:[Tt]okenizer|\.model\b|tiktoken)|[Tt]okenizer.*(?:does not exist|: No such file)|"
-        r"Can't load tokenizer",
-        "the tokenizer file is missing: set tokenizer.path= to the downloaded file (e.g. original/tokenizer.model)",
-    ),
-    Rule(
-        "missing_checkpoint",
-        r"(?:FileNotFoundError|No such file or directory|does not exist).*"
-        r"(?:checkpoint|\.safetensors|\.distcp|\.pt\b|\.bin\b|config\.json|ae\.safetensors)",
-        "a checkpoint file is missing: set checkpointer.checkpoint_dir= (torchtune ignores a top-level "
-        "checkpoint_dir=) and check the files were downloaded to a shared path",
-    ),
-    Rule(
-        "missing_file",
-        r"FileNotFoundError",
-        "a path does not exist on the compute node: use a shared filesystem path, not a login-node one",
-    ),
-    Rule(
-        "loss_nan",
-        r"\b[Ll]oss:\s*-?nan\b",
-        "loss became NaN: lower the learning rate, add warmup or gradient clipping, check the data",
-    ),
-    Rule(
-        "rank_failed",
-        r"ChildFailedError|srun: error: \S+: task \d+: Exited with exit code",
-        "a worker process failed: the first traceback above (torchrun's 'Root Cause') says why",
-    ),
+    Rule("slurm_timeout", r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT|"
+         + _slurm_state("TIMEOUT"),
+         "the job hit its --time limit: raise --time, or checkpoint more often and resubmit to resume"),
+    Rule("slurm_preempted", r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO PREEMPTION|"
+         + _slurm_state("PREEMPTED"),
+         "preempted by a higher-priority job: submit with --requeue and resume from the last checkpoint"),
+    Rule("slurm_node_fail", r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO NODE FAIL|"
+         r"DUE TO NODE FAILURE|NODE_FAIL|srun: error: Node failure on",
+         "a node died under the job: resubmit excluding it (--exclude=NODE) and resume from a checkpoint"),
+    Rule("slurm_cancelled", r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+|" + _slurm_state("CANCELLED"),
+         "the job was cancelled (scancel or an admin); resubmit if that was not intended"),
+    Rule("cuda_oom", r"CUDA out of memory|CUDA error: out of memory|torch\.OutOfMemoryError|OutOfMemoryError: |"
+         r"CUBLAS_STATUS_ALLOC_FAILED",
+         "GPU memory exhausted: lower batch size or sequence length, enable activation checkpointing, "
+         "or shard over more GPUs (check the planner first)"),
+    Rule("host_oom", r"oom[-_]kill|Out of memory: Killed process|OUT_OF_MEMORY",
+         "the host ran out of RAM (Linux OOM killer): request more --mem, fewer dataloader workers, no CPU offload"),
+    Rule("nccl_timeout", r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]ime(?:d )?out|"
+         r"ProcessGroupNCCL's watchdog got stuck|"
+         r"NCCL.*timed out|Some NCCL operations have failed or timed out|collective operation timeout",
+         "a rank stopped joining collectives: find the first rank that failed or hung above; check the "
+         "network (NCCL_SOCKET_IFNAME, IB/EFA) and only raise the timeout for legitimately slow steps"),
+    Rule("nccl_error", r"NCCL WARN|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError|"
+         r"NCCL error",
+         "NCCL failed: rerun with NCCL_DEBUG=INFO and check NCCL_SOCKET_IFNAME / the fabric plugin "
+         "(aws-ofi-nccl on EFA)"),
+    Rule("gated_model", r"GatedRepoError|gated repo|401 Client Error|403 Client Error|"
+         r"Access to model \S+ is restricted|Cannot access gated repo|"
+         r"'40[13] (?:Unauthorized|Forbidden)' for url '?https://(?:huggingface\.co|hf\.co)",
+         "the hub refused access (gated model, or no/invalid token): accept the licence on huggingface.co "
+         "and export a valid HF_TOKEN (or `huggingface-cli login`) before submitting"),
+    Rule("hub_unreachable", r"Failed to download|LocalEntryNotFoundError|huggingface\.co.*(?:timed out|"
+         r"Max retries|ConnectError)|ReadTimeoutError.*huggingface|(?:httpx|httpcore|requests)\.\w*(?:ConnectError|"
+         r"ConnectionError|ConnectTimeout)",
+         "the Hugging Face hub is unreachable from the nodes: download on the login node first, then set "
+         "HF_HUB_OFFLINE=1 (or raise HF_HUB_ETAG_TIMEOUT)"),
+    Rule("rendezvous", r"RendezvousConnectionError|RendezvousTimeoutError|DistNetworkError|"
+         r"\[c10d\].*(?:Name or service not known|Temporary failure in name resolution|cannot be retrieved)|gai error|"
+         r"The server socket has failed to listen|[Cc]onnection refused.*(?:29500|rdzv|store)",
+         "workers could not reach the rendezvous host: use the first node of `scontrol show hostnames` as the "
+         "endpoint, make sure it resolves to a non-loopback address on every node, and that MASTER_PORT is free"),
+    Rule("rendezvous", r"socket\.gaierror|\[Errno -[23]\] (?:Name or service not known|"
+         r"Temporary failure in name resolution)",
+         "the rendezvous host name does not resolve on this node: use a name from `scontrol show hostnames` "
+         "(or its IP address) as --rdzv-endpoint / MASTER_ADDR",
+         context=r"rendezvous|rdzv|c10d|TCPStore|MASTER_ADDR"),
+    Rule("missing_tokenizer", r"(?:FileNotFoundError|No such file or directory|does not exist).*"
+         r"(?:[Tt]okenizer|\.model\b|tiktoken)|[Tt]okenizer.*(?:does not exist|: No such file)|Can't load tokenizer",
+         "the tokenizer file is missing: set tokenizer.path= to the downloaded file (e.g. original/tokenizer.model)"),
+    Rule("missing_checkpoint", r"(?:FileNotFoundError|No such file or directory|does not exist).*"
+         r"(?:checkpoint|\.safetensors|\.distcp|\.pt\b|\.bin\b|config\.json|ae\.safetensors)",
+         "a checkpoint file is missing: set checkpointer.checkpoint_dir= (torchtune ignores a top-level "
+         "checkpoint_dir=) and check the files were downloaded to a shared path"),
+    Rule("missing_file", r"FileNotFoundError",
+         "a path does not exist on the compute node: use a shared filesystem path, not a login-node one"),
+    Rule("loss_nan", r"\b[Ll]oss:\s*-?nan\b",
+         "loss became NaN: lower the learning rate, add warmup or gradient clipping, check the data"),
+    Rule("rank_failed", r"ChildFailedError|srun: error: \S+: task \d+: Exited with exit code",
+         "a worker process failed: the first traceback above (torchrun's 'Root Cause') says why"),
 )
 
 # The prefilter: literals of which every line a RULES pattern matches holds one (check a new rule's
 # pattern against them). One RE2 scan finds the lines holding any; only those go through RULES.
 NEEDLES: tuple[str, ...] = (
-    "[c10d]",
-    "[Errno -",
-    "Access to model",
-    "Can't load tokenizer",
-    "CANCELLED",
-    "ChildFailedError",
-    "Client Error",
-    "collective operation timeout",
-    "ConnectError",
-    "ConnectionError",
-    "ConnectTimeout",
-    "CUBLAS_STATUS_ALLOC_FAILED",
-    "DistNetworkError",
-    "does not exist",
-    "Failed to download",
-    "FileNotFoundError",
-    "Forbidden",
-    "gai error",
-    "gaierror",
-    "gated repo",
-    "GatedRepoError",
-    "huggingface",
-    "LocalEntryNotFoundError",
-    "nan",
-    "NCCL error",
-    "NCCL WARN",
-    "ncclInternalError",
-    "ncclRemoteError",
-    "ncclSystemError",
-    "ncclUnhandledCudaError",
-    "No such file",
-    "NODE FAIL",
-    "Node failure",
-    "NODE_FAIL",
-    "onnection refused",
-    "oom-kill",
-    "oom_kill",
-    "Out of memory",
-    "out of memory",
-    "OUT_OF_MEMORY",
-    "OutOfMemoryError",
-    "PREEMPTED",
-    "ProcessGroupNCCL",
-    "Rendezvous",
-    "server socket",
-    "srun: error:",
-    "timed out",
-    "TIMEOUT",
-    "Unauthorized",
+    "[c10d]", "[Errno -", "Access to model", "Can't load tokenizer", "CANCELLED", "ChildFailedError",
+    "Client Error", "collective operation timeout", "ConnectError", "ConnectionError", "ConnectTimeout",
+    "CUBLAS_STATUS_ALLOC_FAILED", "DistNetworkError", "does not exist", "Failed to download",
+    "FileNotFoundError", "Forbidden", "gai error", "gaierror", "gated repo", "GatedRepoError", "huggingface",
+    "LocalEntryNotFoundError", "nan", "NCCL error", "NCCL WARN", "ncclInternalError", "ncclRemoteError",
+    "ncclSystemError", "ncclUnhandledCudaError", "No such file", "NODE FAIL", "Node failure", "NODE_FAIL",
+    "onnection refused", "oom-kill", "oom_kill", "Out of memory", "out of memory", "OUT_OF_MEMORY",
+    "OutOfMemoryError", "PREEMPTED", "ProcessGroupNCCL", "Rendezvous", "server socket", "srun: error:",
+    "timed out", "TIMEOUT", "Unauthorized",
 )
+# fmt: on
 _PREFILTER = re.compile(b"|".join(re.escape(n.encode()) for n in sorted(NEEDLES, key=len, reverse=True)))
 _COMPILED = tuple((r, re.compile(r.pattern), re.compile(r.context.encode()) if r.context else None) for r in RULES)
+
+
+def _rule(line: str, context: bytes, start: int, end: int) -> Rule | None:
+    """The first rule matching ``line`` (at ``start:end`` of ``context``, whose context it finds before it)."""
+    for rule, rx, ctx in _COMPILED:
+        if rx.search(line) and (ctx is None or ctx.search(context, max(0, start - CONTEXT_BYTES), end)):
+            return rule
+    return None
 
 
 @dataclass(frozen=True)
@@ -229,23 +149,19 @@ def diagnose(path: str | os.PathLike[str]) -> list[Finding]:
 
 
 def diagnose_text(text: str) -> list[Finding]:
-    """:func:`diagnose` for text in memory."""
+    """:func:`diagnose` for text in memory (:func:`diagnose_bytes` for bytes)."""
     return diagnose_bytes(text.encode("utf-8", errors="replace"))
 
 
 def diagnose_bytes(data: bytes) -> list[Finding]:
-    """:func:`diagnose` for bytes in memory."""
     return _scan(io.BytesIO(data))
 
 
 def _scan(f: io.BufferedIOBase) -> list[Finding]:
-    """Read ``WINDOW`` bytes at a time into one buffer, cut after the last ``\\n`` (else ``\\r``, else the
-    buffer's end: a line longer than the buffer is read in pieces). RE2
-    (pyarrow; a DFA, ~500 MB/s whatever the number of needles) counts the NEEDLES in a window; only a
-    window holding one is split into lines, and only the lines holding one go through ``RULES``."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+    """Read ``WINDOW`` bytes at a time into one buffer, cut after the last ``\\n`` (else ``\\r``, else the buffer's
+    end: a line longer than the buffer is read in pieces). RE2 (pyarrow; a DFA, ~500 MB/s whatever the number of
+    needles) counts the NEEDLES in a window; only a window holding one is split into lines, and only the lines
+    holding one go through ``RULES``."""
     found: dict[str, Finding] = {}
     line_no, keep, before, data = 1, 0, b"", bytearray(WINDOW)  # ``before``: the CONTEXT_BYTES before
     while True:
@@ -264,24 +180,10 @@ def _scan(f: io.BufferedIOBase) -> list[Finding]:
             for i in hits:
                 start, end = (int(ends[i - 1]) + 1 if i else 0), int(ends[i])
                 line = window[start:end].decode("utf-8", errors="replace").strip()
-                rule = next(
-                    (
-                        r
-                        for r, rx, ctx in _COMPILED
-                        if rx.search(line)
-                        and (
-                            ctx is None
-                            or ctx.search(context, max(0, len(before) + start - CONTEXT_BYTES), len(before) + end)
-                        )
-                    ),
-                    None,
-                )
-                if rule is None:
-                    continue
-                if rule.kind in found:
-                    old = found[rule.kind]
-                    found[rule.kind] = Finding(old.kind, old.line_number, old.line, old.hint, old.count + 1)
-                else:
+                rule = _rule(line, context, len(before) + start, len(before) + end)
+                if rule is not None and rule.kind in found:
+                    found[rule.kind] = replace(found[rule.kind], count=found[rule.kind].count + 1)
+                elif rule is not None:
                     number = line_no + window.count(b"\n", 0, start)
                     found[rule.kind] = Finding(rule.kind, number, line.split("\r")[-1], rule.hint)
         del array, offsets

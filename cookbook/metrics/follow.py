@@ -5,12 +5,11 @@
     follower.eta()             # time left, from the last steps polled (no table rebuilt)
     follower.df                # everything so far (the table parse_log gives)
 
-A line is complete once a ``\\n`` or ``\\r`` follows it (tqdm's latest bar is read when the next redraw
-comes). A poll costs O(new bytes): the same grammar and :class:`~cookbook.metrics.parse.Collector` as
-``parse_log``; a step is emitted once, with the row ``parse_log`` keeps (table.py): a rank-0 line (or one
-without a rank) at once, another rank's when a later step's line came first (a rank-0 line arriving after
-that is ignored: the only case where ``df`` differs from ``parse_log``). A file that shrinks or is
-replaced (another inode: a requeued job rewrote it) is read again from the start, counted in ``resets``.
+A line is complete once a ``\\n`` or ``\\r`` follows it. A poll costs O(new bytes), with the grammar and
+:class:`~cookbook.metrics.parse.Collector` of ``parse_log``; a step is emitted once, with the row ``parse_log`` keeps
+(table.py): a rank-0 (or rankless) line at once, another rank's when a later step's line came first (a rank-0 line
+after that is ignored: then ``df`` differs from ``parse_log``). A file that shrinks or is replaced (a requeued job
+rewrote it) is read again from the start, counted in ``resets``.
 """
 
 from __future__ import annotations
@@ -19,15 +18,13 @@ import os
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from cookbook.metrics.derived import eta
-from cookbook.metrics.parse import Collector
+from cookbook.metrics.parse import MAX_PARTIAL, Collector
 from cookbook.metrics.table import to_frame
 
-_MAX_PARTIAL = 1 << 20  # a longer "line" is no log line (binary junk): dropped
 READ = 16 << 20  # bytes per read; a poll reads to the end
 
 
@@ -39,14 +36,11 @@ class LogFollower:
         self._reset()
 
     def _reset(self) -> None:
-        self.offset = 0  # bytes of the file consumed
+        self.offset, self._partial, self._inode = 0, b"", (-1, -1)  # bytes of the file consumed; (dev, inode)
         self.lines_skipped: list[str] = []
-        self._inode: tuple[int, int] | None = None
-        self._partial = b""
-        self._collector = Collector()
-        self._emitted: set[tuple[Any, ...]] = set()
-        self._held: dict[tuple[Any, ...], pd.Series] = {}  # (split, step) -> first row of a non-zero rank
+        self._collector, self._emitted = Collector(self.ranks), set[tuple[object, ...]]()
         self._parts: list[pd.DataFrame] = []
+        self._held: dict[tuple[object, ...], pd.Series] = {}  # (split, step) -> first row of a non-zero rank
         self._df: pd.DataFrame | None = None
         self._recent = pd.DataFrame()  # the last train rows, for eta()
         self.resets += 1
@@ -65,12 +59,11 @@ class LogFollower:
         for chunk in self._read_new():
             data = self._partial + chunk
             cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
-            self._partial = data[cut:] if len(data) - cut <= _MAX_PARTIAL else b""
+            self._partial = data[cut:] if len(data) - cut <= MAX_PARTIAL else b""
             if cut:
                 self._collector.feed(data[:cut].decode("utf-8", errors="replace"))
-        skipped = self._collector.skipped
-        self.lines_skipped += [text for _, text in skipped]
-        skipped.clear()
+        self.lines_skipped += [text for _, text in self._collector.skipped]
+        self._collector.skipped.clear()
         new = self._emit(self._collector.frame())
         if new.empty:
             return to_frame(new)
@@ -85,11 +78,9 @@ class LogFollower:
         """The rows of ``raw`` (in line order) that are steps not emitted before."""
         if raw.empty:
             return raw
-        nan = pd.Series(float("nan"), index=raw.index)
-        keep, held_rows = [], []
-        for i, split, step, rank, node in zip(
-            raw.index, raw["split"], raw["step"], raw.get("rank", nan), raw.get("node", nan), strict=True
-        ):
+        nan, keep, held_rows = pd.Series(float("nan"), index=raw.index), [], []
+        ranks, nodes = raw.get("rank", nan), raw.get("node", nan)
+        for i, split, step, rank, node in zip(raw.index, raw["split"], raw["step"], ranks, nodes, strict=True):
             key = (split, step, node, rank) if self.ranks == "all" else (split, step)
             if key in self._emitted:
                 continue
@@ -117,7 +108,7 @@ class LogFollower:
         except FileNotFoundError:
             return
         inode = (st.st_dev, st.st_ino)
-        if self._inode is not None and (inode != self._inode or st.st_size < self.offset):
+        if self._inode != (-1, -1) and (inode != self._inode or st.st_size < self.offset):
             self._reset()
         self._inode = inode
         if st.st_size == self.offset:

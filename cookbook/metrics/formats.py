@@ -1,10 +1,9 @@
 """The grammar: one compiled regex per training-log format, the line prefixes, and how a line is read.
 
-Every format's metrics line holds ``oss`` (``loss``/``Loss``): a file is scanned for that literal and only
-those lines are matched. A line that looks like a metrics line but matches no format exactly is reported
-as skipped (a typo never becomes a wrong number). Commas are only thousands separators (``1,541,366``;
-``0,7052`` is a typo), counters (step, epoch, rank ...) have at most 15 digits (exact in float64), and a
-timestamp that is no date (``2025-06-37``) gives a NaT time. ``FORMATS`` order is the match order:
+Every format's metrics line holds ``oss`` (``loss``/``Loss``): only lines holding it are matched. A line that looks
+like a metrics line but matches no format exactly is reported as skipped (a typo never becomes a wrong number). Commas
+are only thousands separators (``0,7052`` is a typo), counters (step, rank ...) have at most 15 digits (exact in
+float64), a date like ``2025-06-37`` gives NaT. ``FORMATS`` order is match order:
 
 - ``torchtitan``: ``[titan] 2025-06-10 21:58:27,008 - root - INFO - step: 700  loss:  0.7052  grad_norm: 2.9
   memory: 76.79GiB(96.97%)  tps: 1,541,366  tflops: 0.00  mfu: 0.00%`` (ANSI colours, optional fields,
@@ -16,10 +15,10 @@ timestamp that is no date (``2025-06-37``) gives a NaT time. ``FORMATS`` order i
   lr: 0.000100`` (our ``fsdp_train.py`` adds ``, tokens_per_second_per_gpu: 3712.0, mfu: 38.12%``/``N/A``)
 - ``jsonl``: ``{"step": 1, "loss": 6.2, ...}`` (one JSON object per line)
 
-Line prefixes (each optional, in this order): an ``srun --label`` number ``12: ``; a launcher tag
-``[rank3]:`` (torch), ``[default3]:`` (torchrun ``--tee``), ``[trainer0|8]:`` (torchtune multi-node: the
-global rank is after ``|``) or ``[3]:``. With a tag, the tag's number is ``rank`` and the srun number the
-``node`` column (one srun task per node running torchrun); with only an srun number, it is the ``rank``.
+Line prefixes (each optional, in this order): an ``srun --label`` number ``12: ``; a launcher tag ``[rank3]:``
+(torch), ``[default3]:`` (torchrun ``--tee``), ``[trainer0|8]:`` (torchtune multi-node: the global rank is after
+``|``) or ``[3]:``. With a tag, its number is ``rank`` and the srun number ``node`` (one srun task per node running
+torchrun); with only an srun number, that is the ``rank``.
 """
 
 from __future__ import annotations
@@ -40,10 +39,7 @@ INT_COLUMNS = ("step", "epoch", "progress", "total_steps", "rank", "node")
 _INT_LIMIT = 10**15
 _A = r"(?:\x1b\[[0-9;]*[A-Za-z])*"  # ANSI colours, allowed before each field
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_PREFIX = (
-    rf"{_A}\s*(?:(?P<srun>\d{{1,15}}):\s)?\s*{_A}"
-    r"(?:\[[A-Za-z_]*(?P<tag>\d{1,15})(?:\|(?P<glob>\d{1,15}))?\]:)?"
-)
+_PREFIX = rf"{_A}\s*(?:(?P<srun>{_C}):\s)?\s*{_A}(?:\[[A-Za-z_]*(?P<tag>{_C})(?:\|(?P<glob>{_C}))?\]:)?"
 PREFIX = re.compile(_PREFIX)
 _PREFIX_START = set("0123456789[ \t\x1b")
 _DATE = re.compile(r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[,.](\d{3}))?")
@@ -58,24 +54,27 @@ def _f(name: str, label: str, unit: str = "") -> str:
 
 _MEMORY = rf"(?:\s+{_A}memory:\s*(?P<memory_gib>{_NUM})GiB\((?P<memory_pct>{_NUM})%\))?"
 _MFU = rf"(?:\s+{_A}mfu:\s*(?:(?P<mfu_pct>{_NUM})%|N/A))?"
+_HEAD = r"(?P<_head>(?!\d{16}).*?)"  # the text before a format's key: holds the date, no garbled number
 
 
-def _line(body: str) -> re.Pattern[str]:
-    """A format's regex: matched from the line start -- the launcher prefix (groups ``srun``, ``tag``,
-    ``glob``), then anything (``_head``, holding the date; not a garbled 16-digit number), then ``body``
-    -- so one ``match`` per line reads everything."""
-    return re.compile(_PREFIX + r"(?P<_head>(?!\d{16}).*?)" + body)
+def _line(key: str, rest: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A format's regex and its key regex: matched from the line start -- the launcher prefix (groups ``srun``,
+    ``tag``, ``glob``), then anything (``_head``, holding the date; not a garbled 16-digit number), then ``key``
+    (up to the step) and ``rest`` -- so one ``match`` per line reads everything. The key regex (``key`` alone,
+    searched) tells a line of a step just read cheaply (:class:`~.parse.Collector`)."""
+    return re.compile(_PREFIX + _HEAD + key + rest), re.compile(key)
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: a cheap dict key
 class Format:
-    """One log format. A regex format's named groups are its columns (converted by kind: counters in
-    ``INT_COLUMNS``, ``elapsed``/``remaining`` as h:m:s, ``rate``+``unit`` as seconds per step, the rest
-    numbers); a format without a regex has a ``parse`` function returning a row dict."""
+    """One log format. A regex format's named groups are its columns (converted by kind: counters in ``INT_COLUMNS``,
+    ``elapsed``/``remaining`` as h:m:s, ``rate``+``unit`` as seconds per step, the rest numbers); a format without
+    a regex has a ``parse`` function returning a row dict."""
 
     name: str
     marker: str  # a substring every line of the format holds (cheap test first)
     regex: re.Pattern[str] | None = None
+    key: re.Pattern[str] | None = None  # the regex up to the step (searched: no prefix, no head)
     split: str = "train"
     dated: bool = False  # take the time from the date before the match (the line's head)
     parse: Callable[[str], dict[str, Any] | None] | None = None
@@ -113,68 +112,43 @@ def _jsonl(line: str) -> dict[str, Any] | None:
     return row if "step" in row and any("loss" in k for k in row) else None
 
 
+# fmt: off
 FORMATS: tuple[Format, ...] = (
-    Format(
-        "torchtitan",
-        "validate step:",
-        _line(
-            rf"validate step:\s*(?P<step>{_C})\s+{_A}loss:\s*(?P<loss>{_NUM}){_MEMORY}"
-            + _f("tokens_per_second_per_gpu", "[tw]ps")
-            + rf"{_A}\s*$"
-        ),
-        split="validation",
-        dated=True,
-    ),
-    Format(
-        "torchtitan",
-        "step:",
-        _line(
-            rf"step:(?<!validate step:)\s*(?P<step>{_C})\s+{_A}loss:\s*(?P<loss>{_NUM})"
-            + _f("grad_norm", "grad_norm")
-            + _MEMORY
-            + _f("tokens_per_second_per_gpu", "[tw]ps")
-            + _f("tflops", "tflops")
-            + _MFU
-            + rf"{_A}\s*\|?\s*$"
-        ),
-        dated=True,
-    ),
-    Format(
-        "torchtune-tqdm",
-        "|Loss:",
-        _line(
-            rf"(?<![\w.|])(?P<epoch>{_C})\|(?P<step>{_C})\|Loss:\s*(?P<loss>{_NUM}):\s*\d+%\|[^|]*\|\s*"
-            rf"(?P<progress>{_C})/(?P<total_steps>{_C})\s*"
-            r"\[(?P<elapsed>\d+(?::\d+)*)<(?P<remaining>\d+(?::\d+)*|\?)"
-            r"(?:,\s*(?P<rate>\d+(?:\.\d+)?|\?)(?P<unit>s/it|it/s))?(?:\]|\s*$)"
-        ),
-    ),
+    Format("torchtitan", "validate step:", *_line(
+        rf"validate step:\s*(?P<step>{_C})\s+{_A}loss:",
+        rf"\s*(?P<loss>{_NUM}){_MEMORY}" + _f("tokens_per_second_per_gpu", "[tw]ps") + rf"{_A}\s*$",
+    ), split="validation", dated=True),
+    Format("torchtitan", "step:", *_line(
+        rf"step:(?<!validate step:)\s*(?P<step>{_C})\s+{_A}loss:",
+        rf"\s*(?P<loss>{_NUM})" + _f("grad_norm", "grad_norm") + _MEMORY + _f("tokens_per_second_per_gpu", "[tw]ps")
+        + _f("tflops", "tflops") + _MFU + rf"{_A}\s*\|?\s*$",
+    ), dated=True),
+    Format("torchtune-tqdm", "|Loss:", *_line(
+        rf"(?<![\w.|])(?P<epoch>{_C})\|(?P<step>{_C})\|Loss:",
+        rf"\s*(?P<loss>{_NUM}):\s*\d+%\|[^|]*\|\s*(?P<progress>{_C})/(?P<total_steps>{_C})\s*"
+        r"\[(?P<elapsed>\d+(?::\d+)*)<(?P<remaining>\d+(?::\d+)*|\?)"
+        r"(?:,\s*(?P<rate>\d+(?:\.\d+)?|\?)(?P<unit>s/it|it/s))?(?:\]|\s*$)",
+    )),
     Format("torchtune-disk", "Step ", parse=_disk),
-    Format(
-        "fsdp",
-        "Batch ",
-        _line(
-            rf"Batch (?P<step>{_C}) Loss: (?P<loss>{_NUM}), Speed: (?P<samples_per_second>{_NUM}) samples/sec"
-            rf"(?:, lr: (?P<lr>{_NUM}))?(?:, tokens_per_second_per_gpu: (?P<tokens_per_second_per_gpu>{_NUM}))?"
-            rf"(?:, mfu: (?:(?P<mfu_pct>{_NUM})%|N/A))?\s*$"
-        ),
-        dated=True,
-    ),  # the last two: our own fsdp_train.py
+    Format("fsdp", "Batch ", *_line(  # the last two fields: our own fsdp_train.py
+        rf"Batch (?P<step>{_C}) Loss: ",
+        rf"(?P<loss>{_NUM}), Speed: (?P<samples_per_second>{_NUM}) samples/sec"
+        rf"(?:, lr: (?P<lr>{_NUM}))?(?:, tokens_per_second_per_gpu: (?P<tokens_per_second_per_gpu>{_NUM}))?"
+        rf"(?:, mfu: (?:(?P<mfu_pct>{_NUM})%|N/A))?\s*$",
+    ), dated=True),
     Format("jsonl", "{", parse=_jsonl),
 )
+# fmt: on
 
 # DiskLogger / jsonl / TensorBoard names -> canonical column names
+# fmt: off
 ALIASES: dict[str, str] = {
-    "throughput(tps)": "tokens_per_second_per_gpu",
-    "tps": "tokens_per_second_per_gpu",
-    "loss_metrics/global_avg_loss": "loss",
-    "mfu(%)": "mfu_pct",
-    "mfu": "mfu_pct",
-    "memory/max_reserved(GiB)": "memory_gib",
-    "memory/max_reserved(%)": "memory_pct",
-    "peak_memory_reserved": "memory_gib",
-    "lr": "lr",
+    "throughput(tps)": "tokens_per_second_per_gpu", "tps": "tokens_per_second_per_gpu",
+    "loss_metrics/global_avg_loss": "loss", "mfu(%)": "mfu_pct", "mfu": "mfu_pct",
+    "memory/max_reserved(GiB)": "memory_gib", "memory/max_reserved(%)": "memory_pct",
+    "peak_memory_reserved": "memory_gib", "lr": "lr",
 }
+# fmt: on
 
 
 def prefix(line: str) -> tuple[str, int | None, int | None]:
@@ -183,9 +157,9 @@ def prefix(line: str) -> tuple[str, int | None, int | None]:
     end = m.end() if line[:1] in _PREFIX_START and (m := PREFIX.match(line)) else 0
     if not end:
         return line, None, None
-    assert m is not None  # end > 0: the prefix matched
     if line[end : end + 1].isdigit():  # a number of more than 15 digits: garbled
         return line[end:], -1, None
+    assert m is not None  # end > 0: the prefix matched
     rank, node = (None if v is None else int(v) for v in rank_node(*m.group("srun", "tag", "glob")))
     return line[end:], rank, node
 
@@ -193,19 +167,18 @@ def prefix(line: str) -> tuple[str, int | None, int | None]:
 def parse_line(line: str) -> tuple[Format | None, Any, bool]:
     """Read one line (no ``\\n``/``\\r``): (format, its match or row dict, looks_like_metrics).
 
-    A regex format's match holds the prefix groups (see :func:`rank_node`); a row dict has ``rank`` and
-    ``node``. The format is None when no format matches; ``looks_like_metrics`` then says whether to
-    report the line."""
+    A regex format's match holds the prefix groups (see :func:`rank_node`); a row dict has ``rank`` and ``node``. The
+    format is None when no format matches; ``looks_like_metrics`` then says whether to report the line."""
     for fmt in FORMATS:
         if fmt.marker in line:
             if fmt.regex is not None:
                 if m := fmt.regex.match(line):
                     return fmt, m, True
                 continue
+            assert fmt.parse is not None  # a format has a regex or a parse function
             text, rank, node = prefix(line)
             if rank == -1:
                 return None, None, True
-            assert fmt.parse is not None  # a format has a regex or a parse function
             row = fmt.parse(_ANSI.sub("", text) if "\x1b" in text else text)
             if row is not None:
                 if all(abs(v) < _INT_LIMIT for k in INT_COLUMNS if (v := row.get(k)) is not None):

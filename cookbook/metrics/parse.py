@@ -1,11 +1,10 @@
 """``parse_log``: a training log file, a TensorBoard event folder or a run folder -> one row per step.
 
-A log is read in ``WINDOW``-byte windows cut after the last ``\\n``/``\\r``; each window's lines that hold
-the NEEDLE are read by :func:`~cookbook.metrics.formats.parse_line` (the one grammar, shared with the
-live follower), their captured strings kept per format and converted column-wise (numpy) once per
-window, and the window's rows reduced to one per key before the next window is read. Time and memory
-are linear in the file, whatever its shape (``\\r``-only tqdm streams, 16 ranks each printing every step,
-NCCL noise) and wherever the windows fall.
+A log is read in ``WINDOW``-byte windows cut after the last ``\\n``/``\\r``; each window's lines that hold the NEEDLE
+are read by :func:`~cookbook.metrics.formats.parse_line` (the one grammar, shared with the live follower) -- but a
+line of the step just read from another rank (launcher prefix), known by its format's key regex, is not (it cannot
+win: table.py). Captured strings are converted column-wise every ``BATCH`` rows and reduced to one row per key. Time
+and memory are linear in the file, whatever its shape and wherever the windows fall.
 """
 
 from __future__ import annotations
@@ -19,39 +18,35 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from cookbook.metrics.formats import (
-    _ANSI,
-    ALIASES,
-    FORMATS,
-    INT_COLUMNS,
-    NEEDLE,
-    Format,
-    head_time,
-    parse_line,
-    rank_node,
-)
+import cookbook.metrics.formats as fm
+from cookbook.metrics.formats import FORMATS, NEEDLE, Format, parse_line, rank_node
 from cookbook.metrics.table import resolve, to_frame
 
 WINDOW = 1 << 20
-BATCH = 5_000  # rows converted at a time (their strings held until then)
+MAX_PARTIAL = 1 << 20  # a longer "line" (no \\n or \\r in it) is no log line (binary junk): dropped
+_KEYED = [*(f for f in FORMATS if f.key is not None), fm.Format("", "")]  # the last: no format
+BATCH = 5_000
+_KEYS = ("split", "step", "rank", "node")  # rows converted at a time (their strings held until then)
 
 
-def _hms(text: str | None) -> float:
-    """tqdm's ``05:03`` / ``49:53:19`` -> seconds; NaN for ``?``."""
-    if text is None or "?" in text:
-        return math.nan
-    secs = 0
-    for part in text.split(":"):
-        secs = secs * 60 + int(part)
-    return float(secs)
+def _hms(col: list[Any]) -> np.ndarray:
+    """tqdm's ``05:03`` / ``49:53:19`` (str, ``?`` or None) -> seconds (NaN for ``?``/None), column-wise."""
+    arr = pa.array(col, pa.string())
+    lists = pc.split_pattern(pc.if_else(pc.equal(arr, "?"), pa.scalar(None, pa.string()), arr), ":")
+    values = pc.cast(lists.flatten(), pa.float64()).to_numpy()
+    ends, lens = lists.offsets.to_numpy()[1:], pc.list_value_length(lists).fill_null(0).to_numpy()
+    parent = np.repeat(np.arange(len(col)), lens)
+    secs = np.bincount(parent, values * 60.0 ** (ends[parent] - 1 - np.arange(len(values))), minlength=len(col))
+    return np.where(lens > 0, secs, np.nan)
 
 
 def _per_step(rate_unit: tuple[str | None, str | None]) -> float:
     """tqdm's rate (``131.58`` ``s/it`` or ``2.5`` ``it/s``) -> seconds per step."""
-    rate, unit = rate_unit
-    value = math.nan if rate is None or rate == "?" else float(rate)
-    return value if unit == "s/it" else (1 / value if value else math.nan)
+    value = math.nan if rate_unit[0] in (None, "?") else float(rate_unit[0])
+    return value if rate_unit[1] == "s/it" else (1 / value if value else math.nan)
 
 
 def _each(fn: Callable[[Any], Any], col: Sequence[Any]) -> list[Any]:
@@ -73,50 +68,67 @@ def _floats(col: list[Any]) -> np.ndarray | None:
 class Collector:
     """Rows of complete log lines fed in file order, kept column-wise per format until :meth:`frame`."""
 
-    def __init__(self) -> None:
-        self.seq = 0  # lines read so far that gave a row (the order of rows)
-        self._redraw = "\0"  # the last tqdm bar's "E|S|Loss:" with its prefix
-        self.lines = 0  # ``\\n`` seen so far (line numbers of skipped lines)
-        self.skipped: list[tuple[int, str]] = []
+    def __init__(self, ranks: str = "all") -> None:
+        # lines that gave a row (their order); ``\\n`` seen (line numbers); the last tqdm bar's prefix + "E|S|Loss:"
+        self.seq, self.lines, self._redraw = 0, 0, "\0"
         # per regex format, its rows flat: seq, then the regex's groups (a record of groups + 1 items)
         self._found: dict[Format, list[Any]] = {f: [] for f in FORMATS if f.regex is not None}
-        self._rows: list[dict[str, Any]] = []
-        self.formats: set[str] = set()  # formats and ranks seen (before duplicates are dropped)
-        self.ranks: set[int] = set()
+        self._rows: list[dict[str, Any]] = []  # rows of formats without a regex
+        self.skipped: list[tuple[int, str]] = []  # (line number, text): looked like metrics, matched no format
+        self.formats, self.ranks = set[str](), set[int]()  # formats and ranks seen (before duplicates are dropped)
+        # ranks="first": the last rank-0 or rankless row, its step's final row: (step text, step, format,
+        # launcher prefix). A later line of that step and format with another prefix is known by its
+        # key regex and read no further (head kept for attrs); one with the same prefix is read (a typo there
+        # is reported). Other formats' lines are read: their columns are in the table even when they lose.
+        self._first, self._losers = ranks != "all", set[tuple[Format, str]]()
+        self._last: tuple[str, int, Format | None, str] = ("\0", -1, None, "")
 
     def feed(self, text: str) -> None:
         """Read ``text``: complete lines (it ends at a line end or at the end of the log)."""
-        pos, end, counted, line_no, seq, redraw = 0, len(text), 0, self.lines + 1, self.seq, self._redraw
-        find, rfind, found = text.find, text.rfind, self._found
-        while (i := find(NEEDLE, pos)) >= 0:
-            j = rfind("\n", pos, i)
-            start = pos if j < 0 else j + 1
-            stop = find("\n", i)
-            stop = end if stop < 0 else stop
-            line = text[start:stop]
-            for seg in line.split("\r") if "\r" in line else (line,):
-                if NEEDLE not in seg or (seg.startswith(redraw) and "step:" not in seg):
-                    continue  # a tqdm redraw of the bar just read: its step is taken (first line wins)
-                fmt, m, looks = parse_line(seg)
-                if fmt is None:
-                    if looks:
-                        line_no += text.count("\n", counted, start)
-                        counted = start
-                        self.skipped.append((line_no, (_ANSI.sub("", seg) if "\x1b" in seg else seg).strip()[:300]))
+        seq, redraw, found, add_loser = self.seq, self._redraw, self._found, self._losers.add
+        last_s, last_step, last_fmt, last_pre = self._last
+        if text.count(NEEDLE, 0, 1 << 16) * 8 < text.count("\n", 0, 1 << 16):  # mostly other lines: find the needle's
+            segs, starts, pos, end = [], [], 0, len(text)
+            while (i := text.find(NEEDLE, pos)) >= 0:
+                starts.append(text.rfind("\n", 0, i) + 1)
+                pos = end if (pos := text.find("\n", i)) < 0 else pos
+                segs.append(text[starts[-1] : pos])
+            line_of: Callable[[int], int] = lambda n: text.count("\n", 0, starts[n])  # noqa: E731
+        else:
+            segs, line_of = text.split("\n"), int  # segment n is line n
+        if "\r" in text:  # tqdm: each \r-separated piece is read alone
+            lines = [n for n, line in enumerate(segs) for _ in range(line.count("\r") + 1)]
+            outer, segs = line_of, [seg for line in segs for seg in line.split("\r")]
+            line_of = lambda n: outer(lines[n])  # noqa: E731
+        for n, seg in enumerate(segs):
+            if NEEDLE not in seg or (seg.startswith(redraw) and "step:" not in seg):
+                continue  # a tqdm redraw of the bar just read: its step is taken (first line wins)
+            if last_s in seg and not seg.startswith(last_pre):  # maybe another rank's line of the step just read
+                f = next(f for f in _KEYED if f.marker in seg)  # the last: a catch-all without a key
+                if f is last_fmt and f.key and (k := f.key.search(seg)) and int(k["step"]) == last_step:
+                    add_loser((f, seg[: k.start()]))
                     continue
-                if fmt.regex is not None:
-                    rows = found[fmt]
-                    rows.append(seq)
-                    rows.extend(m.groups())
-                    if fmt.name == "torchtune-tqdm":
-                        redraw = seg[: m.end("step") + 6]  # prefix, "E|S|Loss:"
-                else:
-                    m.update(seq=seq, format=fmt.name)
-                    m.setdefault("split", fmt.split)
-                    self._rows.append(m)
-                seq += 1
-            pos = stop + 1
-        self.seq, self._redraw = seq, redraw
+            fmt, m, looks = parse_line(seg)
+            if fmt is None:
+                if looks:
+                    shown = (fm._ANSI.sub("", seg) if "\x1b" in seg else seg).strip()[:300]
+                    self.skipped.append((self.lines + 1 + line_of(n), shown))
+                continue
+            if fmt.regex is not None:
+                rows = found[fmt]
+                rows.append(seq)
+                rows.extend(m.groups())
+                if fmt.name == "torchtune-tqdm":
+                    redraw = seg[: m.end("step") + 6]  # prefix, "E|S|Loss:"
+                if self._first and ((r := m["glob"] or m["tag"] or m["srun"]) is None or int(r) == 0):  # rank 0
+                    last_step, last_fmt, last_pre = int(m["step"]), fmt, seg[: m.start("_head")]
+                    last_s = str(last_step)
+            else:
+                m.update(seq=seq, format=fmt.name)
+                m.setdefault("split", fmt.split)
+                self._rows.append(m)
+            seq += 1
+        self.seq, self._redraw, self._last = seq, redraw, (last_s, last_step, last_fmt, last_pre)
         self.lines += text.count("\n")
 
     def frame(self, ranks: str = "all") -> pd.DataFrame:
@@ -127,8 +139,13 @@ class Collector:
             parts.append(rows := pd.DataFrame.from_records(self._rows))
             self.formats.update(rows["format"])
             self.ranks.update(int(r) for r in rows["rank"].dropna())
+        for fmt, head in self._losers:  # a line's launcher prefix is at the start of its head
+            self.formats.add(fmt.name)
+            if (p := fm.PREFIX.match(head)) and (rank := rank_node(*p.group("srun", "tag", "glob"))[0]) is not None:
+                self.ranks.add(int(rank))
         for found in self._found.values():
             found.clear()
+        self._losers.clear()
         self._rows = []
         if len(parts) < 2:
             return parts[0] if parts else pd.DataFrame()
@@ -155,14 +172,14 @@ class Collector:
                 seq, rank, node, steps, n = seq[keep], rank[keep], node[keep], steps[keep], len(keep)
         out: dict[str, Any] = {"seq": seq, "rank": rank, "node": node}
         if fmt.dated:
-            dates = [f"{d}.{ms}" if ms else d for d, ms in _each(head_time, col["_head"])]
+            dates = [f"{d}.{ms}" if ms else d for d, ms in _each(fm.head_time, col["_head"])]
             out["time"] = pd.to_datetime(dates, format="ISO8601", errors="coerce")  # no date: NaT
         for name, values in col.items():
             if name in ("elapsed", "remaining"):
-                out[f"{name}_s"] = np.array(_each(_hms, values))
+                out[f"{name}_s"] = _hms(values)
             elif name == "rate":
                 out["seconds_per_step"] = np.array(_each(_per_step, list(zip(values, col["unit"], strict=True))))
-            elif name in INT_COLUMNS:  # always captured, digits only
+            elif name in fm.INT_COLUMNS:  # always captured, digits only
                 out[name] = steps if name == "step" else np.fromiter(map(int, values), np.int64, n)
             elif name not in ("srun", "tag", "glob", "_head", "unit") and (v := _floats(values)) is not None:
                 out[name] = v
@@ -176,20 +193,18 @@ def _table(collector: Collector, parts: list[pd.DataFrame], ranks: str, source: 
     rows = pd.concat([p for p in parts if len(p)] or [pd.DataFrame()], ignore_index=True)
     parts.clear()  # the caller's list: its frames are freed before the table is built
     df = to_frame(rows, ranks=ranks)
-    df.attrs.update(
-        source=source, formats=sorted(collector.formats), ranks=sorted(collector.ranks), skipped=collector.skipped
-    )
+    df.attrs.update(source=source, formats=sorted(collector.formats), ranks=sorted(collector.ranks))
+    df.attrs["skipped"] = collector.skipped
     return df
 
 
 def parse_log(path: str | os.PathLike[str], ranks: str = "first") -> pd.DataFrame:
-    """Parse a training log (any supported format, detected per line), a TensorBoard event folder, or a
-    run folder (its best source: see :func:`best_source`).
+    """Parse a training log (any supported format, detected per line), a TensorBoard event folder, or a run folder
+    (its best source: see :func:`best_source`).
 
-    Returns one row per (split, step) -- ``ranks="all"`` keeps one row per (split, step, node, rank).
-    ``df.attrs`` holds ``source``, ``formats`` (those seen), ``ranks`` (ranks seen) and ``skipped``: a list
-    of ``(line_number, text)`` for lines that looked like metrics but matched no format exactly.
-    """
+    Returns one row per (split, step) -- ``ranks="all"`` keeps one row per (split, step, node, rank). ``df.attrs``
+    holds ``source``, ``formats`` (those seen), ``ranks`` (ranks seen) and ``skipped``: a list of ``(line_number,
+    text)`` for lines that looked like metrics but matched no format exactly."""
     p = Path(path)
     if p.is_dir():
         kind, src = best_source(p)
@@ -198,7 +213,7 @@ def parse_log(path: str | os.PathLike[str], ranks: str = "first") -> pd.DataFram
         p = src
     # windows: rows converted every ``BATCH`` rows (each batch reduced to one row per key) and the rows so
     # far reduced whenever they doubled, so memory follows the result, not the file
-    collector, parts, keep, converted, held, reduced = Collector(), [], b"", 0, 0, BATCH
+    collector, parts, keep, converted, held, reduced = Collector(ranks), [], b"", 0, 0, BATCH
     # Plain reads, not mmap: a log truncated while mapped (Slurm truncates it on requeue) would SIGBUS.
     with open(p, "rb") as f:
         while True:
@@ -208,20 +223,16 @@ def parse_log(path: str | os.PathLike[str], ranks: str = "first") -> pd.DataFram
             if cut:
                 with memoryview(data) as view:
                     collector.feed(str(view[:cut], "utf-8", "replace"))
-            keep = data[cut:]
+            keep = data[cut:] if len(data) - cut <= MAX_PARTIAL else b""
             if collector.seq - converted >= BATCH or not block:
                 converted = collector.seq
                 parts.append(resolve(collector.frame(ranks), ranks))  # cross-format keys too
                 held += len(parts[-1])
-                if held > 2 * reduced:  # resolved on the key columns only; a part is copied if it loses rows
-                    keys = pd.concat(
-                        [p[[c for c in ("split", "step", "rank", "node") if c in p]] for p in parts], ignore_index=True
-                    )
+                if held > 2 * reduced or not block:  # on the key columns only (at the end: to_frame copies none)
+                    keys = pd.concat([p[[c for c in _KEYS if c in p]] for p in parts], ignore_index=True)
                     wins = np.zeros(len(keys), dtype=bool)
                     wins[resolve(keys, ranks).index.to_numpy()] = True
-                    spans = [
-                        wins[e - len(p) : e] for p, e in zip(parts, np.cumsum([len(p) for p in parts]), strict=True)
-                    ]
+                    spans = np.split(wins, np.cumsum([len(p) for p in parts])[:-1])
                     parts = [p if w.all() else p[w] for p, w in zip(parts, spans, strict=True)]
                     held = reduced = max(int(wins.sum()), BATCH)
             if not block:
@@ -231,7 +242,7 @@ def parse_log(path: str | os.PathLike[str], ranks: str = "first") -> pd.DataFram
 
 def parse_text(text: str | bytes, ranks: str = "first") -> pd.DataFrame:
     """Like :func:`parse_log` for log text already in memory (a notebook cell, a test)."""
-    collector = Collector()
+    collector = Collector(ranks)
     collector.feed(text.decode("utf-8", errors="replace") if isinstance(text, bytes) else text)
     return _table(collector, [collector.frame(ranks)], ranks, "<text>")
 
@@ -240,9 +251,9 @@ _LOG_GLOBS = ("log_*.txt", "*.log", "*.out", "*.err", "*.txt")
 
 
 def best_source(folder: str | os.PathLike[str]) -> tuple[str, Path]:
-    """The best metrics source in a run folder: ("tensorboard", event folder) when it has TensorBoard event
-    files (torchtitan ``tb/``, torchtune's TensorBoardLogger), else ("log", file) -- torchtune's DiskLogger
-    ``log_*.txt`` first, then the newest ``*.log``/``*.out``/``*.err``/``*.txt`` holding a metrics line."""
+    """The best metrics source in a run folder: ("tensorboard", event folder) when it has TensorBoard event files
+    (torchtitan ``tb/``, torchtune's TensorBoardLogger), else ("log", file) -- torchtune's DiskLogger ``log_*.txt``
+    first, then the newest ``*.log``/``*.out``/``*.err``/``*.txt`` holding a metrics line."""
     folder = Path(folder)
     if next(folder.rglob("events.out.tfevents*"), None) is not None:
         return "tensorboard", folder
@@ -255,7 +266,7 @@ def best_source(folder: str | os.PathLike[str]) -> tuple[str, Path]:
 
 
 # TensorBoard tags (torchtune, torchtitan) -> canonical columns; validation tags get split=validation
-TB_TAGS: dict[str, str] = {**ALIASES, "lr/AdamW": "lr", "n_tokens_seen": "tokens_seen"}
+TB_TAGS: dict[str, str] = {**fm.ALIASES, "lr/AdamW": "lr", "n_tokens_seen": "tokens_seen"}
 _VAL_PREFIX, _TB_COLUMNS = "validation_metrics/", ["tag", "step", "value", "wall_time"]
 
 
@@ -264,10 +275,8 @@ def read_tensorboard(folder: str | os.PathLike[str]) -> pd.DataFrame:
     runs (sub-folders with event files) the newest is read, the others listed in ``attrs["other_runs"]``."""
     from tbparse import SummaryReader
 
-    runs = sorted(
-        {f.parent for f in Path(folder).rglob("events.out.tfevents*")},
-        key=lambda d: max(f.stat().st_mtime for f in d.glob("events.out.tfevents*")),
-    )
+    newest = lambda d: max(f.stat().st_mtime for f in d.glob("events.out.tfevents*"))  # noqa: E731
+    runs = sorted({f.parent for f in Path(folder).rglob("events.out.tfevents*")}, key=newest)
     if not runs:
         raise FileNotFoundError(f"no TensorBoard event files (events.out.tfevents*) under {folder}")
     with warnings.catch_warnings():
@@ -282,7 +291,6 @@ def read_tensorboard(folder: str | os.PathLike[str]) -> pd.DataFrame:
         row[TB_TAGS.get(tag.removeprefix(_VAL_PREFIX), tag.removeprefix(_VAL_PREFIX))] = float(value)
         row["time"] = max(row.get("time", wall), wall)
     df = to_frame([{**r, "time": pd.Timestamp(r["time"], unit="s")} for r in rows.values()])
-    df.attrs.update(
-        source=str(runs[-1]), formats=["tensorboard"], ranks=[], skipped=[], other_runs=[str(d) for d in runs[:-1]]
-    )
+    df.attrs.update(source=str(runs[-1]), formats=["tensorboard"], ranks=[], skipped=[])
+    df.attrs["other_runs"] = [str(d) for d in runs[:-1]]
     return df

@@ -20,22 +20,17 @@ from cookbook.metrics.parse import parse_log
 Run: TypeAlias = pd.DataFrame | str | os.PathLike[str]
 
 # panel title -> candidate columns (first present wins)
+# fmt: off
 PANELS: dict[str, tuple[str, ...]] = {
-    "loss": ("loss",),
-    "throughput": ("tokens_per_second_per_gpu", "samples_per_second"),
-    "memory": ("memory_gib",),
-    "mfu": ("mfu_pct",),
-}
-# frameworks print these as 0 when they cannot compute them (torchtitan's mfu on CPU or for FLUX):
-# all zeros means "not known", so no panel
+    "loss": ("loss",), "throughput": ("tokens_per_second_per_gpu", "samples_per_second"), "memory": ("memory_gib",),
+    "mfu": ("mfu_pct",)}
+# printed as 0 when a framework cannot compute them (torchtitan's mfu on CPU or FLUX): all zeros = unknown, no panel
 _ZERO_IS_UNKNOWN = {"mfu_pct", "tflops"}
 _LABELS = {
-    "tokens_per_second_per_gpu": "tokens/s/GPU",
-    "samples_per_second": "samples/s",
-    "memory_gib": "memory (GiB)",
-    "mfu_pct": "MFU (%)",
-    "loss": "loss",
+    "tokens_per_second_per_gpu": "tokens/s/GPU", "samples_per_second": "samples/s", "memory_gib": "memory (GiB)",
+    "mfu_pct": "MFU (%)", "loss": "loss",
 }
+# fmt: on
 
 
 def smooth(values: pd.Series, alpha: float = 0.1) -> pd.Series:
@@ -44,13 +39,8 @@ def smooth(values: pd.Series, alpha: float = 0.1) -> pd.Series:
 
 
 def _as_runs(runs: Run | Sequence[Run] | Mapping[str, Run]) -> dict[str, pd.DataFrame]:
-    items = (
-        list(runs.items())
-        if isinstance(runs, Mapping)
-        else [(None, runs)]
-        if isinstance(runs, (pd.DataFrame, str, os.PathLike))
-        else [(None, r) for r in runs]
-    )
+    items = [(None, runs)] if isinstance(runs, (pd.DataFrame, str, os.PathLike)) else [(None, r) for r in runs]
+    items = list(runs.items()) if isinstance(runs, Mapping) else items
     out: dict[str, pd.DataFrame] = {}
     for i, (name, run) in enumerate(items):
         df = run if isinstance(run, pd.DataFrame) else parse_log(run)
@@ -60,32 +50,23 @@ def _as_runs(runs: Run | Sequence[Run] | Mapping[str, Run]) -> dict[str, pd.Data
 
 
 def _has_values(df: pd.DataFrame, col: str) -> bool:
-    if col not in df:
-        return False
-    values = df[col].dropna()
-    return bool(len(values)) and not (col in _ZERO_IS_UNKNOWN and (values == 0).all())
+    values = df[col].dropna() if col in df else pd.Series(dtype=float)
+    return bool(len(values)) and not (col in _ZERO_IS_UNKNOWN and bool((values == 0).all()))
 
 
-def plot_runs(
-    runs: Run | Sequence[Run] | Mapping[str, Run],
-    out: str | os.PathLike[str] | None = None,
-    panels: Sequence[str] | None = None,
-    alpha: float = 0.1,
-) -> Figure:
+def plot_runs(runs: Run | Sequence[Run] | Mapping[str, Run], out: str | os.PathLike[str] | None = None,
+              panels: Sequence[str] | None = None, alpha: float = 0.1) -> Figure:  # fmt: skip
     """One panel per metric present in any run (loss, throughput, memory, MFU); runs overlaid.
 
-    Loss is drawn raw (faint) and smoothed; validation rows are drawn as markers. ``out`` saves a PNG.
-    """
+    Loss is drawn raw (faint) and smoothed; validation rows are drawn as markers. ``out`` saves a PNG."""
     frames = _as_runs(runs)
-    wanted = list(panels or PANELS)
     chosen: list[tuple[str, str]] = []
-    for title in wanted:
+    for title in list(panels or PANELS):
         for col in PANELS[title]:
             if any(_has_values(df, col) for df in frames.values()):
                 chosen.append((title, col))
                 break
-    if not chosen:
-        chosen = [("loss", "loss")]
+    chosen = chosen or [("loss", "loss")]
     fig = Figure(figsize=(6.0 * min(len(chosen), 2), 3.6 * ((len(chosen) + 1) // 2)), layout="constrained")
     axes = fig.subplots((len(chosen) + 1) // 2, min(len(chosen), 2), squeeze=False).ravel()
     for ax in axes[len(chosen) :]:
@@ -105,10 +86,8 @@ def plot_runs(
                     ax.plot(val["step"], val[col], "o--", color=color, markersize=4, label=f"{label} (validation)")
             else:
                 ax.plot(train["step"], train[col], color=color, linewidth=1.5, label=label)
-        ax.set_title(title)
-        ax.set_xlabel("step")
+        ax.set(title=title, xlabel="step", ylabel=_LABELS.get(col, col))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylabel(_LABELS.get(col, col))
         ax.grid(alpha=0.3)
         if len(frames) > 1 or col == "loss":
             ax.legend(fontsize="small")

@@ -1,42 +1,24 @@
 """Raw rows -> one tidy DataFrame: duplicates resolved, canonical columns, train rows first.
 
-Which row a (split, step) keeps: rank 0's (or a line without a rank), else the first line seen -- never
-a later one (tqdm redraws a step's bar; a resumed run logs steps again; every rank prints its own line).
-``ranks="all"`` keeps the first line of each (split, step, node, rank) instead.
+Which row a (split, step) keeps: rank 0's (or a line without a rank), else the first line seen -- never a later one
+(tqdm redraws a step's bar; a resumed run logs steps again; every rank prints its own line). ``ranks="all"`` keeps
+the first line of each (split, step, node, rank) instead.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from cookbook.metrics.formats import INT_COLUMNS
 
+# fmt: off
 COLUMNS: tuple[str, ...] = (
-    "step",
-    "split",
-    "epoch",
-    "loss",
-    "lr",
-    "grad_norm",
-    "tokens_per_second_per_gpu",
-    "samples_per_second",
-    "memory_gib",
-    "memory_pct",
-    "tflops",
-    "mfu_pct",
-    "time",
-    "elapsed_s",
-    "remaining_s",
-    "seconds_per_step",
-    "progress",
-    "total_steps",
-    "rank",
-    "node",
-    "format",
+    "step", "split", "epoch", "loss", "lr", "grad_norm", "tokens_per_second_per_gpu", "samples_per_second",
+    "memory_gib", "memory_pct", "tflops", "mfu_pct", "time", "elapsed_s", "remaining_s", "seconds_per_step",
+    "progress", "total_steps", "rank", "node", "format",
 )
+# fmt: on
 
 
 def resolve(df: pd.DataFrame, ranks: str = "first") -> pd.DataFrame:
@@ -51,18 +33,15 @@ def resolve(df: pd.DataFrame, ranks: str = "first") -> pd.DataFrame:
     return df[~dup.to_numpy()] if dup.any() else df
 
 
-def to_frame(rows: pd.DataFrame | list[dict[str, Any]], ranks: str = "first") -> pd.DataFrame:
+def to_frame(rows: pd.DataFrame | list[dict[str, object]], ranks: str = "first") -> pd.DataFrame:
     """Canonical DataFrame from raw rows: resolved, sorted by split (train first) then step."""
     df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame.from_records(rows)
     if df.empty:
         return pd.DataFrame(columns=["step", "split", "loss"])
-    if "split" not in df:
-        df["split"] = "train"
-    df = resolve(df, ranks)
+    df = resolve(df if "split" in df else df.assign(split="train"), ranks)
     df = df.drop(columns=[c for c in ("rank", "node") if c in df and df[c].isna().all()])
-    for col in INT_COLUMNS:
-        if col in df.columns:
-            df[col] = pd.to_numeric(df[col]).round().astype("Int64")
+    for col in (c for c in INT_COLUMNS if c in df):
+        df[col] = pd.to_numeric(df[col]).round().astype("Int64")
     if "time" in df.columns:
         df["time"] = pd.to_datetime(df["time"], errors="coerce")
     df["split"] = df["split"].fillna("train").astype(str)
