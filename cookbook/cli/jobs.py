@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from cookbook.cli import UserError
-from cookbook.slurm.client import SlurmClient, SlurmError, read_output
+from cookbook.slurm.client import SlurmClient, SlurmError
 from cookbook.slurm.jobs import JobView, describe, require_own, user_jobs
 
 
@@ -104,12 +104,16 @@ def _logs(args: argparse.Namespace) -> int:
         raise UserError(f"job {view.job_id}'s log is not known any more: look in the folder it ran from")
     if not view.log.exists() and view.done:
         raise UserError(f"job {view.job_id} ({view.state}) wrote no log at {view.log}")
-    text = read_output(view.log, args.tail)
-    sys.stdout.write(_rank_lines(text + ("\n" if args.tail and text else ""), args.rank))
+    try:
+        data = view.log.read_bytes()  # what is printed now; -f goes on from its end (no line lost between)
+    except FileNotFoundError:
+        data = b""
+    cut = data.rfind(b"\n") + 1 if args.follow else len(data)  # -f: an unfinished last line waits
+    lines = data[:cut].decode("utf-8", "replace").splitlines(keepends=True)
+    sys.stdout.write(_rank_lines("".join(lines[-args.tail :] if args.tail else lines), args.rank))
     if not args.follow:
         return 0
-    offset = view.log.stat().st_size if view.log.exists() else 0
-    partial = b""
+    offset, partial = len(data), data[cut:]
     while True:
         done = client.state(view.job_id).done  # read before the bytes: nothing written after is missed
         offset, partial = _print_new(view.log, offset, partial, args.rank)
