@@ -24,15 +24,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         r.add_argument(f"--{opt}", default=None)
     slurm = r.add_argument_group("Slurm options", "each written as an #SBATCH line, shell-quoted")
     for opt, help in (
-        ("account", "--account"),
-        ("qos", "--qos"),
-        ("partition", "--partition"),
-        ("time", "--time, e.g. 04:00:00 or 1-12:00:00 (default 04:00:00; 00:10:00 on local-cpu)"),
-        ("exclude", "--exclude: nodes never to use, e.g. n7,gpu[12-13]"),
-        ("constraint", "--constraint: node features, e.g. h100&ib"),
-        ("reservation", "--reservation"),
-        ("mem", "--mem per node: 64G, 500000M, 0 (all of it)"),
-        ("gres", "--gres: generic resources, e.g. gpu:h100:8 (GPUs: prefer --gpus-per-node)"),
+        ("account", "account to charge"),
+        ("qos", "quality of service"),
+        ("partition", "partition (default: the cluster's)"),
+        ("time", "time limit, e.g. 04:00:00 or 1-12:00:00 (default 04:00:00; 00:10:00 on local-cpu)"),
+        ("exclude", "nodes never to use, e.g. n7,gpu[12-13]"),
+        ("constraint", "node features, e.g. h100&ib"),
+        ("reservation", "reservation to run in"),
+        ("mem", "memory per node: 64G, 500000M, 0 (all of it)"),
+        ("gres", "generic resources, e.g. gpu:h100:8 (GPUs: prefer --gpus-per-node)"),
     ):
         slurm.add_argument(f"--{opt}", default=None, help=help)
     slurm.add_argument(
