@@ -8,6 +8,7 @@
 
 As in submitit, ``update_parameters`` takes the job's Slurm and cluster settings (the fields of
 :class:`cookbook.spec.JobSpec`: ``nodes``, ``gpus_per_node``, ``time``, ``partition``, ``account``, ``qos``,
+``exclude``, ``constraint``, ``reservation``, ``mem``, ``gres``, ``sbatch_extra`` (any other sbatch option),
 ``container_image`` ...), and ``submit`` takes what is run, here a recipe and its config overrides. Every job
 gets a fresh folder ``folder/<job name>-<time>/`` with its script, configs, log and ``job.json``.
 """
@@ -20,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cookbook.render import validate, write_job
+from cookbook.render import test_only, validate, write_job
 from cookbook.slurm.client import TERMINAL_STATES, JobInfo, JobTimeout, SlurmClient, SlurmError, read_output
 from cookbook.slurm.record import JobRecord
 from cookbook.spec import JobSpec, make_spec
@@ -175,6 +176,11 @@ class Executor:
         )
         validate(spec)
         return spec
+
+    def test_only(self, recipe: str, **overrides: Any) -> str:
+        """Slurm's answer to ``sbatch --test-only`` of the job ``submit`` would run (nothing queued);
+        :class:`cookbook.spec.SpecError` with Slurm's own message when it refuses."""
+        return test_only(self.spec(recipe, **overrides), self.client)
 
     def submit(self, recipe: str, **overrides: Any) -> Job:
         """Render ``recipe`` with its config ``overrides`` into ``folder/<name>-<time>/`` and sbatch it."""

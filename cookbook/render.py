@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import re
 import shlex
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cookbook.recipes import LOCAL_CPU, get_recipe
 from cookbook.recipes.base import Recipe
 from cookbook.secure_files import make_executable
+from cookbook.slurm.client import SlurmClient, SlurmError
 from cookbook.spec import PROFILES, SHARED_PORT_SPAN, JobSpec, SpecError, check_spec, profile_defaults
 from cookbook.templating import quote, quote_with_vars, render_template, template_env
 
@@ -161,6 +163,22 @@ def write_job(spec: JobSpec, script_path: str | Path) -> Path:
     return script_path
 
 
+def test_only(spec: JobSpec, client: SlurmClient | None = None) -> str:
+    """Ask Slurm whether it would run ``spec``: ``sbatch --test-only`` of the rendered script (nothing queued,
+    nothing kept). Returns Slurm's answer (``Job 12 to start at ... on nodes n2 ...``); :class:`SpecError` with
+    Slurm's own message when it refuses (unknown reservation or partition, excluded every node, no such
+    feature, more memory than a node has ...)."""
+    with tempfile.TemporaryDirectory(prefix="cookbook-test-only-") as tmp:
+        script = write_job(spec, Path(tmp) / f"{spec.script_stem}.sbatch")
+        try:
+            return (client or SlurmClient()).test_only(script)
+        except SlurmError as e:
+            said = " / ".join(ln.strip() for ln in (e.stderr or str(e)).splitlines() if ln.strip())
+            if e.returncode in (124, 127):  # no sbatch here, or no answer
+                raise SpecError([f"could not ask Slurm (sbatch --test-only): {said}"]) from e
+            raise SpecError([f"Slurm refuses the job (sbatch --test-only): {said}"]) from e
+
+
 def log_dir_of(script: str | Path) -> Path | None:
     """The folder of ``#SBATCH --output=`` in a script (Slurm does not create it), if it has one."""
     for line in Path(script).read_text().splitlines():
@@ -280,6 +298,7 @@ __all__ = [
     "resolve_here",
     "start_path_warnings",
     "template_env",
+    "test_only",
     "validate",
     "write_job",
 ]

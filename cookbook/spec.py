@@ -22,6 +22,37 @@ SECRET_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")
 _TIME = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_MEM = re.compile(r"^\d+[KMGTkmgt]?$")
+_GRES = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*(:[A-Za-z0-9_.-]+)?(:\d+)?$")  # name[:type][:count]
+_SBATCH_ARG = re.compile(r"^--[A-Za-z][A-Za-z0-9-]*(=.*)?$", re.S)
+
+#: sbatch options every rendered script writes itself -> the JobSpec field (and CLI flag) that sets them;
+#: ``sbatch_extra`` may not repeat them (a second line would silently win or contradict the first).
+SBATCH_OWN: dict[str, str] = {
+    "--job-name": "job_name (--job-name)",
+    "--nodes": "nodes (--nodes)",
+    "--ntasks": "nodes (--nodes): the script starts one launcher per node",
+    "--ntasks-per-node": "nodes (--nodes): the script starts one launcher per node",
+    "--gpus": "gpus_per_node (--gpus-per-node)",
+    "--gpus-per-node": "gpus_per_node (--gpus-per-node)",
+    "--cpus-per-task": "cpus_per_task (--cpus-per-task)",
+    "--time": "time (--time)",
+    "--partition": "partition (--partition)",
+    "--account": "account (--account)",
+    "--qos": "qos (--qos)",
+    "--exclude": "exclude (--exclude)",
+    "--constraint": "constraint (--constraint)",
+    "--reservation": "reservation (--reservation)",
+    "--mem": "mem (--mem)",
+    "--gres": "gres (--gres)",
+    "--exclusive": "exclusive (--no-exclusive shares nodes)",
+    "--output": "log_dir (--log-dir)",
+    "--error": "log_dir (--log-dir): the cookbook reads one log per job",
+    "--open-mode": "log_dir (--log-dir): the log is appended to across requeues",
+    "--requeue": "requeue (--no-requeue)",
+    "--no-requeue": "requeue (--no-requeue)",
+    "--signal": "signal_seconds (--signal-seconds)",
+}
 SHARED_PORT_SPAN = 10000  # non-exclusive jobs: rendezvous port = port + job id % SHARED_PORT_SPAN
 
 
@@ -30,7 +61,10 @@ class SpecError(ValueError):
 
     def __init__(self, problems: list[str]):
         self.problems = list(problems)
-        super().__init__("invalid job:\n" + "\n".join(f"  - {p}" for p in self.problems))
+        if len(self.problems) == 1:  # one problem, one line
+            super().__init__(f"invalid job: {self.problems[0]}")
+        else:
+            super().__init__("invalid job:\n" + "\n".join(f"  - {p}" for p in self.problems))
 
 
 @dataclass(frozen=True)
@@ -215,6 +249,12 @@ class JobSpec:
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
+    exclude: str | None = None  # --exclude: nodes never to use (e.g. n7,gpu[12-13])
+    constraint: str | None = None  # --constraint: node features (e.g. h100&ib)
+    reservation: str | None = None  # --reservation
+    mem: str | None = None  # --mem per node: 64G, 500000M, 0 (all of it)
+    gres: str | None = None  # --gres: generic resources (e.g. gpu:h100:8); GPUs usually via gpus_per_node
+    sbatch_extra: list[str] = field(default_factory=list)  # any other sbatch option, one #SBATCH line each
     time: str = GPU_DEFAULTS.time
     exclusive: bool = GPU_DEFAULTS.exclusive
     job_name: str | None = None
@@ -347,6 +387,12 @@ def check_spec(spec: JobSpec) -> list[str]:
         ("partition", spec.partition),
         ("account", spec.account),
         ("qos", spec.qos),
+        ("exclude", spec.exclude),
+        ("constraint", spec.constraint),
+        ("reservation", spec.reservation),
+        ("mem", spec.mem),
+        ("gres", spec.gres),
+        *(("sbatch_extra", a) for a in spec.sbatch_extra),
         ("log_dir", spec.log_dir),
         ("run_dir", spec.run_dir),
         ("recipe_dir", spec.recipe_dir),
@@ -359,6 +405,7 @@ def check_spec(spec: JobSpec) -> list[str]:
     ):
         if value is not None and _CONTROL.search(value):
             p.append(f"{label}={value!r} contains a newline or control character: remove it")
+    p += check_slurm_options(spec)
     if spec.log_dir and "%" in spec.log_dir:
         p.append(f"log_dir={spec.log_dir!r}: give a folder; the file name is always <job name>-%j.out")
     for name in spec.env:
@@ -384,4 +431,51 @@ def check_spec(spec: JobSpec) -> list[str]:
             p.append("profile aws-efa: EFA devices are per node; set exclusive=True so no other job shares them")
         if prof.name == "local-cpu" and spec.container_image:
             p.append("profile local-cpu runs in the project venv: drop container_image")
+    return p
+
+
+def check_slurm_options(spec: JobSpec) -> list[str]:
+    """Static checks of the options written as ``#SBATCH`` lines (Slurm itself judges names and limits:
+    ``cookbook render --test-only`` asks it). Control characters are reported by :func:`check_spec`."""
+    p: list[str] = []
+    slurm_values = {
+        "partition": spec.partition,
+        "account": spec.account,
+        "qos": spec.qos,
+        "exclude": spec.exclude,
+        "constraint": spec.constraint,
+        "reservation": spec.reservation,
+        "mem": spec.mem,
+        "gres": spec.gres,
+    }
+    examples = {"exclude": "n7,gpu[12-13]", "constraint": "h100&ib", "reservation": "my-reservation"}
+    for label, value in slurm_values.items():
+        if value is None:
+            continue
+        if "\\" in value:
+            p.append(f"{label}={value!r}: Slurm's #SBATCH parser drops backslashes; remove them")
+        if label in examples and not value.strip():
+            p.append(f"{label}={value!r} is empty: give a value (e.g. {examples[label]}) or leave it unset")
+    if spec.mem is not None and not _MEM.match(spec.mem):
+        p.append(
+            f"mem={spec.mem!r}: give memory per node as Slurm does, a number with an optional unit K/M/G/T "
+            "(e.g. 64G, 500000M; 0 = all of the node's memory)"
+        )
+    if spec.gres is not None and not all(_GRES.match(item) for item in spec.gres.split(",")):
+        p.append(
+            f"gres={spec.gres!r}: use NAME[:TYPE][:COUNT], comma-separated (e.g. gpu:8, gpu:h100:8); "
+            "GPUs are usually asked for with gpus_per_node"
+        )
+    for arg in spec.sbatch_extra:
+        if "\n" in arg or "\r" in arg:
+            continue  # reported by check_spec as a control character
+        if not _SBATCH_ARG.match(arg):
+            p.append(f"sbatch_extra {arg!r}: write one sbatch option as --name or --name=value (e.g. --mail-type=END)")
+            continue
+        if "\\" in arg:
+            p.append(f"sbatch_extra {arg!r}: Slurm's #SBATCH parser drops backslashes; remove them")
+        name = arg.split("=", 1)[0]  # sbatch also takes unambiguous abbreviations (--part=gpu)
+        own = name if name in SBATCH_OWN else next((o for o in SBATCH_OWN if o.startswith(name)), None)
+        if own is not None:
+            p.append(f"sbatch_extra {arg!r}: the cookbook writes {own} itself; set {SBATCH_OWN[own]} instead")
     return p

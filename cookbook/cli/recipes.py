@@ -20,8 +20,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--gpus-per-node", type=int, default=None)
     r.add_argument("--cpus-per-task", type=int, default=None)
     r.add_argument("--profile", default="generic", choices=sorted(PROFILES))
-    for opt in ("partition", "account", "qos", "time", "job-name", "log-dir", "run-dir", "container-image", "venv"):
+    for opt in ("job-name", "log-dir", "run-dir", "container-image", "venv"):
         r.add_argument(f"--{opt}", default=None)
+    slurm = r.add_argument_group("Slurm options", "each written as an #SBATCH line, shell-quoted")
+    for opt, help in (
+        ("account", "account to charge"),
+        ("qos", "quality of service"),
+        ("partition", "partition (default: the cluster's)"),
+        ("time", "time limit, e.g. 04:00:00 or 1-12:00:00 (default 04:00:00; 00:10:00 on local-cpu)"),
+        ("exclude", "nodes never to use, e.g. n7,gpu[12-13]"),
+        ("constraint", "node features, e.g. h100&ib"),
+        ("reservation", "reservation to run in"),
+        ("mem", "memory per node: 64G, 500000M, 0 (all of it)"),
+        ("gres", "generic resources, e.g. gpu:h100:8 (GPUs: prefer --gpus-per-node)"),
+    ):
+        slurm.add_argument(f"--{opt}", default=None, help=help)
+    slurm.add_argument(
+        "--sbatch-arg",
+        dest="sbatch_extra",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="any other sbatch option, repeatable, written with '=': --sbatch-arg=--mail-type=END",
+    )
+    slurm.add_argument(
+        "--test-only",
+        action="store_true",
+        help="ask Slurm too (sbatch --test-only): nothing is written if it refuses, with its own message",
+    )
     r.add_argument("--container-mount", action="append", default=[], metavar="SRC:DST[:ro]")
     r.add_argument("--no-exclusive", action="store_true")
     r.add_argument("--no-requeue", action="store_true")
@@ -69,6 +95,12 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
             partition=args.partition,
             account=args.account,
             qos=args.qos,
+            exclude=args.exclude,
+            constraint=args.constraint,
+            reservation=args.reservation,
+            mem=args.mem,
+            gres=args.gres,
+            sbatch_extra=args.sbatch_extra,
             time=args.time,
             job_name=args.job_name,
             log_dir=args.log_dir,
@@ -87,7 +119,7 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from cookbook.render import render_job, write_job
+    from cookbook.render import render_job, test_only, write_job
 
     spec = spec_from_args(args)
     try:
@@ -100,6 +132,8 @@ def _render(args: argparse.Namespace) -> int:
     for w in filter(None, warnings):
         print(f"warning: {w}", file=sys.stderr)
     try:
+        if args.test_only:
+            print(f"sbatch --test-only: {test_only(spec)}", file=sys.stderr)
         path = write_job(spec, args.output)
     except SpecError as e:
         raise UserError(str(e)) from e
