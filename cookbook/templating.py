@@ -14,6 +14,14 @@ from pathlib import Path
 import jinja2
 
 _TEMPLATES = Path(__file__).parent / "templates"
+# The second line of every job script job.sbatch.j2 renders: ``# RECIPE (FRAMEWORK), profile PROFILE: ...``.
+_SCRIPT_HEADER = re.compile(r"^# (?P<recipe>\S+) \((?P<framework>[\w-]+)\), profile (?P<profile>[\w.-]+):", re.M)
+
+
+def script_header(text: str) -> tuple[str, str] | None:
+    """(recipe, profile) from a rendered job script's header (its first lines suffice); None for another script."""
+    m = _SCRIPT_HEADER.search(text)
+    return (m["recipe"], m["profile"]) if m else None
 
 
 def quote(value: object) -> str:

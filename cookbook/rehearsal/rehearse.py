@@ -24,12 +24,11 @@ from cookbook.recipes import Recipe, get_recipe
 from cookbook.secure_files import make_executable
 from cookbook.slurm.client import SlurmClient, SlurmError, read_output
 from cookbook.spec import PROFILES, JobSpec, profile_defaults
-from cookbook.templating import render_template
+from cookbook.templating import render_template, script_header
 
 HOOK = "COOKBOOK_REHEARSE"
 NODE_CHECK = Path(__file__).with_name("node_check.py")
 CHECK_TEMPLATE = "rehearse_node_check.sh.j2"  # templates/: the launcher stand-in that starts NODE_CHECK
-_HEADER = re.compile(r"^# (?P<recipe>\S+) \((?P<framework>\w+)\), profile (?P<profile>[\w-]+):", re.M)
 
 
 class RehearsalError(ValueError):
@@ -118,12 +117,6 @@ class RehearsalReport:
 
 
 # ------------------------------------------------------------------------------------------ script
-def script_header(text: str) -> tuple[str, str] | None:
-    """(recipe, profile) from a generated script's second line, if it has one."""
-    m = _HEADER.search(text)
-    return (m["recipe"], m["profile"]) if m else None
-
-
 def sbatch_value(text: str, option: str) -> str | None:
     """The value of ``#SBATCH --option=value`` in a script (the last one wins, as in sbatch)."""
     found = re.findall(rf"^#SBATCH\s+--{re.escape(option)}(?:[= ](\S+))?\s*$", text, re.M)
