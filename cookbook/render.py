@@ -20,6 +20,9 @@ from cookbook.spec import PROFILES, SHARED_PORT_SPAN, JobSpec, SpecError, check_
 from cookbook.templating import quote, quote_with_vars, render_template, template_env
 
 _BUILTIN_VARS = ("RECIPE_DIR", "RUN_DIR", "SLURM_JOB_NUM_NODES")
+# the pre-flight gate's check (standard library + torch), written beside every script as PREFLIGHT_NAME
+PREFLIGHT_FILE = Path(__file__).resolve().parent / "training" / "preflight.py"
+PREFLIGHT_NAME = "cookbook_preflight.py"
 
 
 @dataclass(frozen=True)
@@ -82,9 +85,13 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
         launcher=launcher,
         args=launch.args,
         port_span=SHARED_PORT_SPAN,
+        preflight=spec.profile_info.preflight,
+        max_retries=int(spec.profile_info.preflight.max_retries.value),
+        max_retries_source=spec.profile_info.preflight.max_retries.source,
     )
     warnings = recipe.warnings(spec) + start_path_warnings(spec, recipe) + mount_problems(spec, recipe)
-    return RenderedJob(script, recipe.files(spec), warnings)
+    files = {**recipe.files(spec), PREFLIGHT_NAME: PREFLIGHT_FILE.read_text()}
+    return RenderedJob(script, files, warnings)
 
 
 def resolve_here(value: str, spec: JobSpec, variables: dict[str, str]) -> str | None:

@@ -81,6 +81,66 @@ class EnvVar:
 
 
 @dataclass(frozen=True)
+class Threshold:
+    """One pre-flight threshold and where its value comes from."""
+
+    value: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """The pre-flight gate's thresholds on one kind of cluster (``templates/preflight.sh.j2`` runs
+    ``cookbook_preflight.py`` with them on every node before training; ``COOKBOOK_PREFLIGHT=0`` skips it).
+
+    ``matmul_fraction``: GPUs, the floor as a fraction of the GPU kind's dense bf16 peak (``cookbook/gpus.py``);
+    ``matmul_min_tflops``: CPU, an absolute floor; ``max_retries``: how often a job excludes failing nodes and
+    runs again (``COOKBOOK_MAX_RETRIES`` overrides it), for the gate, NODE_FAIL and hangs alike.
+    """
+
+    allreduce_min_busbw_gbps: Threshold
+    min_free_disk_gb: Threshold
+    time_limit_s: Threshold
+    max_retries: Threshold
+    matmul_fraction: Threshold | None = None
+    matmul_min_tflops: Threshold | None = None
+    allreduce_mb: int = 256  # all-reduce payload per rank (MiB): large enough to reach the bandwidth regime
+
+
+_RETRIES = Threshold(2, "two node exclusions per run: a third bad node points at the cluster, not at a node")
+GPU_PREFLIGHT = Preflight(
+    matmul_fraction=Threshold(
+        0.5,
+        "cuBLAS bf16 GEMMs of 8192^3 reach roughly 60-75 % of the dense peak on H100/H200 (NVIDIA's "
+        "matmul performance guide, https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-"
+        "multiplication/); half the peak flags a throttled or faulty GPU (unmeasured here: no GPU on the bench)",
+    ),
+    allreduce_min_busbw_gbps=Threshold(
+        10.0,
+        "busbw as nccl-tests defines it (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md); "
+        "one 400 Gb/s NIC alone gives ~40-50 GB/s, 8 per node several hundred: below 10 GB/s the job is on "
+        "TCP or a broken link (unmeasured here: no GPU on the bench)",
+    ),
+    min_free_disk_gb=Threshold(
+        20.0,
+        "node-local $TMPDIR holds the Triton/Inductor caches (TRITON_CACHE_DIR above) and core dumps; "
+        "a full /tmp fails compiles mid-run",
+    ),
+    time_limit_s=Threshold(60, "issue #16: the gate costs at most a minute of the allocation"),
+    max_retries=_RETRIES,
+)
+_IB_PREFLIGHT = dataclasses.replace(
+    GPU_PREFLIGHT,
+    allreduce_min_busbw_gbps=Threshold(
+        100.0,
+        "8 x 400 Gb/s InfiniBand per node: nccl-tests all_reduce busbw across H100 nodes is ~350-480 GB/s "
+        "(NVIDIA DGX H100 reference numbers); a quarter of that flags a down or slow link "
+        "(unmeasured here: no GPU on the bench)",
+    ),
+)
+
+
+@dataclass(frozen=True)
 class Profile:
     """What one kind of cluster needs: backend, GPUs or not, its environment and network interface.
 
@@ -103,6 +163,7 @@ class Profile:
     gpu: str | None = None
     price_per_gpu_hour: float | None = None
     fabric: str | None = None
+    preflight: Preflight = GPU_PREFLIGHT
 
     def gpu_hour_price(self, gpu: str | None = None) -> float | None:
         """Price per GPU-hour (per node-hour without GPUs): the profile's own, else the list price of
@@ -163,6 +224,7 @@ PROFILES: dict[str, Profile] = {
             + (EnvVar("NCCL_IB_HCA", "mlx5", "Nebius GPU hosts: InfiniBand HCAs are mlx5_* (check: `ibv_devices`)"),),
             interface="detect",
             gpu="h100",
+            preflight=_IB_PREFLIGHT,
             fabric="ib",
             interface_source="Nebius Soperator sets NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME "
             "(https://github.com/nebius/ml-cookbook slurm/torchtitan/multinode_flux.sh uses eth0); " + _DETECTED,
@@ -174,6 +236,7 @@ PROFILES: dict[str, Profile] = {
             _COMMON_GPU + (EnvVar("NCCL_IB_HCA", "mlx5", "Crusoe IB nodes: HCAs are mlx5_* (check: `ibv_devices`)"),),
             interface="detect",
             gpu="h100",
+            preflight=_IB_PREFLIGHT,
             fabric="ib",
             interface_source="Crusoe VM images: the VPC interface; " + _DETECTED,
         ),
@@ -195,6 +258,7 @@ PROFILES: dict[str, Profile] = {
             ),
             interface="^docker,lo,veth",
             gpu="h100",  # p5
+            preflight=_IB_PREFLIGHT,
             fabric="efa",
             interface_source="https://github.com/aws-samples/awsome-distributed-training: "
             "every interface but loopback/containers (instance interface names differ: ens*, enp*); NCCL_BUFFSIZE "
@@ -213,6 +277,20 @@ PROFILES: dict[str, Profile] = {
             ),
             uses_gpus=False,
             price_per_gpu_hour=0.0,  # your own machine
+            preflight=Preflight(
+                matmul_min_tflops=Threshold(
+                    0.0005,
+                    "float32 256^3 matmul, one thread: ~5-20 GFLOP/s measured on the 2-core bench while other "
+                    "jobs run (benchmarks/README.md); 0.5 GFLOP/s flags only a node that is not computing",
+                ),
+                allreduce_min_busbw_gbps=Threshold(
+                    0.005, "gloo over the bench's veth pairs: measured 0.1-1 GB/s under load; 5 MB/s flags a dead link"
+                ),
+                min_free_disk_gb=Threshold(0.5, "tiny models: checkpoints of a few MB; half a GB leaves room"),
+                time_limit_s=Threshold(90, "torch imports on 2 shared cores take ~10-30 s per process"),
+                max_retries=_RETRIES,
+                allreduce_mb=4,
+            ),
         ),
     )
 }

@@ -78,7 +78,9 @@ PRESETS: dict[str, dict] = {
         "ctld_port": 7017,
         "slurmd_port": 7018,
         "multi_port0": 17300,
-    }
+    },
+    # 3 CPU nodes: a 2-node job that excludes one node and still runs (the pre-flight gate, NODE_FAIL retry)
+    "nodes3": {"nodes": 3, "subnet": "10.83.0", "ctld_port": 7317, "slurmd_port": 7318, "multi_port0": 17900},
 }
 GPU_DEVICE_MAJOR = 195  # the NVIDIA driver's character-device major; nothing opens these files
 
