@@ -77,3 +77,18 @@ def gpu_cluster():
         if not cluster.status().up:
             cluster.up()
     return cluster
+
+
+@pytest.fixture(scope="session")
+def nodes3_cluster():
+    """A private 3-node CPU cluster `nodes3` (preset), beside `cookbook`: a 2-node job that loses a node
+    still has two to run on (the pre-flight gate's exclusion, NODE_FAIL retry)."""
+    from cookbook.local.cluster import ClusterConfig, LocalCluster
+
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm cluster needs root")
+    cluster = LocalCluster(ClusterConfig.named("nodes3"))
+    with _locked("nodes3-up"):
+        if not cluster.status().up:
+            cluster.up()
+    return cluster

@@ -103,6 +103,7 @@ def _metrics(args: argparse.Namespace) -> int:
     if path.is_file():
         for finding in diagnose(path):
             print(finding)
+        _print_node_report(path)
     if args.csv:
         df.to_csv(args.csv, index=False)
         print(f"wrote {args.csv}")
@@ -143,6 +144,14 @@ def _derive(df: pd.DataFrame, args: argparse.Namespace) -> pd.DataFrame:
     return out
 
 
+def _print_node_report(log: Path) -> None:
+    """The pre-flight gate's result and the node exclusions the log records (cookbook.analysis.node_health)."""
+    from cookbook.analysis.node_health import node_report
+
+    for line in node_report(log):
+        print(f"nodes: {line}")
+
+
 def _watch(args: argparse.Namespace) -> int:
     from cookbook.metrics import LogFollower, diagnose
     from cookbook.slurm.client import SlurmClient, SlurmError
@@ -181,6 +190,7 @@ def _watch(args: argparse.Namespace) -> int:
     for finding in diagnose(out) if Path(out).exists() else []:
         print(finding)
     if Path(out).exists():
+        _print_node_report(out)
         from cookbook.analysis.stragglers import job_hosts, straggler_lines
 
         hosts = job_hosts(out, args.job_id, client, nodelist=info.nodes or None)

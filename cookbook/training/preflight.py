@@ -76,9 +76,9 @@ def interface_present(spec: str) -> str | None:
             return None
         return f"no network interface outside {spec[1:]} (have {', '.join(names) or 'none'})"
     for want in spec.split(","):
-        if (want.startswith("=") and want[1:] in names) or (not want.startswith("=") and any(
-            n.startswith(want) for n in names
-        )):
+        if (want.startswith("=") and want[1:] in names) or (
+            not want.startswith("=") and any(n.startswith(want) for n in names)
+        ):
             return None
     return f"network interface {spec} not present (have {', '.join(names) or 'none'})"
 
@@ -174,6 +174,8 @@ def collective(args: argparse.Namespace, failures: list[str], measures: dict[str
     import torch
     import torch.distributed as dist
 
+    if "RANK" not in os.environ:  # run by hand, not under torchrun: this process is the whole world
+        return []
     backend = "nccl" if args.gpus else "gloo"
     timeout = timedelta(seconds=args.timeout)
     kw: dict[str, Any] = {"device_id": torch.device("cuda", torch.cuda.current_device())} if args.gpus else {}

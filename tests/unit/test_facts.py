@@ -1,7 +1,7 @@
 """One place per fact: every copy of a fact the package keeps must agree with its one source.
 
 - GPU peaks: ``cookbook.gpus`` is the table; the planner and the derived metrics read it, the standalone
-  FSDP script (``train.py``) keeps a pinned copy checked here.
+  FSDP script (``train.py``) and the pre-flight check (``cookbook_preflight.py``) keep pinned copies checked here.
 - Model shapes and FLOPs per token: the planner's ``MODELS`` and the FSDP script's ``SHAPES`` describe the
   same architectures; the script's FLOPs count (from the built module) equals the planner's formula.
 - Versions: pyproject.toml's dependencies; ``cookbook doctor`` and the CPU shims read them.
@@ -23,12 +23,17 @@ from cookbook.paths import project_root
 from cookbook.planner import GPUS, get_model
 from cookbook.planner.estimate import Settings, flops_per_token
 from cookbook.training import fsdp_train as ft
+from cookbook.training import preflight
 
 FSDP_MODELS = [name for name in ft.SHAPES if not name.startswith("tiny")]
 
 
 def test_fsdp_script_peak_table_is_the_pinned_copy_of_cookbook_gpus():
     assert list(ft.PEAK_BF16_TFLOPS) == gpus.device_name_peaks("bf16")
+
+
+def test_preflight_peak_table_is_the_pinned_copy_of_cookbook_gpus():
+    assert list(preflight.PEAK_BF16_TFLOPS) == gpus.device_name_peaks("bf16")
 
 
 @pytest.mark.parametrize(
@@ -49,6 +54,7 @@ def test_fsdp_script_peak_table_is_the_pinned_copy_of_cookbook_gpus():
 def test_every_reader_of_a_gpu_peak_gets_the_same_number(device_name):
     kind = gpus.gpu_kind(device_name)
     assert ft.peak_tflops(device_name) == metrics_peak(device_name) == kind.peak_bf16_tflops
+    assert preflight.peak_tflops(device_name) == kind.peak_bf16_tflops
     if kind.key in GPUS:
         assert GPUS[kind.key].peak_bf16_tflops == kind.peak_bf16_tflops
         assert GPUS[kind.key].memory_gib == kind.memory_gib

@@ -1,0 +1,133 @@
+"""The pre-flight gate's pieces that need no cluster: the standalone check's summary of per-rank reports
+(one line per node, failing nodes to a file, exit codes), its interface matching (NCCL_SOCKET_IFNAME syntax),
+a real `check` run as one CPU process, the profiles' thresholds (each with a source), the script's gate and
+exclusion blocks, and the log report of `cookbook metrics`/`watch`. The gate on a real cluster, with a node
+excluded and NODE_FAIL: tests/cluster/test_preflight_cluster.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cookbook.analysis.node_health import node_events, node_report
+from cookbook.render import PREFLIGHT_NAME, render_job
+from cookbook.spec import PROFILES, JobSpec, profile_defaults
+from cookbook.training import preflight
+
+SCRIPT = Path(preflight.__file__)
+
+
+def _report(out: Path, node: str, rank: int, failures: list[str], **measures: object) -> None:
+    report = {"node": node, "local_rank": rank, "failures": failures, "measures": measures, "seconds": 3.2}
+    (out / f"{node}.{rank}.json").write_text(json.dumps(report))
+
+
+def _summarize(out: Path, nodes: str, procs: int = 1) -> tuple[int, str, str]:
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), "summarize", f"--out={out}", f"--nodes={nodes}", f"--procs={procs}",
+         f"--failed={out / 'failed'}"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return r.returncode, r.stdout, (out / "failed").read_text()
+
+
+def test_summary_names_each_failing_node_with_its_reason_and_a_node_that_never_reported(tmp_path: Path):
+    _report(tmp_path, "n1", 0, [], matmul_tflops=700.0, allreduce_busbw_gbps=300.0)
+    _report(tmp_path, "n1", 1, [], matmul_tflops=650.0)
+    _report(tmp_path, "n2", 0, ["network interface ib0 not present (have eth0, lo)"], matmul_tflops=700.0)
+    _report(tmp_path, "n2", 1, ["matmul on GPU 1: 100 TFLOP/s < 494 TFLOP/s"])
+    _report(tmp_path, "n3", 0, [])
+    code, out, failed = _summarize(tmp_path, "n1 n2 n3", procs=2)
+    assert code == 1
+    assert "cookbook: pre-flight ok on n1 in 3.2 s: matmul_tflops 650.0, allreduce_busbw_gbps 300.0" in out
+    assert (
+        "cookbook: pre-flight failed on n2: network interface ib0 not present (have eth0, lo); "
+        "matmul on GPU 1: 100 TFLOP/s < 494 TFLOP/s" in out
+    )
+    assert "cookbook: pre-flight failed on n3: no report from local rank 1" in out
+    assert [line.split("\t")[0] for line in failed.splitlines()] == ["n2", "n3"]
+
+
+def test_a_slow_all_reduce_blames_no_single_node(tmp_path: Path):
+    slow = "all-reduce across 2 node(s): bus bandwidth 1 GB/s < 100 GB/s"
+    _report(tmp_path, "n1", 0, [slow])
+    _report(tmp_path, "n2", 0, [slow])
+    code, out, failed = _summarize(tmp_path, "n1 n2")
+    assert code == 3 and failed == ""
+    assert f"cookbook: pre-flight failed on fabric: {slow} (no single node to blame)" in out
+
+
+@pytest.mark.parametrize(
+    ("spec", "present"), [("", True), ("lo", True), ("=lo", True), ("^lo", None), ("nosuchif0", False), ("=l", False)]
+)
+def test_interface_matching_follows_nccl_socket_ifname(spec: str, present: bool | None):
+    problem = preflight.interface_present(spec)
+    if present is None:  # "every interface but lo": present where the machine has another one
+        assert (problem is None) == any(n != "lo" for n in os.listdir("/sys/class/net"))
+    else:
+        assert (problem is None) is present, problem
+
+
+@pytest.mark.slow
+def test_check_runs_as_one_cpu_process_and_the_injection_fails_only_its_node(tmp_path: Path):
+    out = tmp_path / "pf"
+    env = {**os.environ, "COOKBOOK_PREFLIGHT_INJECT": "thisnode:bad DIMM", "SLURMD_NODENAME": "thisnode"}
+    cmd = [sys.executable, str(SCRIPT), "check", f"--out={out}", "--matmul-min-tflops=0.0001", "--min-free-gb=0.01"]
+    subprocess.run(cmd, env=env, check=True, timeout=120)
+    report = json.loads((out / "thisnode.0.json").read_text())
+    assert report["failures"] == ["bad DIMM (injected by COOKBOOK_PREFLIGHT_INJECT)"]
+    assert report["measures"]["matmul_tflops"] > 0.0001 and report["measures"]["run_dir"] == "writable"
+    subprocess.run(cmd, env={**env, "SLURMD_NODENAME": "othernode"}, check=True, timeout=120)
+    assert json.loads((out / "othernode.0.json").read_text())["failures"] == []
+
+
+def test_every_profile_has_sourced_thresholds_and_the_script_carries_them():
+    for profile in PROFILES.values():
+        pf = profile.preflight
+        thresholds = [pf.allreduce_min_busbw_gbps, pf.min_free_disk_gb, pf.time_limit_s, pf.max_retries]
+        thresholds += [t for t in (pf.matmul_fraction, pf.matmul_min_tflops) if t]
+        assert all(t.source and t.value >= 0 for t in thresholds), profile.name
+        assert (pf.matmul_fraction is not None) == profile.uses_gpus, profile.name
+        assert pf.time_limit_s.value <= (60 if profile.uses_gpus else 90)
+        spec = JobSpec(recipe="fsdp_llama3_1_8b", profile=profile.name, **profile_defaults(profile.name))
+        job = render_job(spec)
+        assert job.files[PREFLIGHT_NAME] == SCRIPT.read_text()
+        script = job.script
+        assert f"--min-busbw={pf.allreduce_min_busbw_gbps.value}" in script
+        assert f"COOKBOOK_MAX_RETRIES=${{COOKBOOK_MAX_RETRIES:-{int(pf.max_retries.value)}}}" in script
+        assert 'if [[ "${COOKBOOK_PREFLIGHT:-1}" != 0 && -z "${COOKBOOK_REHEARSE:-}" ]]' in script
+        # the gate comes before the training launch, the exclusion function before both
+        assert script.index("cookbook_exclude_and_retry() {") < script.index('preflight.py" check')
+        assert script.index('preflight.py" check') < script.index("LAUNCHER=(")
+
+
+def test_node_report_says_what_the_gate_found_and_what_was_done(tmp_path: Path):
+    log = tmp_path / "job.out"
+    log.write_text(
+        "HF token: absent\n"
+        "cookbook: pre-flight ok on n2 in 6 s: matmul_tflops 0.02\n"
+        "cookbook: pre-flight failed on n1: GPU 3 fell off the bus\n"
+        "cookbook: pre-flight took 17 s on 2 node(s)\n"
+        "cookbook: excluding n1 (pre-flight: GPU 3 fell off the bus) by resubmission with --exclude=n1 "
+        "(scontrol update ExcNodeList is refused for a running job): job 3 (retry 1 of 2); ending job 2\n"
+        "cookbook: node failure: n4 of job 2's previous run is down* (NODE_FAIL)\n"
+        "cookbook: not excluding n1 (x): the retry budget is spent (2 of COOKBOOK_MAX_RETRIES=2); ending job 9\n"
+    )
+    kinds = [(e.kind, e.node) for e in node_events(log)]
+    assert kinds == [
+        ("preflight_ok", "n2"),
+        ("preflight_failed", "n1"),
+        ("preflight_time", None),
+        ("excluded", "n1"),
+        ("node_failure", "n4"),
+        ("not_excluded", None),
+    ]
+    report = node_report(log)
+    assert report[1] == "pre-flight FAILED on n1: GPU 3 fell off the bus"
+    assert report[3].startswith("done: excluded n1 (pre-flight: GPU 3 fell off the bus) by resubmission")
+    assert report[5].startswith("not done: n1 (x): the retry budget is spent")
