@@ -3,7 +3,8 @@
 skips it). Shipped beside the scripts as ``cookbook_preflight.py``: standard library + torch, no cookbook
 import, so compute nodes need no cookbook install.
 
-``check`` runs under torchrun, one process per GPU (one on CPU) on every node, and writes
+``check`` runs under torchrun, one process per GPU on every node (on CPU one per node, started by srun
+with ``--master``: no torchrun agent to start), and writes
 ``OUT/<node>.<local rank>.json``:
 
 - GPUs visible and their count (local rank 0), each rank's GPU by a short bf16 matmul against a fraction
@@ -174,7 +175,16 @@ def collective(args: argparse.Namespace, failures: list[str], measures: dict[str
     import torch
     import torch.distributed as dist
 
-    if "RANK" not in os.environ:  # run by hand, not under torchrun: this process is the whole world
+    if "RANK" not in os.environ and args.master:  # one process per node, started by srun (CPU jobs)
+        addr, _, port = args.master.rpartition(":")
+        os.environ.update(
+            RANK=os.environ["SLURM_PROCID"],
+            WORLD_SIZE=os.environ["SLURM_NTASKS"],
+            LOCAL_RANK="0",
+            MASTER_ADDR=addr,
+            MASTER_PORT=port,
+        )
+    if "RANK" not in os.environ:  # run by hand: this process is the whole world
         return []
     backend = "nccl" if args.gpus else "gloo"
     timeout = timedelta(seconds=args.timeout)
@@ -295,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--local-disk", default="/tmp")
     c.add_argument("--min-free-gb", type=float, default=0.0)
     c.add_argument("--timeout", type=float, default=60.0)
+    c.add_argument("--master", default="", help="ADDR:PORT of rank 0 when srun, not torchrun, starts the ranks")
     s = sub.add_parser("summarize", help="one line per node; failing nodes to --failed")
     s.add_argument("--out", required=True)
     s.add_argument("--nodes", required=True, help="the job's nodes, space-separated")

@@ -89,8 +89,8 @@ def test_preflight_failure_excludes_the_node_and_the_job_completes_on_the_other_
 
 
 def test_node_fail_requeues_the_job_without_the_dead_node(nodes3_cluster, tiny_assets, job_dir: Path):
-    slurm = SlurmClient(nodes3_cluster.env())
-    script = write_job(_spec(job_dir, tiny_assets, "node-fail-test", 12, 0.3), job_dir / "job.sbatch")
+    slurm = SlurmClient({**nodes3_cluster.env(), "COOKBOOK_PREFLIGHT": "0"})  # the gate: the test above
+    script = write_job(_spec(job_dir, tiny_assets, "node-fail-test", 8, 0.3), job_dir / "job.sbatch")
     (job_dir / "logs").mkdir()
     job = slurm.submit(script, cwd=job_dir)
     log_path = job_dir / "logs" / f"node-fail-test-{job}.out"
@@ -115,7 +115,7 @@ def test_node_fail_requeues_the_job_without_the_dead_node(nodes3_cluster, tiny_a
         assert f"cookbook: excluding {dead} (NODE_FAIL in the previous run) by Slurm's requeue" in log
         second = log.split("NODE_FAIL in the previous run", 1)[1]
         assert dead not in slurm.hostnames(slurm.show_job(job)["NodeList"])
-        assert max(int(s) for s in BATCH.findall(second)) == 12
+        assert max(int(s) for s in BATCH.findall(second)) == 8
     finally:
         nodes3_cluster.up()  # restarts the slurmd; the node registers and returns to service
         _wait_for(lambda: nodes3_cluster.status().up, 60, f"{dead} back in service")
