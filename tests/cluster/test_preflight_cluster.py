@@ -4,7 +4,8 @@
   the job excludes it (Slurm refuses ExcNodeList for a running job, so by resubmission with --exclude) and
   completes on the other two; the failing node ran no training step;
 - a node dies mid-run (its slurmd killed, the node set DOWN: Slurm ends the run NODE_FAIL and requeues it):
-  the requeued run starts without it, says so, and completes.
+  the requeued run starts without it, says so, and completes;
+- with no retry left (COOKBOOK_MAX_RETRIES=0) the job says so and ends without resubmitting.
 """
 
 from __future__ import annotations
@@ -119,3 +120,19 @@ def test_node_fail_requeues_the_job_without_the_dead_node(nodes3_cluster, tiny_a
     finally:
         nodes3_cluster.up()  # restarts the slurmd; the node registers and returns to service
         _wait_for(lambda: nodes3_cluster.status().up, 60, f"{dead} back in service")
+
+
+def test_no_retry_left_ends_the_job_without_resubmitting(nodes3_cluster, tiny_assets, job_dir: Path):
+    env = {**nodes3_cluster.env(), "COOKBOOK_PREFLIGHT_INJECT": "n1:bad link", "COOKBOOK_MAX_RETRIES": "0"}
+    slurm = SlurmClient(env)
+    script = write_job(_spec(job_dir, tiny_assets, "no-retry-test", 4, 0.0), job_dir / "job.sbatch")
+    (job_dir / "logs").mkdir()
+    job = slurm.submit(script, cwd=job_dir)
+    info = slurm.wait(job, timeout=300)
+    log = read_output(job_dir / "logs" / f"no-retry-test-{job}.out")
+    assert info.state == "FAILED", f"{info}\n{log[-3000:]}"
+    assert "cookbook: pre-flight failed on n1: bad link (injected by COOKBOOK_PREFLIGHT_INJECT)" in log
+    spent = "the retry budget is spent (0 of COOKBOOK_MAX_RETRIES=0)"
+    assert f"cookbook: not excluding n1 (pre-flight: bad link (injected by COOKBOOK_PREFLIGHT_INJECT)): {spent}" in log
+    assert "resubmission" not in log and "Training starts" not in log
+    assert not list((job_dir / "run" / ".cookbook").glob("retries-*"))
