@@ -262,7 +262,7 @@ def test_preempted_torchtune_job_resumes_from_its_epoch_checkpoint_with_the_same
     job, reference = jobs["full_resumed"], jobs["full"]
     first, second = _segments(job.log)[:2]
     assert first.startswith(f"job {job.job_id}:") and second.startswith(f"job {job.job_id}:")
-    assert "got USR1, requeueing" in first
+    assert "cookbook: got USR1" in first
     assert "resuming from" in second and "epoch_0" in second
     # the second run trains only epoch 2 (steps 5-8): nothing lost, nothing repeated before the checkpoint
     assert re.search(r"\|[1-4]\|Loss", second) is None
