@@ -5,7 +5,8 @@
                  --checkpoint_dir=./checkpoints --max_steps=100
 
 This file is self-contained (torch, transformers, datasets; and the cookbook's stop protocol,
-``cookbook_preemption.py``, written beside it) so it can be copied next to an sbatch script. Compared with the AWS FSDP test case it follows, it fixes three known flaws:
+``cookbook_preemption.py``, written beside it) so it can be copied next to an sbatch script. Compared with
+the AWS FSDP test case it follows, it fixes three known flaws:
 
 - data: every rank reads a disjoint part of the stream (whole files per rank when there are enough,
   else every world_size-th document) and shuffles it with its own seed derived from (seed, rank, epoch);

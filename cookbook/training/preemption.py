@@ -85,8 +85,11 @@ class StopRequest:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             answer = bool(flag.item())
         if answer and not self._announced and _rank() == 0:
-            how = f"signal {self.signal_name}" if self.signal_name else f"flag file {self.flag_file}"
-            _say(f"cookbook: stop requested ({how} on rank 0, else on another rank): saving at this step boundary")
+            if self.signal_name:
+                how = f"{self.signal_name} on rank 0"
+            else:
+                how = f"flag file {self.flag_file}" if local else "a signal on another rank"
+            _say(f"cookbook: stop requested ({how}): every rank saves at this step boundary")
         self._announced = self._announced or answer
         return answer
 
@@ -119,4 +122,3 @@ def _rank() -> int:
 
 def _say(line: str) -> None:
     print(line, file=sys.stdout, flush=True)
-

@@ -87,6 +87,11 @@ def runs(slurm, tiny_assets, tmp_path_factory):
             },
         ),
     }
+    # Save on signal: periodic checkpoints off (interval longer than the run), USR1 mid-run; the copied
+    # llama3 script and "flux" above are the uninterrupted runs they are compared with (same seed and data)
+    no_periodic = {"training.steps": "4", "checkpoint.interval": "100"}
+    jobs["titan_stop"] = _submit(slurm, root, tiny_assets, "llama3_8b_c4", "titan-stop", no_periodic)
+    jobs["flux_stop"] = _submit(slurm, root, tiny_assets, "flux_schnell", "flux-stop", no_periodic)
     # The copy-paste scripts of slurm-recipes/ as they are, two at once on the same nodes (fixed names,
     # fixed base port: each job must still get its own rendezvous port).
     jobs.update(_submit_copied_scripts(slurm, root, tiny_assets, ("llama3_8b_c4", "flux_schnell")))
@@ -97,6 +102,8 @@ def runs(slurm, tiny_assets, tmp_path_factory):
     #   script's trap requeues the job, which resumes from epoch_0 when it starts again;
     # - node failure / admin: `scontrol requeue` kills the LoRA job in its second epoch and the torchtitan
     #   job once its first checkpoint is complete.
+    # - save on signal: USR1 to the batch shell once training has started (before step 1 ends); every rank
+    #   saves a full checkpoint at the next step boundary, the job requeues and resumes at that step.
     full, lora, titan = jobs["full_resumed"], jobs["lora_resumed"], jobs["titan"]
     plan = {
         "full_resumed": (
@@ -114,6 +121,16 @@ def runs(slurm, tiny_assets, tmp_path_factory):
             lambda: slurm.requeue(titan.job_id),
             "requeue",
         ),
+        **{
+            key: (
+                lambda job=jobs[key]: (
+                    job.log.is_file() and "Training starts at step 1" in job.log.read_text("utf-8", "replace")
+                ),
+                lambda job=jobs[key]: slurm.run("scancel", "--signal=USR1", "--batch", job.job_id),
+                "USR1 stop-save",
+            )
+            for key in ("titan_stop", "flux_stop")
+        },
     }
     end = time.monotonic() + 300
     while len(interruptions) < len(plan):
@@ -165,6 +182,11 @@ def _submit_copied_scripts(slurm: SlurmClient, root: Path, tiny, recipes: tuple[
             client=slurm,
         )
     return jobs
+
+
+def _training_started(log: Path) -> bool:
+    """torchtitan has loaded everything and starts its first step."""
+    return log.is_file() and "Training starts at step 1" in log.read_text(errors="replace")
 
 
 def _step_logged(log: Path, step: int) -> bool:
@@ -328,3 +350,41 @@ def test_the_copy_paste_scripts_run_side_by_side_on_their_own_rendezvous_ports(r
         train = df[df["split"] == "train"] if "split" in df else df
         assert sorted(train["step"]) == [1, 2, 3, 4] and train["loss"].map(math.isfinite).all(), job.name
         assert (job.run_dir / "checkpoint" / "step-4" / ".metadata").is_file(), job.name
+
+
+SAVED = re.compile(r"cookbook: saved at step (\d+) for preemption: (\S+)")
+TITAN_STEP = re.compile(r"step:\s+(\d+)\s+loss:\s+([\d.]+)")
+
+
+def _titan_losses(segment: str) -> dict[int, float]:
+    """``{step: loss}`` of torchtitan's step lines (both ranks print them, with the same global loss)."""
+    return {int(s): float(v) for s, v in TITAN_STEP.findall(segment)}
+
+
+@pytest.mark.parametrize(("key", "reference"), [("titan_stop", "copied llama3_8b_c4"), ("flux_stop", "flux")])
+def test_torchtitan_saves_on_usr1_at_the_step_boundary_and_resumes_there(runs, key, reference):
+    """llama3 and FLUX: the stop-save is a full checkpoint at the step the ranks agreed on (periodic ones
+    are off), the job requeues, the resume redoes no step and ends at the uninterrupted run's loss."""
+    jobs, interruptions = runs
+    job = jobs[key]
+    assert interruptions[key] == "USR1 stop-save"
+    segments = _segments(job.log)
+    assert len(segments) == 2, segments[-1][-3000:]
+    first, second = segments
+    saved = SAVED.search(first)
+    assert saved, first[-3000:]
+    step = int(saved.group(1))
+    assert "cookbook: got USR1" in first and f"cookbook: requeueing job {job.job_id}" in first
+    assert "Saving a full checkpoint at last step, step" in first  # not torchtitan's model-only last save
+    assert Path(saved.group(2)) == job.run_dir / "checkpoint" / f"step-{step}"
+    before, after = _titan_losses(first), _titan_losses(second)
+    assert max(before) == step and 1 <= step < 4, "the ranks stopped at the step they saved"
+    assert re.search(rf"Loading the checkpoint from \S*/step-{step}\.", second), second[-3000:]
+    assert sorted(after) == list(range(step + 1, 5))
+    redone = len(set(before) & set(after))
+    assert redone <= 1
+    # the same run as the uninterrupted one: every step after the resume has its loss (data position, RNG)
+    expected = _titan_losses(_segments(jobs[reference].log)[-1])
+    for s in after:
+        assert after[s] == pytest.approx(expected[s], rel=1e-5), (s, after, expected)
+    print(f"{key}: saved at step {step}, steps redone after the resume: {redone}")
