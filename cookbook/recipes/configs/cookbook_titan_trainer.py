@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import Any
 
 RNG_STATE = "cookbook_rng"  # the checkpoint key of the RNG states
@@ -39,38 +40,61 @@ def stoppable(cfg: Any) -> Any:
 
 
 @functools.cache
-def stoppable_trainer(owner: type) -> type:
+def stoppable_trainer(owner: Any) -> Any:
     """A subclass of torchtitan's trainer class ``owner`` that saves and stops on a stop request."""
     import torch
 
     @dataclasses.dataclass(kw_only=True, slots=True)
-    class Config(owner.Config):  # type: ignore[name-defined]  # same fields: only build() makes the subclass
+    class Config(owner.Config):  # type: ignore[misc]  # torchtitan's class, untyped here; same fields: only build() makes the subclass
         pass
 
     class RngState:
-        """This rank's RNG states, under a per-rank key (DCP keeps one copy of a key all ranks share)."""
+        """This rank's RNG states, under a per-rank key (DCP keeps one copy of a key all ranks share).
+
+        A loaded state is applied once the data iterator exists: creating it draws a number from the RNG
+        (the DataLoader's base seed), which the uninterrupted run did before its first step."""
 
         def __init__(self, rank: int) -> None:
             self.key = f"rank{rank}"
+            self.pending: dict[str, Any] | None = None
 
         def state_dict(self) -> dict[str, Any]:
             out = {f"{self.key}_cpu": torch.get_rng_state()}
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
+            if torch.cuda.is_available():
                 out[f"{self.key}_cuda"] = torch.cuda.get_rng_state()
             return out
 
         def load_state_dict(self, state: dict[str, Any]) -> None:
-            torch.set_rng_state(state[f"{self.key}_cpu"])
-            if f"{self.key}_cuda" in state:
-                torch.cuda.set_rng_state(state[f"{self.key}_cuda"])
+            self.pending = {k: v.clone() for k, v in state.items()}
+
+        def apply_pending(self) -> None:
+            if self.pending is None:
+                return
+            torch.set_rng_state(self.pending[f"{self.key}_cpu"])
+            if f"{self.key}_cuda" in self.pending:
+                torch.cuda.set_rng_state(self.pending[f"{self.key}_cuda"])
+            self.pending = None
+
+    class IterThenRestore:
+        """``data_iterable`` whose ``iter()`` applies the loaded RNG state right after creating the iterator."""
+
+        def __init__(self, data_iterable: Any, rng: RngState | None) -> None:
+            self.data_iterable, self.rng = data_iterable, rng
+
+        def __iter__(self) -> Any:
+            iterator = iter(self.data_iterable)
+            if self.rng is not None:
+                self.rng.apply_pending()
+            return iterator
 
     def __init__(self: Any, config: Any) -> None:
         owner.__init__(self, config)
         self._cookbook_stop = _stop_request()
-        self._cookbook_first_step: int | None = None
+        self._cookbook_first_step = None  # the step this run starts from, set before its first step
+        self._cookbook_rng = None
         ckpt = self.checkpointer
         if getattr(ckpt, "enable", False):
-            ckpt.states[RNG_STATE] = RngState(torch.distributed.get_rank() if torch.distributed.is_initialized() else 0)
+            self._cookbook_rng = ckpt.states[RNG_STATE] = RngState(_rank())
         elif _rank() == 0:
             print("cookbook: checkpoint.enable is off: a stop request cannot save; training goes on", flush=True)
 
@@ -87,6 +111,9 @@ def stoppable_trainer(owner: type) -> type:
         self._cookbook_stop.saved(self.step, save_full(self.checkpointer, self.step))
         return False
 
+    def batch_generator(self: Any, data_iterable: Any) -> Any:
+        return owner.batch_generator(self, IterThenRestore(data_iterable, self._cookbook_rng))
+
     name = f"Stoppable{owner.__name__}"
     cls = type(
         name,
@@ -99,6 +126,7 @@ def stoppable_trainer(owner: type) -> type:
             "cookbook_stoppable": True,
             "__init__": __init__,
             "should_continue_training": should_continue_training,
+            "batch_generator": batch_generator,
         },
     )
     Config.__qualname__ = f"{name}.Config"
@@ -129,6 +157,4 @@ def _stop_request() -> Any:
 
 
 def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_initialized() else 0
+    return int(os.environ.get("RANK", "0"))  # torchrun's global rank
