@@ -18,6 +18,10 @@ from cookbook.secure_files import make_executable
 from cookbook.slurm.client import SlurmClient, SlurmError
 from cookbook.spec import PROFILES, SHARED_PORT_SPAN, JobSpec, SpecError, check_spec, profile_defaults
 from cookbook.templating import quote, quote_with_vars, render_template, template_env
+from cookbook.training import preemption
+
+# the rank side of the stop protocol, written beside every script (the script puts $RECIPE_DIR on PYTHONPATH)
+PREEMPTION_FILE = f"{preemption.SHIPPED_NAME}.py"
 
 _BUILTIN_VARS = ("RECIPE_DIR", "RUN_DIR", "SLURM_JOB_NUM_NODES")
 # the pre-flight gate's check (standard library + torch), written beside every script as PREFLIGHT_NAME
@@ -90,7 +94,11 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
         max_retries_source=spec.profile_info.preflight.max_retries.source,
     )
     warnings = recipe.warnings(spec) + start_path_warnings(spec, recipe) + mount_problems(spec, recipe)
-    files = {**recipe.files(spec), PREFLIGHT_NAME: PREFLIGHT_FILE.read_text()}
+    files = {
+        **recipe.files(spec),
+        PREFLIGHT_NAME: PREFLIGHT_FILE.read_text(),
+        PREEMPTION_FILE: Path(preemption.__file__).read_text(),
+    }
     return RenderedJob(script, files, warnings)
 
 

@@ -29,6 +29,8 @@ from cookbook.versions import tested_version
 
 CONFIG_MODULE = "cookbook_titan"
 _MODULE_FILE = Path(__file__).parent / "configs" / f"{CONFIG_MODULE}.py"
+# the trainer subclass that saves on a stop request (imported by the config functions of CONFIG_MODULE)
+_TRAINER_FILE = _MODULE_FILE.parent / "cookbook_titan_trainer.py"
 
 # torchtitan 0.3.0 fields naming files or folders the job reads at start-up (checked when on this
 # filesystem, and by `cookbook rehearse` on every node). FLUX's encoders/tokenizers take a folder or a Hub id.
@@ -326,7 +328,7 @@ class TorchtitanRecipe(Recipe):
         return problems
 
     def files(self, spec: JobSpec) -> dict[str, str]:
-        return {f"{CONFIG_MODULE}.py": _MODULE_FILE.read_text()}
+        return {f"{CONFIG_MODULE}.py": _MODULE_FILE.read_text(), _TRAINER_FILE.name: _TRAINER_FILE.read_text()}
 
     def command(self, spec: JobSpec) -> Launch:
         args: list[str] = ["--module", CONFIG_MODULE, "--config", self.config_name(spec), "--dump_folder", "$RUN_DIR"]

@@ -115,3 +115,86 @@ def test_fsdp_two_nodes_requeued_mid_run_resumes_without_losing_a_step(slurm, ti
     assert (ckpts / f"step-{max_steps}" / "COMPLETE").is_file()
     assert not list(ckpts.glob(".step-*"))
     print(f"fsdp requeue test: {time.monotonic() - started:.0f} s, resumed from step-{resume_step}")
+
+
+SAVED = re.compile(r"cookbook: saved at step (\d+) for preemption: (\S+)")
+
+
+def _fsdp_job(slurm, tiny_assets, folder: Path, name: str, max_steps: int) -> tuple[str, Path]:
+    """A 2-node FSDP job whose periodic checkpoints are off (interval longer than the run)."""
+    spec = JobSpec(
+        recipe="fsdp_llama3_1_8b",
+        profile="local-cpu",
+        nodes=2,
+        gpus_per_node=0,
+        exclusive=False,
+        time="00:10:00",
+        log_dir=str(folder / "logs"),
+        run_dir=str(folder / "run"),
+        assets_dir=str(tiny_assets.root),
+        job_name=name,
+        venv=sys.prefix,
+        overrides={"max_steps": str(max_steps), "checkpoint_freq": "1000", "throttle_seconds": "0.5"},
+    )
+    script = write_job(spec, folder / "job.sbatch")
+    (folder / "logs").mkdir(parents=True)
+    job = slurm.submit(script, cwd=folder)
+    return job, folder / "logs" / f"{name}-{job}.out"
+
+
+def test_fsdp_saves_on_usr1_at_the_step_boundary_and_resumes_there(slurm, tiny_assets, job_dir: Path):
+    """USR1 mid-run, both ways Slurm sends it: to the batch shell (`--batch`, what --signal=B:USR1@N does)
+    and to the job's steps (plain `scancel --signal=USR1`, which must not kill torchrun). Every rank saves
+    at the next step boundary, the job requeues, and resumes at that step: nothing redone, and the final
+    loss is the uninterrupted run's."""
+    max_steps = 10
+    jobs = {
+        key: _fsdp_job(slurm, tiny_assets, job_dir / key, f"fsdp-stop-{key}", max_steps)
+        for key in ("baseline", "batch", "steps")
+    }
+    how = {"batch": ("--batch",), "steps": ()}
+    signalled: set[str] = set()
+
+    def send_when_mid_run() -> bool:
+        for key, extra in how.items():
+            job, log = jobs[key]
+            if key not in signalled and log.is_file() and re.search(r"Batch 3 Loss", log.read_text()):
+                slurm.run("scancel", "--signal=USR1", *extra, job)
+                signalled.add(key)
+            assert not slurm.state(job).done, read_output(log)[-3000:]
+        return len(signalled) == len(how)
+
+    _wait_for(send_when_mid_run, 300, "step 3 of the signalled jobs")
+    for key in how:
+        job, _ = jobs[key]
+        _wait_for(lambda job=job: slurm.state(job).state == "PENDING", 120, f"job {job} to be requeued")
+        slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+    logs = {}
+    for key, (job, log) in jobs.items():
+        info = slurm.wait(job, timeout=400)
+        logs[key] = read_output(log)
+        assert info.state == "COMPLETED", f"{key}: {info}\n{logs[key][-3000:]}"
+
+    reference = {int(s): float(v) for s, v in BATCH.findall(logs["baseline"])}
+    assert sorted(reference) == list(range(1, max_steps + 1))
+    redone = {}
+    for key in how:
+        runs = _runs(logs[key])
+        assert len(runs) == 2, f"{key}: {logs[key][-3000:]}"
+        first, second = runs
+        saved = SAVED.search(first)
+        assert saved, f"{key}: no stop-save\n{first[-3000:]}"
+        step = int(saved.group(1))
+        assert Path(saved.group(2)).name == f"step-{step}" and 3 <= step < max_steps
+        assert f"cookbook: requeueing job {jobs[key][0]}" in first
+        assert ("cookbook: got USR1" in first) == (key == "batch")  # plain scancel: only the steps see it
+        assert "User defined signal" not in first and "SignalException" not in first, "the launcher died of USR1"
+        first_steps = {int(s) for s, _ in BATCH.findall(first)}
+        second_steps = {int(s): float(v) for s, v in BATCH.findall(second)}
+        assert max(first_steps) == step, "the ranks stopped at the step they saved"
+        assert RESUMED.search(second) and int(RESUMED.search(second).group(1)) == step
+        assert sorted(second_steps) == list(range(step + 1, max_steps + 1))
+        redone[key] = len(first_steps & set(second_steps))
+        assert redone[key] <= 1
+        assert second_steps[max_steps] == pytest.approx(reference[max_steps], abs=1e-4)
+    print(f"fsdp save on USR1: saved and resumed, steps redone {redone}")

@@ -40,14 +40,12 @@ def _wait_for(predicate, timeout: float, what: str, poll: float = 0.5) -> None:
         time.sleep(poll)
 
 
-def _release_requeued(slurm: SlurmClient, job: Job, timeout: float = 120) -> None:
+def _requeued(slurm: SlurmClient, job: Job) -> bool:
+    return slurm.state(job.job_id).state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
+
+
+def _release(slurm: SlurmClient, job: Job) -> None:
     """Slurm holds a requeued job back (BeginTime a few minutes ahead); let it start again now."""
-
-    def requeued() -> bool:
-        info = slurm.state(job.job_id)
-        return info.state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
-
-    _wait_for(requeued, timeout, f"job {job.job_id} to be requeued")
     slurm.run("scontrol", "update", f"JobId={job.job_id}", "StartTime=now")
 
 
@@ -87,6 +85,11 @@ def runs(slurm, tiny_assets, tmp_path_factory):
             },
         ),
     }
+    # Save on signal: periodic checkpoints off (interval longer than the run), USR1 mid-run; the copied
+    # llama3 script and "flux" above are the uninterrupted runs they are compared with (same seed and data)
+    no_periodic = {"training.steps": "4", "checkpoint.interval": "100"}
+    jobs["titan_stop"] = _submit(slurm, root, tiny_assets, "llama3_8b_c4", "titan-stop", no_periodic)
+    jobs["flux_stop"] = _submit(slurm, root, tiny_assets, "flux_schnell", "flux-stop", no_periodic)
     # The copy-paste scripts of slurm-recipes/ as they are, two at once on the same nodes (fixed names,
     # fixed base port: each job must still get its own rendezvous port).
     jobs.update(_submit_copied_scripts(slurm, root, tiny_assets, ("llama3_8b_c4", "flux_schnell")))
@@ -97,6 +100,8 @@ def runs(slurm, tiny_assets, tmp_path_factory):
     #   script's trap requeues the job, which resumes from epoch_0 when it starts again;
     # - node failure / admin: `scontrol requeue` kills the LoRA job in its second epoch and the torchtitan
     #   job once its first checkpoint is complete.
+    # - save on signal: USR1 to the batch shell once training has started (before step 1 ends); every rank
+    #   saves a full checkpoint at the next step boundary, the job requeues and resumes at that step.
     full, lora, titan = jobs["full_resumed"], jobs["lora_resumed"], jobs["titan"]
     plan = {
         "full_resumed": (
@@ -114,15 +119,28 @@ def runs(slurm, tiny_assets, tmp_path_factory):
             lambda: slurm.requeue(titan.job_id),
             "requeue",
         ),
+        **{
+            key: (
+                lambda job=jobs[key]: (
+                    job.log.is_file() and "Training starts at step 1" in job.log.read_text("utf-8", "replace")
+                ),
+                lambda job=jobs[key]: slurm.run("scancel", "--signal=USR1", "--batch", job.job_id),
+                "USR1 stop-save",
+            )
+            for key in ("titan_stop", "flux_stop")
+        },
     }
     end = time.monotonic() + 300
-    while len(interruptions) < len(plan):
-        assert time.monotonic() < end, f"timed out; interrupted so far: {interruptions}"
+    released: set[str] = set()  # requeued and let start again (never waited for in turn: jobs run side by side)
+    while len(released) < len(plan):
+        assert time.monotonic() < end, f"timed out; interrupted so far: {interruptions}, released: {released}"
         for key, (ready, interrupt, how) in plan.items():
             if key not in interruptions and ready():
                 interrupt()
                 interruptions[key] = how
-                _release_requeued(slurm, jobs[key])
+            elif key in interruptions and key not in released and _requeued(slurm, jobs[key]):
+                _release(slurm, jobs[key])
+                released.add(key)
         time.sleep(0.2)
 
     for job in jobs.values():
@@ -165,6 +183,11 @@ def _submit_copied_scripts(slurm: SlurmClient, root: Path, tiny, recipes: tuple[
             client=slurm,
         )
     return jobs
+
+
+def _training_started(log: Path) -> bool:
+    """torchtitan has loaded everything and starts its first step."""
+    return log.is_file() and "Training starts at step 1" in log.read_text(errors="replace")
 
 
 def _step_logged(log: Path, step: int) -> bool:
@@ -262,7 +285,7 @@ def test_preempted_torchtune_job_resumes_from_its_epoch_checkpoint_with_the_same
     job, reference = jobs["full_resumed"], jobs["full"]
     first, second = _segments(job.log)[:2]
     assert first.startswith(f"job {job.job_id}:") and second.startswith(f"job {job.job_id}:")
-    assert "got USR1, requeueing" in first
+    assert "cookbook: got USR1" in first
     assert "resuming from" in second and "epoch_0" in second
     # the second run trains only epoch 2 (steps 5-8): nothing lost, nothing repeated before the checkpoint
     assert re.search(r"\|[1-4]\|Loss", second) is None
@@ -328,3 +351,41 @@ def test_the_copy_paste_scripts_run_side_by_side_on_their_own_rendezvous_ports(r
         train = df[df["split"] == "train"] if "split" in df else df
         assert sorted(train["step"]) == [1, 2, 3, 4] and train["loss"].map(math.isfinite).all(), job.name
         assert (job.run_dir / "checkpoint" / "step-4" / ".metadata").is_file(), job.name
+
+
+SAVED = re.compile(r"cookbook: saved at step (\d+) for preemption: (\S+)")
+TITAN_STEP = re.compile(r"step:\s+(\d+)\s+loss:\s+([\d.]+)")
+
+
+def _titan_losses(segment: str) -> dict[int, float]:
+    """``{step: loss}`` of torchtitan's step lines (both ranks print them, with the same global loss)."""
+    return {int(s): float(v) for s, v in TITAN_STEP.findall(segment)}
+
+
+@pytest.mark.parametrize(("key", "reference"), [("titan_stop", "copied llama3_8b_c4"), ("flux_stop", "flux")])
+def test_torchtitan_saves_on_usr1_at_the_step_boundary_and_resumes_there(runs, key, reference):
+    """llama3 and FLUX: the stop-save is a full checkpoint at the step the ranks agreed on (periodic ones
+    are off), the job requeues, the resume redoes no step and ends at the uninterrupted run's loss."""
+    jobs, interruptions = runs
+    job = jobs[key]
+    assert interruptions[key] == "USR1 stop-save"
+    segments = _segments(job.log)
+    assert len(segments) == 2, segments[-1][-3000:]
+    first, second = segments
+    saved = SAVED.search(first)
+    assert saved, first[-3000:]
+    step = int(saved.group(1))
+    assert "cookbook: got USR1" in first and f"cookbook: requeueing job {job.job_id}" in first
+    assert "Saving a full checkpoint at last step, step" in first  # not torchtitan's model-only last save
+    assert Path(saved.group(2)) == job.run_dir / "checkpoint" / f"step-{step}"
+    before, after = _titan_losses(first), _titan_losses(second)
+    assert max(before) == step and 1 <= step < 4, "the ranks stopped at the step they saved"
+    assert re.search(rf"Loading the checkpoint from \S*/step-{step}\.", second), second[-3000:]
+    assert sorted(after) == list(range(step + 1, 5))
+    redone = len(set(before) & set(after))
+    assert redone <= 1
+    # the same run as the uninterrupted one: every step after the resume has its loss (data position, RNG)
+    expected = _titan_losses(_segments(jobs[reference].log)[-1])
+    for s in after:
+        assert after[s] == pytest.approx(expected[s], rel=1e-5), (s, after, expected)
+    print(f"{key}: saved at step {step}, steps redone after the resume: {redone}")

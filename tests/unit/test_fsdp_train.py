@@ -381,8 +381,11 @@ def test_rendered_script_runs_train_py_with_the_recipe_arguments():
     from cookbook.render import render_job
 
     job = render_job(_spec(profile="aws-efa", container_image="/fsx/pytorch-fsdp.sqsh", container_mounts=["/fsx:/fsx"]))
-    assert job.files["train.py"] == (ROOT / "cookbook" / "training" / "fsdp_train.py").read_text()
-    assert set(job.files) == {"train.py", "cookbook_preflight.py"}  # the pre-flight check: tests/unit/test_preflight.py
+    assert job.files == {
+        "train.py": (ROOT / "cookbook" / "training" / "fsdp_train.py").read_text(),
+        "cookbook_preemption.py": (ROOT / "cookbook" / "training" / "preemption.py").read_text(),
+        "cookbook_preflight.py": (ROOT / "cookbook" / "training" / "preflight.py").read_text(),  # tests/unit/test_preflight.py
+    }
     assert '"${RECIPE_DIR}"/train.py' in job.script and "--model=llama3_1_8b" in job.script
     assert "--container-image=/fsx/pytorch-fsdp.sqsh" in job.script and "FI_PROVIDER=efa" in job.script
     assert '--checkpoint_dir="${RUN_DIR}"/checkpoints' in job.script

@@ -11,8 +11,10 @@ from typing import Any  # torchtitan's Trainer.Config (the module loads without 
 
 
 def _checkpointed(cfg: Any) -> Any:
+    from cookbook_titan_trainer import stoppable  # shipped beside this file
+
     cfg.checkpoint.enable = True  # resume from the newest step-N after a requeue
-    return cfg
+    return stoppable(cfg)  # and save a full step-N on a stop request (preemption, time limit)
 
 
 def _for_clusters(cfg: Any) -> Any:
@@ -47,6 +49,7 @@ def llama3_8b_c4_tiny() -> Any:
     cfg.training.steps = 4
     cfg.validator.enable = False
     cfg.checkpoint.interval = 2
+    cfg.debug.seed = 0  # a fixed seed: a resumed run and an uninterrupted one are comparable step by step
     return _checkpointed(cfg)
 
 
@@ -74,4 +77,5 @@ def flux_schnell_tiny() -> Any:
     cfg.training.steps = 4
     cfg.checkpoint.interval = 2
     cfg.validator.enable = False
+    cfg.debug.seed = 0  # a fixed seed: a resumed run and an uninterrupted one are comparable step by step
     return _checkpointed(cfg)
