@@ -175,9 +175,12 @@ class StopAndResume:
             epoch_end = client.save_checkpoint
 
             def client_save(model: Any, optimizer: Any, training_progress: Any, epoch: int) -> None:
-                if self._cookbook_force_state:
-                    training_progress.total_epochs = max(self.total_epochs, epoch + 2)
-                self._cookbook_epoch_end(lambda: epoch_end(model, optimizer, training_progress, epoch), epoch)
+                def save() -> None:
+                    if self._cookbook_force_state:  # CheckpointClient decides `epoch + 1 < total_epochs`
+                        training_progress.total_epochs = max(self.total_epochs, epoch + 2)
+                    epoch_end(model, optimizer, training_progress, epoch)
+
+                self._cookbook_epoch_end(save, epoch)
 
             client.save_checkpoint = client_save
 

@@ -20,8 +20,10 @@ from cookbook.walkthrough import Job, job_spec, profiling_overrides, submit
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-# torchtune checkpoints at epoch ends (0.6.1): 2 short epochs give a checkpoint to resume from.
+# torchtune checkpoints at epoch ends (0.6.1): 2 short epochs give a checkpoint to resume from. Periodic step
+# checkpoints (save_every_n_steps) stay off: a preempted run saves at the step it reaches (cookbook_tune.py).
 TUNE_FULL = {"epochs": "2", "max_steps_per_epoch": "4"}
+TUNE_STEPS_PER_EPOCH = 4
 TITAN_STEPS = 10
 # profiler: one warm-up step, then step 2 traced (torchtitan writes profiling/traces/iteration_2/rank{R}_...)
 PROFILE = {"steps": 1, "warmup": 1, "start_step": 2}
@@ -73,6 +75,7 @@ def runs(slurm, tiny_assets, tmp_path_factory):
         "full_resumed": _submit(slurm, root, tiny_assets, "llama3_3_70b_full", "tt-full-resumed", TUNE_FULL),
         "lora": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora", TUNE_FULL),
         "lora_resumed": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora-resumed", TUNE_FULL),
+        "lora_stopped": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora-stopped", TUNE_FULL),
         "titan": _submit(slurm, root, tiny_assets, "llama3_8b_c4", "titan-c4", titan_overrides),
         "flux": _submit(
             slurm,
@@ -94,14 +97,20 @@ def runs(slurm, tiny_assets, tmp_path_factory):
 
     # Each interruption fires as soon as its job is ready for it (the jobs run side by side):
     # - preemption: USR1 to the batch shell (what --signal=B:USR1@N sends before the time limit); the
-    #   script's trap requeues the job, which resumes from epoch_0 when it starts again;
+    #   script's trap asks the ranks to save at their next step boundary, then requeues the job, which resumes
+    #   there (torchtune full in its second epoch, LoRA in its first);
     # - node failure / admin: `scontrol requeue` kills the LoRA job in its second epoch and the torchtitan
     #   job once its first checkpoint is complete.
-    full, lora, titan = jobs["full_resumed"], jobs["lora_resumed"], jobs["titan"]
+    full, lora, titan, lora_stop = jobs["full_resumed"], jobs["lora_resumed"], jobs["titan"], jobs["lora_stopped"]
     plan = {
         "full_resumed": (
             lambda: (full.run_dir / "epoch_0").is_dir() and _step_logged(full.log, 5),
             lambda: slurm.run("scancel", "--signal=USR1", "--batch", full.job_id),
+            "USR1",
+        ),
+        "lora_stopped": (
+            lambda: _step_logged(lora_stop.log, 2),
+            lambda: slurm.run("scancel", "--signal=USR1", "--batch", lora_stop.job_id),
             "USR1",
         ),
         "lora_resumed": (
@@ -256,18 +265,52 @@ def test_torchtune_lora_writes_an_adapter_that_loads(runs, tiny_assets):
         assert (tuned - model(tokens)).abs().max() > 1e-3
 
 
-def test_preempted_torchtune_job_resumes_from_its_epoch_checkpoint_with_the_same_final_loss(runs):
+def _tune_steps(segment: str) -> set[int]:
+    """Steps torchtune's progress bar (rank 0) reports done in one start of the job."""
+    return {int(s) for s in re.findall(r"\|(\d+)\|Loss", segment)}
+
+
+def _stopped_and_resumed(job: Job) -> tuple[int, set[int], set[int]]:
+    """A USR1 stop: the step saved at, and the steps trained before and after the requeue (checked: the stop
+    was saved, the resume started from that checkpoint)."""
+    first, second = _segments(job.log)[:2]
+    assert first.startswith(f"job {job.job_id}:") and second.startswith(f"job {job.job_id}:")
+    assert f"cookbook: job {job.job_id} got USR1" in first
+    saved = re.search(r"cookbook: saved at step (\d+) for preemption: (\S+)", first)
+    assert saved, first[-3000:]
+    step, path = int(saved.group(1)), saved.group(2)
+    assert f"resuming from {path}" in second, second[:3000]
+    if "/step_" in path:  # mid-epoch: the recipe subclass restored the data position and the step
+        assert f"cookbook: resumed at step {step} " in second
+    before, after = _tune_steps(first), _tune_steps(second)
+    assert max(before) == step and after == set(range(step + 1, 2 * TUNE_STEPS_PER_EPOCH + 1)), (before, after)
+    return step, before, after
+
+
+def test_preempted_torchtune_full_job_saves_mid_epoch_and_resumes_at_that_step_with_the_same_final_loss(runs):
     jobs, interruptions = runs
     assert interruptions["full_resumed"] == "USR1"
     job, reference = jobs["full_resumed"], jobs["full"]
-    first, second = _segments(job.log)[:2]
-    assert first.startswith(f"job {job.job_id}:") and second.startswith(f"job {job.job_id}:")
-    assert "got USR1, requeueing" in first
-    assert "resuming from" in second and "epoch_0" in second
-    # the second run trains only epoch 2 (steps 5-8): nothing lost, nothing repeated before the checkpoint
-    assert re.search(r"\|[1-4]\|Loss", second) is None
-    assert re.search(r"\|8\|Loss", second)
+    step, before, after = _stopped_and_resumed(job)
+    assert TUNE_STEPS_PER_EPOCH < step < 2 * TUNE_STEPS_PER_EPOCH  # USR1 after step 5: inside the last epoch
+    redone = before & after
+    print(f"torchtune full: stopped at step {step}, steps redone {len(redone)} (epoch resume: {step - 4})")
+    assert len(redone) <= 1
     assert _losses(job)[-1] == pytest.approx(_losses(reference)[-1], rel=1e-6)
+    assert not list(job.run_dir.glob("step_*")), "the final epoch's checkpoint supersedes the step checkpoint"
+
+
+def test_preempted_torchtune_lora_job_saves_mid_epoch_and_resumes_at_that_step_with_the_same_final_loss(runs):
+    jobs, interruptions = runs
+    assert interruptions["lora_stopped"] == "USR1"
+    job, reference = jobs["lora_stopped"], jobs["lora"]
+    step, before, after = _stopped_and_resumed(job)
+    assert 2 <= step <= TUNE_STEPS_PER_EPOCH  # USR1 after step 2: in the first epoch
+    redone = before & after
+    print(f"torchtune LoRA: stopped at step {step}, steps redone {len(redone)} (epoch resume: {step})")
+    assert len(redone) <= 1
+    assert _losses(job)[-1] == pytest.approx(_losses(reference)[-1], rel=1e-6)
+    assert (job.run_dir / "epoch_1" / "adapter_model.safetensors").is_file()
 
 
 def test_requeued_lora_job_resumes_its_adapter_with_the_same_final_loss(runs):
@@ -275,8 +318,13 @@ def test_requeued_lora_job_resumes_its_adapter_with_the_same_final_loss(runs):
     assert interruptions["lora_resumed"] == "requeue"
     job, reference = jobs["lora_resumed"], jobs["lora"]
     first, second = _segments(job.log)[:2]
-    assert "resuming from" in second and second.split("resuming from ")[1].split()[0].endswith("/epoch_0")
-    assert re.search(r"\|[1-4]\|Loss", second) is None and re.search(r"\|8\|Loss", second)
+    resumed = second.split("resuming from ")[1].split()[0]
+    # the requeue's SIGTERM reaches the ranks (KillWait): they save at their next step boundary if they can,
+    # else the job resumes from its epoch checkpoint
+    saved = re.search(r"cookbook: saved at step (\d+) for preemption: (\S+)", first)
+    assert resumed == (saved.group(2) if saved else str(job.run_dir / "epoch_0")), resumed
+    after = _tune_steps(second)
+    assert min(after) == (int(saved.group(1)) + 1 if saved else 5) and max(after) == 8, after
     assert _losses(job)[-1] == pytest.approx(_losses(reference)[-1], rel=1e-6)
     assert (job.run_dir / "epoch_1" / "adapter_model.safetensors").is_file()
 
