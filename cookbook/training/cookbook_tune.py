@@ -96,6 +96,25 @@ class StopAndResume:
     """Mixin put before torchtune's recipe class (see the module docstring)."""
 
     _cookbook_instance: StopAndResume | None = None
+    # what the mixin uses of torchtune's recipe classes (annotations only: the recipe sets them)
+    epochs_run: int
+    global_step: int
+    total_epochs: int
+    seed: int
+    _steps_per_epoch: int
+    _cookbook_max_steps: int | None
+    _cookbook_resume: dict[str, Any] | None
+    _save_adapter_weights_only: bool
+    _optimizer_in_bwd: bool
+    _model: Any
+    _optimizer: Any
+    _optim_ckpt_wrapper: Any
+    _checkpointer: Any
+    _dataloader: Any
+    _lr_scheduler: Any
+    _profiler: Any
+    _setup_lr_scheduler: Callable[..., Any]
+    cleanup: Callable[[], None]
 
     # -------------------------------------------------------------- state read from the checkpoint
     def _update_recipe_state(self, ckpt_dict: dict[str, Any]) -> None:
@@ -122,7 +141,7 @@ class StopAndResume:
     # -------------------------------------------------------------- setup
     def setup(self, cfg: Any) -> None:
         StopAndResume._cookbook_instance = self
-        self._cookbook_resume: dict[str, Any] | None = getattr(self, "_cookbook_resume", None)
+        self._cookbook_resume = getattr(self, "_cookbook_resume", None)
         self._cookbook_every = int(cfg.get("save_every_n_steps") or 0)
         self._cookbook_out = str(cfg.output_dir)
         self._cookbook_stop = StopRequest()

@@ -104,17 +104,17 @@ def runs(slurm, tiny_assets, tmp_path_factory):
     full, lora, titan, lora_stop = jobs["full_resumed"], jobs["lora_resumed"], jobs["titan"], jobs["lora_stopped"]
     plan = {
         "full_resumed": (
-            lambda: (full.run_dir / "epoch_0").is_dir() and _step_logged(full.log, 5),
+            lambda: (full.run_dir / "epoch_0").is_dir() and _step_done(full, 5),
             lambda: slurm.run("scancel", "--signal=USR1", "--batch", full.job_id),
             "USR1",
         ),
         "lora_stopped": (
-            lambda: _step_logged(lora_stop.log, 2),
+            lambda: _step_done(lora_stop, 2),
             lambda: slurm.run("scancel", "--signal=USR1", "--batch", lora_stop.job_id),
             "USR1",
         ),
         "lora_resumed": (
-            lambda: (lora.run_dir / "recipe_state" / "recipe_state.pt").is_file() and _step_logged(lora.log, 5),
+            lambda: (lora.run_dir / "recipe_state" / "recipe_state.pt").is_file() and _step_done(lora, 5),
             lambda: slurm.requeue(lora.job_id),
             "requeue",
         ),
@@ -176,9 +176,10 @@ def _submit_copied_scripts(slurm: SlurmClient, root: Path, tiny, recipes: tuple[
     return jobs
 
 
-def _step_logged(log: Path, step: int) -> bool:
-    """torchtune's progress bar shows `E|STEP|Loss` once a step is done."""
-    return log.exists() and re.search(rf"\|{step}\|Loss", log.read_text(errors="replace")) is not None
+def _step_done(job: Job, step: int) -> bool:
+    """torchtune's DiskLogger (flushed every step) has the step. (Its progress bar in the job's log is not a
+    clock: srun relays whole lines, and the bar ends its updates with \\r, so they arrive with the next \\n.)"""
+    return any(f"Step {step} |" in p.read_text(errors="replace") for p in job.run_dir.glob("logs/log_*.txt"))
 
 
 def _traces(job: Job) -> list[Path]:
@@ -298,6 +299,10 @@ def test_preempted_torchtune_full_job_saves_mid_epoch_and_resumes_at_that_step_w
     assert len(redone) <= 1
     assert _losses(job)[-1] == pytest.approx(_losses(reference)[-1], rel=1e-6)
     assert not list(job.run_dir.glob("step_*")), "the final epoch's checkpoint supersedes the step checkpoint"
+    from cookbook.analysis.preemption import preemption_report  # notebook 02's cell
+
+    report = preemption_report(job.log)
+    assert f"USR1: saved at step {step}" in report and f"steps redone after a resume: {len(redone)}" in report, report
 
 
 def test_preempted_torchtune_lora_job_saves_mid_epoch_and_resumes_at_that_step_with_the_same_final_loss(runs):
