@@ -34,23 +34,9 @@ def _submit(slurm: SlurmClient, root: Path, tiny, recipe: str, name: str, overri
     return submit(spec, root=root, client=slurm)
 
 
-def _wait_for(predicate, timeout: float, what: str, poll: float = 0.5) -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(poll)
-
-
-def _release_requeued(slurm: SlurmClient, job: Job, timeout: float = 120) -> None:
-    """Slurm holds a requeued job back (BeginTime a few minutes ahead); let it start again now."""
-
-    def requeued() -> bool:
-        info = slurm.state(job.job_id)
-        return info.state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
-
-    _wait_for(requeued, timeout, f"job {job.job_id} to be requeued")
-    slurm.run("scontrol", "update", f"JobId={job.job_id}", "StartTime=now")
+def _requeued(slurm: SlurmClient, job: Job) -> bool:
+    """Requeued, and so held back by Slurm (BeginTime a few minutes ahead): the caller lets it start now."""
+    return slurm.state(job.job_id).state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
 
 
 def _segments(log: Path) -> list[str]:
@@ -125,13 +111,18 @@ def runs(slurm, tiny_assets, tmp_path_factory):
         ),
     }
     end = time.monotonic() + 300
-    while len(interruptions) < len(plan):
-        assert time.monotonic() < end, f"timed out; interrupted so far: {interruptions}"
+    releasing: set[str] = set()  # interrupted, not yet requeued: released without blocking the other jobs' turns
+    while len(interruptions) < len(plan) or releasing:
+        assert time.monotonic() < end, f"timed out; interrupted so far: {interruptions}, releasing {releasing}"
         for key, (ready, interrupt, how) in plan.items():
             if key not in interruptions and ready():
                 interrupt()
                 interruptions[key] = how
-                _release_requeued(slurm, jobs[key])
+                releasing.add(key)
+        for key in sorted(releasing):
+            if _requeued(slurm, jobs[key]):
+                slurm.run("scontrol", "update", f"JobId={jobs[key].job_id}", "StartTime=now")
+                releasing.discard(key)
         time.sleep(0.2)
 
     for job in jobs.values():
