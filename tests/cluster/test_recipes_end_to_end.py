@@ -57,11 +57,6 @@ def runs(slurm, tiny_assets, tmp_path_factory):
         **profiling_overrides("llama3_8b_c4", "local-cpu", **PROFILE),
     }
     jobs = {
-        "full": _submit(slurm, root, tiny_assets, "llama3_3_70b_full", "tt-full", TUNE_FULL),
-        "full_resumed": _submit(slurm, root, tiny_assets, "llama3_3_70b_full", "tt-full-resumed", TUNE_FULL),
-        "lora": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora", TUNE_FULL),
-        "lora_resumed": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora-resumed", TUNE_FULL),
-        "lora_stopped": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora-stopped", TUNE_FULL),
         "titan": _submit(slurm, root, tiny_assets, "llama3_8b_c4", "titan-c4", titan_overrides),
         "flux": _submit(
             slurm,
@@ -79,6 +74,17 @@ def runs(slurm, tiny_assets, tmp_path_factory):
     # The copy-paste scripts of slurm-recipes/ as they are, two at once on the same nodes (fixed names,
     # fixed base port: each job must still get its own rendezvous port).
     jobs.update(_submit_copied_scripts(slurm, root, tiny_assets, ("llama3_8b_c4", "flux_schnell")))
+    # the torchtune jobs last (torchtitan's jobs are slow to render: its parser): their 8 steps take about a minute,
+    # and the interruptions below must reach them while they train
+    jobs.update(
+        {
+            "full": _submit(slurm, root, tiny_assets, "llama3_3_70b_full", "tt-full", TUNE_FULL),
+            "full_resumed": _submit(slurm, root, tiny_assets, "llama3_3_70b_full", "tt-full-resumed", TUNE_FULL),
+            "lora": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora", TUNE_FULL),
+            "lora_resumed": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora-resumed", TUNE_FULL),
+            "lora_stopped": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora-stopped", TUNE_FULL),
+        }
+    )
     interruptions: dict[str, str] = {}
 
     # Each interruption fires as soon as its job is ready for it (the jobs run side by side):
