@@ -117,7 +117,11 @@ def runs(slurm, tiny_assets, tmp_path_factory):
         ),
     }
     end = time.monotonic() + 300
-    releasing: set[str] = set()  # interrupted, not yet requeued: released without blocking the other jobs' turns
+    # interrupted, not yet released: released without blocking the other jobs' turns, a few seconds after the requeue
+    # (started at once, slurmd may still hold the previous start's credential revoked: "Killing non-startable batch
+    # job: Job credential revoked", and the job ends FAILED)
+    releasing: set[str] = set()
+    pending_since: dict[str, float] = {}
     while len(interruptions) < len(plan) or releasing:
         assert time.monotonic() < end, f"timed out; interrupted so far: {interruptions}, releasing {releasing}"
         for key, (ready, interrupt, how) in plan.items():
@@ -126,7 +130,9 @@ def runs(slurm, tiny_assets, tmp_path_factory):
                 interruptions[key] = how
                 releasing.add(key)
         for key in sorted(releasing):
-            if _requeued(slurm, jobs[key]):
+            if key not in pending_since and _requeued(slurm, jobs[key]):
+                pending_since[key] = time.monotonic()
+            if key in pending_since and time.monotonic() - pending_since[key] > 5:
                 slurm.run("scontrol", "update", f"JobId={jobs[key].job_id}", "StartTime=now")
                 releasing.discard(key)
         time.sleep(0.2)
