@@ -22,6 +22,13 @@ from cookbook.templating import render_template
 from cookbook.versions import requirement, tested_version
 
 _CONFIGS = Path(__file__).parent / "configs"
+_TRAINING = Path(__file__).resolve().parent.parent / "training"
+# the recipe subclass that saves on preemption and resumes mid-epoch, shipped beside the scripts (run as a module:
+# `tune run ... cookbook_tune RECIPE --config ...`), and the stop protocol it imports
+SUBCLASS_MODULE = "cookbook_tune"
+SUBCLASS_FILE = _TRAINING / f"{SUBCLASS_MODULE}.py"
+PREEMPTION_MODULE = "cookbook_preemption"
+PREEMPTION_FILE = _TRAINING / "preemption.py"
 # omegaconf is imported inside the functions that use it, for start-up speed (`cookbook --help`, `recipes`)
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -66,8 +73,9 @@ def _load_dict(path: Path) -> DictConfig:
 
 @functools.cache
 def optional_keys(recipe_file: str) -> frozenset[str]:
-    """Top-level keys a torchtune recipe reads with ``cfg.get("key")`` (valid even when absent)."""
-    text = (_torchtune_root() / f"{recipe_file}.py").read_text()
+    """Top-level keys a torchtune recipe reads with ``cfg.get("key")`` (valid even when absent), the recipe
+    subclass's own included (``save_every_n_steps``)."""
+    text = (_torchtune_root() / f"{recipe_file}.py").read_text() + SUBCLASS_FILE.read_text()
     return frozenset(re.findall(r'cfg\.get\(\s*"([A-Za-z_][A-Za-z0-9_]*)"', text))
 
 
@@ -364,11 +372,11 @@ class TorchtuneRecipe(Recipe):
             return []
         cfg = self.config(spec)
         out = []
-        if spec.requeue and str(OmegaConf.select(cfg, "epochs")) == "1":
+        if spec.requeue and str(OmegaConf.select(cfg, "epochs")) == "1" and not cfg.get("save_every_n_steps"):
             out.append(
-                f"epochs=1: torchtune {tested_version('torchtune')} saves a resumable checkpoint only at the end of "
-                "an epoch that is not the last, so a preempted or requeued job starts over; to make it resumable split "
-                "the run into several shorter epochs (--set epochs=N --set max_steps_per_epoch=M)"
+                f"epochs=1: torchtune {tested_version('torchtune')} saves only at epoch ends; a preemption still "
+                f"saves at the step it reaches ({SUBCLASS_MODULE}.py), but a job killed without warning (node "
+                "failure, scontrol requeue) starts over: set --set save_every_n_steps=N"
             )
         return out
 
@@ -381,18 +389,26 @@ class TorchtuneRecipe(Recipe):
             f"# for {spec.script_name or spec.script_stem + '.sbatch'}\n"
             "# output_dir is set on the command line (the job's run folder).\n"
         )
-        return {self.config_file(spec): header + OmegaConf.to_yaml(self.config(spec))}
+        return {
+            self.config_file(spec): header + OmegaConf.to_yaml(self.config(spec)),
+            f"{SUBCLASS_MODULE}.py": SUBCLASS_FILE.read_text(),
+            f"{PREEMPTION_MODULE}.py": PREEMPTION_FILE.read_text(),
+        }
 
     def command(self, spec: JobSpec) -> Launch:
         config = f"$RECIPE_DIR/{self.config_file(spec)}"
-        args = (self.recipe_file, "--config", config, "output_dir=$RUN_DIR")
+        args = (SUBCLASS_MODULE, self.recipe_file, "--config", config, "output_dir=$RUN_DIR")
         if spec.local_cpu:
             tiny = spec.assets_dir or str(_default_tiny_dir())
             return Launch("torchrun", ("-m", "cookbook.local.compat.cpu", "torchtune", *args), {"TINY_DIR": tiny})
         return Launch("tune", args, self.start_variables(spec))
 
     def resume(self, spec: JobSpec) -> str:
-        """torchtune 0.6.1 checkpoints at epoch ends (``RUN_DIR/epoch_N``) and writes
+        """The newest complete ``step_N`` written by the recipe subclass (``cookbook_tune.py``: on preemption,
+        every ``save_every_n_steps``) whose recipe state is newer than torchtune's own epoch-end one: resume
+        there, mid-epoch. Otherwise torchtune's epoch checkpoints:
+
+        torchtune 0.6.1 checkpoints at epoch ends (``RUN_DIR/epoch_N``) and writes
         ``recipe_state/recipe_state.pt`` last, after the weights of every epoch but the final one; it
         reloads with ``resume_from_checkpoint=True``. A full finetune then reads the model files relative
         to its output_dir, so they are pointed at the epoch the recipe state belongs to (LoRA reloads the
@@ -403,7 +419,7 @@ class TorchtuneRecipe(Recipe):
         loaded by torchtune against the wrong recipe state: it is moved aside (never deleted) and that
         epoch trains again. No state file yet: the job starts afresh."""
         fmt = self.checkpoint_filename_format(spec) if self.resume_model_from_output else None
-        return render_template("resume_torchtune.sh.j2", filename_format=fmt)
+        return render_template("resume_torchtune.sh.j2", filename_format=fmt, adapter=not self.resume_model_from_output)
 
     def checkpoint_filename_format(self, spec: JobSpec) -> str:
         """The model shards' name pattern in the config (``model-{}-of-{}.safetensors``)."""

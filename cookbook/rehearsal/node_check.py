@@ -104,7 +104,9 @@ def parse_in_training_env(framework: str, args: list[str], keys: list[str]) -> d
         from torchtune.config._parse import TuneRecipeArgumentParser
         from torchtune.config._utils import _merge_yaml_and_cli_args
 
-        recipe_args = args[1:] if args and not args[0].startswith("-") else args
+        recipe_args = list(args)  # after the recipe's name(s): `cookbook_tune RECIPE --config ...`
+        while recipe_args and not recipe_args[0].startswith("-"):
+            recipe_args = recipe_args[1:]
         cfg = _merge_yaml_and_cli_args(*TuneRecipeArgumentParser(description="").parse_known_args(recipe_args))
         for key in keys:
             node = OmegaConf.select(cfg, key, default=None)

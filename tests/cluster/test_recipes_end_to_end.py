@@ -20,8 +20,10 @@ from cookbook.walkthrough import Job, job_spec, profiling_overrides, submit
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-# torchtune checkpoints at epoch ends (0.6.1): 2 short epochs give a checkpoint to resume from.
+# torchtune checkpoints at epoch ends (0.6.1): 2 short epochs give a checkpoint to resume from. Periodic step
+# checkpoints (save_every_n_steps) stay off: a preempted run saves at the step it reaches (cookbook_tune.py).
 TUNE_FULL = {"epochs": "2", "max_steps_per_epoch": "4"}
+TUNE_STEPS_PER_EPOCH = 4
 TITAN_STEPS = 10
 # profiler: one warm-up step, then step 2 traced (torchtitan writes profiling/traces/iteration_2/rank{R}_...)
 PROFILE = {"steps": 1, "warmup": 1, "start_step": 2}
@@ -32,21 +34,9 @@ def _submit(slurm: SlurmClient, root: Path, tiny, recipe: str, name: str, overri
     return submit(spec, root=root, client=slurm)
 
 
-def _wait_for(predicate, timeout: float, what: str, poll: float = 0.5) -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(poll)
-
-
 def _requeued(slurm: SlurmClient, job: Job) -> bool:
+    """Requeued, and so held back by Slurm (BeginTime a few minutes ahead): the caller lets it start now."""
     return slurm.state(job.job_id).state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
-
-
-def _release(slurm: SlurmClient, job: Job) -> None:
-    """Slurm holds a requeued job back (BeginTime a few minutes ahead); let it start again now."""
-    slurm.run("scontrol", "update", f"JobId={job.job_id}", "StartTime=now")
 
 
 def _segments(log: Path) -> list[str]:
@@ -67,10 +57,6 @@ def runs(slurm, tiny_assets, tmp_path_factory):
         **profiling_overrides("llama3_8b_c4", "local-cpu", **PROFILE),
     }
     jobs = {
-        "full": _submit(slurm, root, tiny_assets, "llama3_3_70b_full", "tt-full", TUNE_FULL),
-        "full_resumed": _submit(slurm, root, tiny_assets, "llama3_3_70b_full", "tt-full-resumed", TUNE_FULL),
-        "lora": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora", TUNE_FULL),
-        "lora_resumed": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora-resumed", TUNE_FULL),
         "titan": _submit(slurm, root, tiny_assets, "llama3_8b_c4", "titan-c4", titan_overrides),
         "flux": _submit(
             slurm,
@@ -93,24 +79,41 @@ def runs(slurm, tiny_assets, tmp_path_factory):
     # The copy-paste scripts of slurm-recipes/ as they are, two at once on the same nodes (fixed names,
     # fixed base port: each job must still get its own rendezvous port).
     jobs.update(_submit_copied_scripts(slurm, root, tiny_assets, ("llama3_8b_c4", "flux_schnell")))
+    # the torchtune jobs last (torchtitan's jobs are slow to render: its parser): their 8 steps take about a minute,
+    # and the interruptions below must reach them while they train
+    jobs.update(
+        {
+            "full": _submit(slurm, root, tiny_assets, "llama3_3_70b_full", "tt-full", TUNE_FULL),
+            "full_resumed": _submit(slurm, root, tiny_assets, "llama3_3_70b_full", "tt-full-resumed", TUNE_FULL),
+            "lora": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora", TUNE_FULL),
+            "lora_resumed": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora-resumed", TUNE_FULL),
+            "lora_stopped": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora-stopped", TUNE_FULL),
+        }
+    )
     interruptions: dict[str, str] = {}
 
     # Each interruption fires as soon as its job is ready for it (the jobs run side by side):
     # - preemption: USR1 to the batch shell (what --signal=B:USR1@N sends before the time limit); the
-    #   script's trap requeues the job, which resumes from epoch_0 when it starts again;
+    #   script's trap asks the ranks to save at their next step boundary, then requeues the job, which resumes
+    #   there (torchtune full in its second epoch, LoRA in its first);
     # - node failure / admin: `scontrol requeue` kills the LoRA job in its second epoch and the torchtitan
     #   job once its first checkpoint is complete.
-    # - save on signal: USR1 to the batch shell once training has started (before step 1 ends); every rank
-    #   saves a full checkpoint at the next step boundary, the job requeues and resumes at that step.
-    full, lora, titan = jobs["full_resumed"], jobs["lora_resumed"], jobs["titan"]
+    # - save on signal (torchtitan, FLUX): USR1 to the batch shell once training has started (before step 1
+    #   ends); every rank saves a full checkpoint at the next step boundary, the job requeues and resumes there.
+    full, lora, titan, lora_stop = jobs["full_resumed"], jobs["lora_resumed"], jobs["titan"], jobs["lora_stopped"]
     plan = {
         "full_resumed": (
-            lambda: (full.run_dir / "epoch_0").is_dir() and _step_logged(full.log, 5),
+            lambda: (full.run_dir / "epoch_0").is_dir() and _step_done(full, 5),
             lambda: slurm.run("scancel", "--signal=USR1", "--batch", full.job_id),
             "USR1",
         ),
+        "lora_stopped": (
+            lambda: _step_done(lora_stop, 2),
+            lambda: slurm.run("scancel", "--signal=USR1", "--batch", lora_stop.job_id),
+            "USR1",
+        ),
         "lora_resumed": (
-            lambda: (lora.run_dir / "recipe_state" / "recipe_state.pt").is_file() and _step_logged(lora.log, 5),
+            lambda: (lora.run_dir / "recipe_state" / "recipe_state.pt").is_file() and _step_done(lora, 5),
             lambda: slurm.requeue(lora.job_id),
             "requeue",
         ),
@@ -130,17 +133,25 @@ def runs(slurm, tiny_assets, tmp_path_factory):
             for key in ("titan_stop", "flux_stop")
         },
     }
-    end = time.monotonic() + 300
-    released: set[str] = set()  # requeued and let start again (never waited for in turn: jobs run side by side)
-    while len(released) < len(plan):
-        assert time.monotonic() < end, f"timed out; interrupted so far: {interruptions}, released: {released}"
+    end = time.monotonic() + 600
+    # interrupted, not yet released: released without blocking the other jobs' turns, a few seconds after the requeue
+    # (started at once, slurmd may still hold the previous start's credential revoked: "Killing non-startable batch
+    # job: Job credential revoked", and the job ends FAILED)
+    releasing: set[str] = set()
+    pending_since: dict[str, float] = {}
+    while len(interruptions) < len(plan) or releasing:
+        assert time.monotonic() < end, f"timed out; interrupted so far: {interruptions}, releasing {releasing}"
         for key, (ready, interrupt, how) in plan.items():
             if key not in interruptions and ready():
                 interrupt()
                 interruptions[key] = how
-            elif key in interruptions and key not in released and _requeued(slurm, jobs[key]):
-                _release(slurm, jobs[key])
-                released.add(key)
+                releasing.add(key)
+        for key in sorted(releasing):
+            if key not in pending_since and _requeued(slurm, jobs[key]):
+                pending_since[key] = time.monotonic()
+            if key in pending_since and time.monotonic() - pending_since[key] > 5:
+                slurm.run("scontrol", "update", f"JobId={jobs[key].job_id}", "StartTime=now")
+                releasing.discard(key)
         time.sleep(0.2)
 
     for job in jobs.values():
@@ -185,14 +196,10 @@ def _submit_copied_scripts(slurm: SlurmClient, root: Path, tiny, recipes: tuple[
     return jobs
 
 
-def _training_started(log: Path) -> bool:
-    """torchtitan has loaded everything and starts its first step."""
-    return log.is_file() and "Training starts at step 1" in log.read_text(errors="replace")
-
-
-def _step_logged(log: Path, step: int) -> bool:
-    """torchtune's progress bar shows `E|STEP|Loss` once a step is done."""
-    return log.exists() and re.search(rf"\|{step}\|Loss", log.read_text(errors="replace")) is not None
+def _step_done(job: Job, step: int) -> bool:
+    """torchtune's DiskLogger (flushed every step) has the step. (Its progress bar in the job's log is not a
+    clock: srun relays whole lines, and the bar ends its updates with \\r, so they arrive with the next \\n.)"""
+    return any(f"Step {step} |" in p.read_text(errors="replace") for p in job.run_dir.glob("logs/log_*.txt"))
 
 
 def _traces(job: Job) -> list[Path]:
@@ -279,18 +286,56 @@ def test_torchtune_lora_writes_an_adapter_that_loads(runs, tiny_assets):
         assert (tuned - model(tokens)).abs().max() > 1e-3
 
 
-def test_preempted_torchtune_job_resumes_from_its_epoch_checkpoint_with_the_same_final_loss(runs):
+def _tune_steps(segment: str) -> set[int]:
+    """Steps torchtune's progress bar (rank 0) reports done in one start of the job."""
+    return {int(s) for s in re.findall(r"\|(\d+)\|Loss", segment)}
+
+
+def _stopped_and_resumed(job: Job) -> tuple[int, set[int], set[int]]:
+    """A USR1 stop: the step saved at, and the steps trained before and after the requeue (checked: the stop
+    was saved, the resume started from that checkpoint)."""
+    first, second = _segments(job.log)[:2]
+    assert first.startswith(f"job {job.job_id}:") and second.startswith(f"job {job.job_id}:")
+    assert f"cookbook: job {job.job_id} got USR1" in first
+    saved = re.search(r"cookbook: saved at step (\d+) for preemption: (\S+)", first)
+    assert saved, first[-3000:]
+    step, path = int(saved.group(1)), saved.group(2)
+    assert f"resuming from {path}" in second, second[:3000]
+    if "/step_" in path:  # mid-epoch: the recipe subclass restored the data position and the step
+        assert f"cookbook: resumed at step {step} " in second
+    before, after = _tune_steps(first), _tune_steps(second)
+    assert max(before) == step and after == set(range(step + 1, 2 * TUNE_STEPS_PER_EPOCH + 1)), (before, after)
+    return step, before, after
+
+
+def test_preempted_torchtune_full_job_saves_mid_epoch_and_resumes_at_that_step_with_the_same_final_loss(runs):
     jobs, interruptions = runs
     assert interruptions["full_resumed"] == "USR1"
     job, reference = jobs["full_resumed"], jobs["full"]
-    first, second = _segments(job.log)[:2]
-    assert first.startswith(f"job {job.job_id}:") and second.startswith(f"job {job.job_id}:")
-    assert "cookbook: got USR1" in first
-    assert "resuming from" in second and "epoch_0" in second
-    # the second run trains only epoch 2 (steps 5-8): nothing lost, nothing repeated before the checkpoint
-    assert re.search(r"\|[1-4]\|Loss", second) is None
-    assert re.search(r"\|8\|Loss", second)
+    step, before, after = _stopped_and_resumed(job)
+    assert TUNE_STEPS_PER_EPOCH < step < 2 * TUNE_STEPS_PER_EPOCH  # USR1 after step 5: inside the last epoch
+    redone = before & after
+    print(f"torchtune full: stopped at step {step}, steps redone {len(redone)} (epoch resume: {step - 4})")
+    assert len(redone) <= 1
     assert _losses(job)[-1] == pytest.approx(_losses(reference)[-1], rel=1e-6)
+    assert not list(job.run_dir.glob("step_*")), "the final epoch's checkpoint supersedes the step checkpoint"
+    from cookbook.analysis.preemption import preemption_report  # notebook 02's cell
+
+    report = preemption_report(job.log)
+    assert f"USR1: saved at step {step}" in report and f"steps redone after a resume: {len(redone)}" in report, report
+
+
+def test_preempted_torchtune_lora_job_saves_mid_epoch_and_resumes_at_that_step_with_the_same_final_loss(runs):
+    jobs, interruptions = runs
+    assert interruptions["lora_stopped"] == "USR1"
+    job, reference = jobs["lora_stopped"], jobs["lora"]
+    step, before, after = _stopped_and_resumed(job)
+    assert 2 <= step <= TUNE_STEPS_PER_EPOCH  # USR1 after step 2: in the first epoch
+    redone = before & after
+    print(f"torchtune LoRA: stopped at step {step}, steps redone {len(redone)} (epoch resume: {step})")
+    assert len(redone) <= 1
+    assert _losses(job)[-1] == pytest.approx(_losses(reference)[-1], rel=1e-6)
+    assert (job.run_dir / "epoch_1" / "adapter_model.safetensors").is_file()
 
 
 def test_requeued_lora_job_resumes_its_adapter_with_the_same_final_loss(runs):
@@ -298,8 +343,13 @@ def test_requeued_lora_job_resumes_its_adapter_with_the_same_final_loss(runs):
     assert interruptions["lora_resumed"] == "requeue"
     job, reference = jobs["lora_resumed"], jobs["lora"]
     first, second = _segments(job.log)[:2]
-    assert "resuming from" in second and second.split("resuming from ")[1].split()[0].endswith("/epoch_0")
-    assert re.search(r"\|[1-4]\|Loss", second) is None and re.search(r"\|8\|Loss", second)
+    resumed = second.split("resuming from ")[1].split()[0]
+    # the requeue's SIGTERM reaches the ranks (KillWait): they save at their next step boundary if they can,
+    # else the job resumes from its epoch checkpoint
+    saved = re.search(r"cookbook: saved at step (\d+) for preemption: (\S+)", first)
+    assert resumed == (saved.group(2) if saved else str(job.run_dir / "epoch_0")), resumed
+    after = _tune_steps(second)
+    assert min(after) == (int(saved.group(1)) + 1 if saved else 5) and max(after) == 8, after
     assert _losses(job)[-1] == pytest.approx(_losses(reference)[-1], rel=1e-6)
     assert (job.run_dir / "epoch_1" / "adapter_model.safetensors").is_file()
 

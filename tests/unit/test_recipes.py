@@ -187,13 +187,17 @@ def test_torchtitan_boolean_overrides_become_flags_its_parser_accepts():
     assert err == "" and cfg.profiler.enable_profiling is True and cfg.checkpoint.enable is False
 
 
-def test_single_epoch_torchtune_jobs_warn_that_a_requeue_starts_over():
+def test_single_epoch_torchtune_jobs_without_step_checkpoints_warn_that_a_kill_starts_over():
     from cookbook.render import render_job
     from cookbook.spec import make_spec
 
     one = render_job(make_spec("llama3_3_70b_lora", profile="generic")).warnings
-    assert any(w.startswith("epochs=1:") and "max_steps_per_epoch" in w for w in one)
+    assert any(w.startswith("epochs=1:") and "save_every_n_steps" in w for w in one)
     split = render_job(
         make_spec("llama3_3_70b_lora", profile="generic", overrides={"epochs": "4", "max_steps_per_epoch": "250"})
     ).warnings
     assert not any(w.startswith("epochs=1:") for w in split)
+    # the recipe subclass's own key is accepted like the recipe's optional keys, and silences the warning
+    steps = render_job(make_spec("llama3_3_70b_lora", profile="generic", overrides={"save_every_n_steps": "500"}))
+    assert not any(w.startswith("epochs=1:") for w in steps.warnings)
+    assert "save_every_n_steps: 500" in next(iter(steps.files.values()))

@@ -257,3 +257,41 @@ def test_torchtune_resumes_from_the_epoch_its_recipe_state_belongs_to(tmp_path):
     assert len(moved) == 1 and moved[0].startswith("superseded.epoch_1.77.")
     assert (run / moved[0] / "model-00001-of-00001.safetensors").read_bytes() == b"partial"  # kept
     assert sorted(p.name for p in run.glob("epoch_*")) == ["epoch_0"]
+
+
+def test_torchtune_resumes_from_the_newest_complete_step_checkpoint_mid_epoch(tmp_path):
+    """cookbook_tune.py writes step_N/{epoch_E/, recipe_state/} (as .step_N.partial, renamed when complete): the
+    resume takes it when its recipe state is newer than torchtune's own epoch-end one, and never a partial one."""
+    import time
+
+    from cookbook.spec import make_spec
+
+    full = render_job(make_spec("llama3_3_70b_full", profile="local-cpu")).script
+    lora = render_job(make_spec("llama3_3_70b_lora", profile="local-cpu")).script
+    run = tmp_path / "run"
+    (run / "epoch_0").mkdir(parents=True)
+    (run / "recipe_state").mkdir()
+    (run / "recipe_state" / "recipe_state.pt").write_bytes(b"state after epoch 0")
+    time.sleep(0.02)
+    for name in ("step_6", ".step_7.partial"):
+        (run / name / "epoch_1").mkdir(parents=True)
+        (run / name / "recipe_state").mkdir()
+        (run / name / "recipe_state" / "recipe_state.pt").write_bytes(b"state at a step")
+    out, args = _run_resume_block(full, run)
+    assert f"resuming from {run}/step_6 (mid-epoch)" in out
+    assert args == [
+        "resume_from_checkpoint=True",
+        "checkpointer.recipe_checkpoint=step_6/recipe_state/recipe_state.pt",
+        "checkpointer.checkpoint_files.filename_format=step_6/epoch_1/model-{}-of-{}.safetensors",
+    ]
+    assert _run_resume_block(lora, run)[1] == [
+        "resume_from_checkpoint=True",
+        "checkpointer.recipe_checkpoint=step_6/recipe_state/recipe_state.pt",
+        "checkpointer.adapter_checkpoint=step_6/epoch_1/adapter_model.pt",
+    ]
+    time.sleep(0.02)  # the next epoch end writes a newer epoch state: that one wins
+    (run / "epoch_1").mkdir()
+    time.sleep(0.02)
+    (run / "recipe_state" / "recipe_state.pt").write_bytes(b"state after epoch 1")
+    out, args = _run_resume_block(full, run)
+    assert out.split("resuming from ")[1].split()[0].endswith("/epoch_1") and "mid-epoch" not in out

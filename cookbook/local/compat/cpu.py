@@ -3,6 +3,7 @@
 Used only by ``local-cpu`` jobs (the local Slurm cluster has no GPU). Entry points::
 
     python -m cookbook.local.compat.cpu torchtune RECIPE [--config FILE key=value ...]
+    python -m cookbook.local.compat.cpu torchtune MODULE RECIPE [--config FILE key=value ...]  (e.g. cookbook_tune)
     python -m cookbook.local.compat.cpu torchtitan [torchtitan.train args: --module M --config F --a.b v ...]
 
 both also under ``torchrun ... -m cookbook.local.compat.cpu ...``. Each applies its framework's shims, then runs
@@ -430,12 +431,30 @@ def with_torchtitan_defaults(args: Sequence[str]) -> list[str]:
     return out
 
 
-def run_torchtune(recipe: str, args: Sequence[str]) -> None:
-    """Apply the torchtune shims and run the built-in ``recipe`` as ``__main__`` with ``args``."""
+def run_torchtune(recipe: str, args: Sequence[str]) -> int:
+    """Apply the torchtune shims and run ``recipe`` as ``__main__`` with ``args``: a built-in recipe's file, or
+    (as ``tune run`` does for a name it does not know) a module on the path, e.g. ``cookbook_tune``, the
+    cookbook's recipe subclass shipped beside the scripts. Returns the module's exit code."""
     apply_shims("torchtune")
-    path = torchtune_recipe_path(recipe)
-    sys.argv = [str(path), *args]
-    runpy.run_path(str(path), run_name="__main__")
+    if recipe in torchtune_recipe_names():
+        path = torchtune_recipe_path(recipe)
+        sys.argv = [str(path), *args]
+        runpy.run_path(str(path), run_name="__main__")
+        return 0
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(recipe) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        torchtune_recipe_path(recipe)  # raises: unknown recipe, with the built-in names
+    sys.argv = [recipe, *args]
+    try:
+        runpy.run_module(recipe, run_name="__main__", alter_sys=True)
+    except SystemExit as e:  # leave through exit_now (see its docstring), not the interpreter's teardown
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return 0
 
 
 def run_torchtitan(args: Sequence[str]) -> None:
@@ -478,7 +497,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if framework == "torchtune":
             if not rest or rest[0].startswith("-"):
                 raise CompatError("torchtune needs a recipe name first, e.g. full_finetune_distributed")
-            run_torchtune(rest[0], rest[1:])
+            return run_torchtune(rest[0], rest[1:])
         elif framework == "torchtitan":
             run_torchtitan(rest)
         else:
