@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import functools
 import hashlib
 import json
 import logging
@@ -152,8 +153,23 @@ def model_config(shape: ModelShape, seq_len: int) -> PretrainedConfig:
     """The transformers config for a shape (no download: everything comes from the table)."""
     from transformers import LlamaConfig, MistralConfig, MixtralConfig
 
-    cfg: PretrainedConfig
-    common: dict[str, Any] = dict(
+    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": shape.rope_theta}
+    if shape.llama3_rope:
+        rope.update(
+            rope_type="llama3",
+            factor=shape.rope_factor,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=8192,
+        )
+    moe = dict(num_local_experts=shape.experts, num_experts_per_tok=shape.experts_per_token, output_router_logits=False)
+    families: dict[str, tuple[Any, dict[str, Any]]] = {
+        "llama": (LlamaConfig, {}),
+        "mistral": (MistralConfig, {"sliding_window": None}),
+        "mixtral": (MixtralConfig, {"sliding_window": None, **moe}),
+    }
+    config_class, family = families[shape.family]
+    cfg: PretrainedConfig = config_class(
         vocab_size=shape.vocab,
         hidden_size=shape.hidden,
         intermediate_size=shape.intermediate,
@@ -165,34 +181,9 @@ def model_config(shape: ModelShape, seq_len: int) -> PretrainedConfig:
         initializer_range=0.02,
         tie_word_embeddings=shape.tie_embeddings,
         use_cache=False,
+        rope_parameters=rope,
+        **family,
     )
-    if shape.family == "llama":
-        rope: dict[str, Any] = {"rope_type": "default", "rope_theta": shape.rope_theta}
-        if shape.llama3_rope:
-            rope = {
-                "rope_type": "llama3",
-                "rope_theta": shape.rope_theta,
-                "factor": shape.rope_factor,
-                "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 8192,
-            }
-        cfg = LlamaConfig(**common, rope_parameters=rope)
-    elif shape.family == "mistral":
-        cfg = MistralConfig(
-            **common, rope_parameters={"rope_type": "default", "rope_theta": shape.rope_theta}, sliding_window=None
-        )
-    elif shape.family == "mixtral":
-        cfg = MixtralConfig(
-            **common,
-            rope_parameters={"rope_type": "default", "rope_theta": shape.rope_theta},
-            num_local_experts=shape.experts,
-            num_experts_per_tok=shape.experts_per_token,
-            sliding_window=None,
-            output_router_logits=False,
-        )
-    else:
-        raise ValueError(f"unknown model family {shape.family!r}")
     cfg._attn_implementation = "sdpa"
     return cfg
 
@@ -373,12 +364,9 @@ COMPLETE = "COMPLETE"
 
 def complete_checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
     """``(step, folder)`` of every complete ``step-N`` checkpoint, oldest first."""
-    found = []
-    if ckpt_dir.is_dir():
-        for p in ckpt_dir.iterdir():
-            if p.is_dir() and p.name.startswith("step-") and p.name[5:].isdigit() and (p / COMPLETE).is_file():
-                found.append((int(p.name[5:]), p))
-    return sorted(found)
+    return sorted(
+        (int(p.name[5:]), p) for p in ckpt_dir.glob("step-*") if p.name[5:].isdigit() and (p / COMPLETE).is_file()
+    )
 
 
 def latest_checkpoint(ckpt_dir: Path) -> Path | None:
@@ -476,10 +464,9 @@ def load_checkpoint(path: Path, state: TrainState, rank: int, world_size: int) -
 
 def clean_partial_checkpoints(ckpt_dir: Path) -> None:
     """Remove temporary folders a killed run left behind (rank 0 only)."""
-    if ckpt_dir.is_dir():
-        for p in ckpt_dir.glob(".step-*.tmp"):
-            log.info("removing incomplete checkpoint %s", p)
-            shutil.rmtree(p, ignore_errors=True)
+    for p in ckpt_dir.glob(".step-*.tmp"):
+        log.info("removing incomplete checkpoint %s", p)
+        shutil.rmtree(p, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------- throughput
@@ -512,14 +499,9 @@ def peak_tflops(device_name: str) -> float | None:
 
 def flops_per_token(model: torch.nn.Module, shape: ModelShape, seq_len: int) -> float:
     """Training FLOPs per token: 6 x active non-embedding parameters + attention (12 L h s)."""
-    dense = experts = 0
-    for name, p in model.named_parameters():
-        if "embed_tokens" in name:
-            continue
-        if ".experts." in name:
-            experts += p.numel()
-        else:
-            dense += p.numel()
+    sizes = [(name, p.numel()) for name, p in model.named_parameters() if "embed_tokens" not in name]
+    experts = sum(n for name, n in sizes if ".experts." in name)
+    dense = sum(n for _, n in sizes) - experts
     active = dense + (experts * shape.experts_per_token / shape.experts if shape.experts else 0)
     return 6.0 * active + 12.0 * shape.layers * shape.hidden * seq_len
 
@@ -652,13 +634,12 @@ def setup_distributed(backend: str) -> tuple[int, int, int, torch.device]:
     rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
+    device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
-        device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device, timeout=datetime.timedelta(minutes=30))
-    else:
-        device = torch.device("cpu")
-        dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=30))
+    dist.init_process_group(
+        backend, device_id=device if backend == "nccl" else None, timeout=datetime.timedelta(minutes=30)
+    )
     return rank, local_rank, world, device
 
 
@@ -746,24 +727,24 @@ def train(args: argparse.Namespace) -> int:
     data_state = None
     latest = latest_checkpoint(ckpt_dir) if args.resume else None
     if latest is not None:
-        data_state = load_checkpoint(latest, state, rank, world)
+        # None when the world size changed: the data stream restarts at an epoch of its own
+        data_state = load_checkpoint(latest, state, rank, world) or {
+            "epoch": 1_000_000 + state.step,
+            "docs": 0,
+            "carry": [],
+        }
         log.info("Resumed from checkpoint %s (step %d)", latest, state.step)
-        if data_state is None:
-            data_state = {"epoch": 1_000_000 + state.step, "docs": 0, "carry": []}
-
-    def documents(epoch: int) -> Iterator[str]:
-        return rank_documents(
-            args.dataset,
-            args.dataset_config,
-            args.dataset_split,
-            args.text_field,
-            rank,
-            world,
-            args.seed,
-            epoch,
-            args.shuffle_buffer,
-        )
-
+    documents = functools.partial(
+        rank_documents,
+        args.dataset,
+        args.dataset_config,
+        args.dataset_split,
+        args.text_field,
+        rank,
+        world,
+        args.seed,
+        shuffle_buffer=args.shuffle_buffer,
+    )
     data = PackedBatches(documents, encode, args.train_batch_size, seq_len, data_state)
     fpt = flops_per_token(model, shape, seq_len)
     peak = args.peak_tflops or (peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
@@ -781,86 +762,50 @@ def train(args: argparse.Namespace) -> int:
     )
 
     profiler = make_profiler(args, rank, state.step + 1)
+    start = state.step
     with profiler if profiler is not None else contextlib.nullcontext():
-        _train_steps(
-            args,
-            state,
-            data,
-            model,
-            optimizer,
-            scheduler,
-            device,
-            rank,
-            world,
-            seq_len,
-            bf16,
-            fpt,
-            peak,
-            ckpt_dir,
-            profiler,
-        )
+        while state.step < args.max_steps:
+            t0 = time.perf_counter()
+            batch = data.next_batch()
+            if state.step == start:  # every rank: shows each rank trains on its own data (and where it resumed)
+                print(
+                    f"rank {rank} first batch sha256 {batch_digest(batch)} at step {state.step + 1} "
+                    f"(epoch {data.epoch}, document {data.docs})",
+                    flush=True,
+                )
+            batch = batch.to(device, non_blocking=True)
+            inputs, labels = batch[:, :-1], batch[:, 1:]
+            logits = model(input_ids=inputs, use_cache=False).logits
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+            lr = float(scheduler.get_last_lr()[0])
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            state.step += 1
+            if state.step % args.logging_freq == 0 or state.step == args.max_steps:
+                total = loss.detach().float().clone()
+                dist.all_reduce(total)  # SUM (gloo has no AVG)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                dt = time.perf_counter() - t0
+                tps = args.train_batch_size * seq_len / dt
+                mfu = 100.0 * tps * fpt / (peak * 1e12) if peak and bf16 else None
+                log.info(
+                    format_step(state.step, total.item() / world, args.train_batch_size * world / dt, lr, tps, mfu)
+                )
+            if state.step % args.checkpoint_freq == 0 or state.step == args.max_steps:
+                path = save_checkpoint(ckpt_dir, state, data.state_dict(), rank, world, args.keep_checkpoints)
+                log.info("Saved checkpoint %s", path)
+            if profiler is not None:
+                profiler.step()
+            if args.throttle_seconds:
+                time.sleep(args.throttle_seconds)
     log.info("Training finished at step %d", state.step)
     dist.barrier()
     dist.destroy_process_group()
     return 0
-
-
-def _train_steps(
-    args: argparse.Namespace,
-    state: TrainState,
-    data: PackedBatches,
-    model,
-    optimizer,
-    scheduler,
-    device: torch.device,
-    rank: int,
-    world: int,
-    seq_len: int,
-    bf16: bool,
-    fpt: float,
-    peak: float | None,
-    ckpt_dir: Path,
-    profiler,
-) -> None:
-    """The training loop, from the current step to ``--max_steps``."""
-    first = True
-    while state.step < args.max_steps:
-        t0 = time.perf_counter()
-        batch = data.next_batch()
-        if first:  # every rank: shows each rank trains on its own data (and where it resumed)
-            print(
-                f"rank {rank} first batch sha256 {batch_digest(batch)} at step {state.step + 1} "
-                f"(epoch {data.epoch}, document {data.docs})",
-                flush=True,
-            )
-            first = False
-        batch = batch.to(device, non_blocking=True)
-        inputs, labels = batch[:, :-1], batch[:, 1:]
-        logits = model(input_ids=inputs, use_cache=False).logits
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-        lr = scheduler.get_last_lr()[0]
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        state.step += 1
-        if state.step % args.logging_freq == 0 or state.step == args.max_steps:
-            total = loss.detach().float().clone()
-            dist.all_reduce(total)  # SUM (gloo has no AVG)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            dt = time.perf_counter() - t0
-            tps = args.train_batch_size * seq_len / dt
-            mfu = 100.0 * tps * fpt / (peak * 1e12) if peak and bf16 else None
-            log.info(format_step(state.step, total.item() / world, args.train_batch_size * world / dt, lr, tps, mfu))
-        if state.step % args.checkpoint_freq == 0 or state.step == args.max_steps:
-            path = save_checkpoint(ckpt_dir, state, data.state_dict(), rank, world, args.keep_checkpoints)
-            log.info("Saved checkpoint %s", path)
-        if profiler is not None:
-            profiler.step()
-        if args.throttle_seconds:
-            time.sleep(args.throttle_seconds)
 
 
 def main(argv: list[str] | None = None) -> int:
