@@ -34,7 +34,7 @@ from pathlib import Path
 from cookbook import sockethttp
 from cookbook.paths import output_dir, project_root
 from cookbook.secure_files import SOCKET_PATH_MAX, private_dir, write_private
-from cookbook.sockethttp import free_port, socket_tunnel_command, ssh_tunnel_command
+from cookbook.sockethttp import free_port, socket_tunnel_command, ssh_tunnel_command, stop_server
 
 # what Jupyter appends to its runtime folder for a kernel's ipc socket: /kernel-<uuid>-ipc-<n>
 _KERNEL_SOCKET_NAME = len("/kernel-00000000-0000-0000-0000-000000000000-ipc-99")
@@ -114,15 +114,7 @@ class LabServer:
             time.sleep(0.3)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        if self.private is not None:
-            shutil.rmtree(self.private, ignore_errors=True)
+        stop_server(self.process, self.private, timeout=15)
 
 
 def start_lab(

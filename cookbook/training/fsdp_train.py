@@ -586,41 +586,49 @@ def init_weights(model: torch.nn.Module, std: float, seed: int, rank: int) -> No
 # --------------------------------------------------------------------------------------------- main
 
 
+# The script's options: (flag, type, default, help). --model and --backend also take their choices.
+OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
+    ("--model", str, "llama3_1_8b", "shape from the table"),
+    ("--seq_len", int, None, "tokens per sample (default: the shape's context)"),
+    ("--tokenizer", str, None, "hub id or folder (default: the model's own tokenizer)"),
+    ("--allow_vocab_mismatch", int, 0, "1: accept a smaller foreign tokenizer"),
+    ("--dataset", str, "allenai/c4", "hub dataset (streamed) or a local file/folder"),
+    ("--dataset_config", str, "en", "hub config name (C4: en)"),
+    ("--dataset_split", str, "train", ""),
+    ("--text_field", str, "text", ""),
+    ("--shuffle_buffer", int, 1000, "documents in each rank's shuffle buffer"),
+    ("--train_batch_size", int, 1, "samples per rank per step"),
+    ("--max_steps", int, 100, "optimizer steps; training ends there"),
+    ("--lr", float, 1e-4, ""),
+    ("--min_lr", float, 1e-5, ""),
+    ("--warmup_steps", int, 10, ""),
+    ("--weight_decay", float, 0.2, ""),
+    ("--beta1", float, 0.9, ""),
+    ("--beta2", float, 0.95, ""),
+    ("--grad_clip", float, 1.0, ""),
+    ("--seed", int, 42, ""),
+    ("--bf16", int, None, "bf16 mixed precision (default: 1 on GPU, 0 on CPU)"),
+    ("--activation_checkpointing", int, 0, ""),
+    ("--checkpoint_dir", str, "./checkpoints", "step-N/ folders; resumes from the newest"),
+    ("--checkpoint_freq", int, 50, "save every N steps (and at the end)"),
+    ("--keep_checkpoints", int, 2, "complete checkpoints kept (0: all)"),
+    ("--resume", int, 1, "1: resume from the newest complete checkpoint"),
+    ("--logging_freq", int, 1, ""),
+    ("--backend", str, "auto", ""),
+    ("--peak_tflops", float, None, "GPU bf16 peak for MFU if not in the table"),
+    ("--throttle_seconds", float, 0.0, "sleep after each step (demos, tests)"),
+    ("--profile_steps", int, 0, "steps the PyTorch profiler traces (0: off)"),
+    ("--profile_warmup", int, 1, "profiler warm-up steps before the traced ones"),
+    ("--profile_start_step", int, 3, "first traced step (1-based)"),
+    ("--profile_dir", str, "./profiling/traces", "iteration_N/rank<R>_trace.json.gz go here"),
+)
+CHOICES = {"--model": sorted(SHAPES), "--backend": ["auto", "nccl", "gloo"]}
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", default="llama3_1_8b", choices=sorted(SHAPES), help="shape from the table")
-    p.add_argument("--seq_len", type=int, default=None, help="tokens per sample (default: the shape's context)")
-    p.add_argument("--tokenizer", default=None, help="hub id or folder (default: the model's own tokenizer)")
-    p.add_argument("--allow_vocab_mismatch", type=int, default=0, help="1: accept a smaller foreign tokenizer")
-    p.add_argument("--dataset", default="allenai/c4", help="hub dataset (streamed) or a local file/folder")
-    p.add_argument("--dataset_config", default="en", help="hub config name (C4: en)")
-    p.add_argument("--dataset_split", default="train")
-    p.add_argument("--text_field", default="text")
-    p.add_argument("--shuffle_buffer", type=int, default=1000, help="documents in each rank's shuffle buffer")
-    p.add_argument("--train_batch_size", type=int, default=1, help="samples per rank per step")
-    p.add_argument("--max_steps", type=int, default=100, help="optimizer steps; training ends there")
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--min_lr", type=float, default=1e-5)
-    p.add_argument("--warmup_steps", type=int, default=10)
-    p.add_argument("--weight_decay", type=float, default=0.2)
-    p.add_argument("--beta1", type=float, default=0.9)
-    p.add_argument("--beta2", type=float, default=0.95)
-    p.add_argument("--grad_clip", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--bf16", type=int, default=None, help="bf16 mixed precision (default: 1 on GPU, 0 on CPU)")
-    p.add_argument("--activation_checkpointing", type=int, default=0)
-    p.add_argument("--checkpoint_dir", default="./checkpoints", help="step-N/ folders; resumes from the newest")
-    p.add_argument("--checkpoint_freq", type=int, default=50, help="save every N steps (and at the end)")
-    p.add_argument("--keep_checkpoints", type=int, default=2, help="complete checkpoints kept (0: all)")
-    p.add_argument("--resume", type=int, default=1, help="1: resume from the newest complete checkpoint")
-    p.add_argument("--logging_freq", type=int, default=1)
-    p.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"])
-    p.add_argument("--peak_tflops", type=float, default=None, help="GPU bf16 peak for MFU if not in the table")
-    p.add_argument("--throttle_seconds", type=float, default=0.0, help="sleep after each step (demos, tests)")
-    p.add_argument("--profile_steps", type=int, default=0, help="steps the PyTorch profiler traces (0: off)")
-    p.add_argument("--profile_warmup", type=int, default=1, help="profiler warm-up steps before the traced ones")
-    p.add_argument("--profile_start_step", type=int, default=3, help="first traced step (1-based)")
-    p.add_argument("--profile_dir", default="./profiling/traces", help="iteration_N/rank<R>_trace.json.gz go here")
+    for flag, kind, default, help_text in OPTIONS:
+        p.add_argument(flag, type=kind, default=default, help=help_text or None, choices=CHOICES.get(flag))
     return p
 
 
