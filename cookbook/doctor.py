@@ -8,6 +8,7 @@ The HF token is only reported as present or absent.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import textwrap
@@ -64,13 +65,10 @@ def check_packages(installed: dict[str, str | None] | None = None) -> list[Check
     (:mod:`cookbook.versions`; metadata only, no import)."""
     out = []
     for name in versions.FRAMEWORKS:
-        if installed is not None:
-            have = installed.get(name)
-        else:
-            try:
+        have = installed.get(name) if installed is not None else None
+        if installed is None:
+            with contextlib.suppress(metadata.PackageNotFoundError):
                 have = metadata.version(name)
-            except metadata.PackageNotFoundError:
-                have = None
         want, pin = str(versions.specifier(name)), versions.requirement(name)
         if have is None:
             out.append(Check(name, "fail", f"not installed (tested: {want})", f"pip install '{pin}'"))
@@ -168,8 +166,7 @@ def check_slurm(client: SlurmClient, partition: str | None = None) -> list[Check
     )
     gres = {n["node"]: n["gpus"] for n in nodes}
     if any(gres.values()):
-        counts = sorted(set(gres.values()))
-        status = "pass" if len(counts) == 1 else "warn"
+        status = "pass" if len(set(gres.values())) == 1 else "warn"
         out.append(
             Check(
                 "gpus",
@@ -194,9 +191,7 @@ def partition_nodes(client: SlurmClient, partition: str) -> list[dict]:
     """Nodes of ``partition``: name, state, GPUs (from gres), usable."""
     r = client.run("sinfo", "-h", "-N", "-p", partition, "-o", "%N|%t|%G")
     seen: dict[str, dict] = {}
-    for line in r.stdout.splitlines():
-        if not line.strip():
-            continue
+    for line in filter(str.strip, r.stdout.splitlines()):
         node, state, gres = line.split("|")
         seen[node] = {
             "node": node,
@@ -209,12 +204,8 @@ def partition_nodes(client: SlurmClient, partition: str) -> list[dict]:
 
 
 def _gpus(gres: str) -> int:
-    total = 0
-    for item in gres.split(","):
-        fields = item.split("(")[0].split(":")
-        if fields[0] == "gpu" and fields[-1].isdigit():
-            total += int(fields[-1])
-    return total
+    fields = [item.split("(")[0].split(":") for item in gres.split(",")]
+    return sum(int(f[-1]) for f in fields if f[0] == "gpu" and f[-1].isdigit())
 
 
 # ------------------------------------------------------------------------------------------- probe
@@ -387,9 +378,7 @@ def probe_checks(
     )
     for r in reports:
         for path, free in r.free_bytes.items():
-            status: Status = "pass"
-            if need_bytes and free < need_bytes:
-                status = "fail"
+            status: Status = "fail" if need_bytes and free < need_bytes else "pass"
             out.append(
                 Check(
                     f"disk {r.host}",

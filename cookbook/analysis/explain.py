@@ -103,9 +103,7 @@ def check_nccl(text: str, nodes: int | None, expects_fabric: bool) -> list[Evide
     fabric = NCCL_FABRIC.search(text)
     multi = nodes is None or nodes > 1
     if socket and not fabric and multi and expects_fabric:
-        a = text.rfind("\n", 0, socket.start()) + 1
-        b = text.find("\n", socket.end())
-        line = text[a : b if b >= 0 else len(text)]
+        line = next(ln for ln in text.split("\n") if NCCL_SOCKET.search(ln))
         out.append(
             Evidence(
                 "nccl_socket",

@@ -99,7 +99,10 @@ class DatasetSpec:
 
     def builder_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the torchtune builder (everything but the tokenizer)."""
-        kw: dict[str, Any] = {"source": LOCAL_LOADERS[self.path.suffix.lower()] if self.is_local else self.source}
+        kw: dict[str, Any] = {
+            "source": LOCAL_LOADERS[self.path.suffix.lower()] if self.is_local else self.source,
+            "split": self.split,
+        }
         if self.is_local:
             kw["data_files"] = str(self.path)
         if self.name:
@@ -111,7 +114,6 @@ class DatasetSpec:
             kw["column"] = self.column("text")
         elif self.column_map:
             kw["column_map"] = {k: self.column(k) for k in STYLES[self.style][1]}
-        kw["split"] = self.split
         return kw
 
 
@@ -152,8 +154,7 @@ def read_rows(spec: DatasetSpec, limit: int | None = None) -> Rows:
 
 def _read_json(path: Path) -> tuple[list[dict[str, Any]], list[int | None]]:
     text = path.read_text(encoding="utf-8")
-    stripped = text.lstrip()
-    if stripped.startswith("["):  # one JSON array
+    if text.lstrip().startswith("["):  # one JSON array
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
@@ -244,9 +245,7 @@ def _row_problems(spec: DatasetSpec, i: int, row: dict[str, Any], line: int | No
         return
     for key in wanted:
         col = spec.column(key)
-        value = row.get(col, "")
-        if value is None:
-            value = ""
+        value = "" if row.get(col) is None else row[col]
         if not isinstance(value, str):
             yield RowProblem(i, col, f"expected text, got {type(value).__name__}", line)
         elif not value.strip() and (spec.style, key) not in OPTIONAL_COLUMNS:

@@ -49,10 +49,8 @@ class Trace:
     def step_events(self) -> pd.DataFrame:
         """The host-side ``ProfilerStep#N`` spans (one per profiled step)."""
         ev = self.events
-        sel = ev[
-            ev["name"].str.startswith(STEP_PREFIX) & ~ev["cat"].isin(GPU_CATS) & (ev["cat"] != "gpu_user_annotation")
-        ]
-        return sel.sort_values("ts")
+        host = ~ev["cat"].isin(GPU_CATS) & (ev["cat"] != "gpu_user_annotation")
+        return ev[ev["name"].str.startswith(STEP_PREFIX) & host].sort_values("ts")
 
     @property
     def main_thread(self) -> tuple[Any, Any] | None:
@@ -62,12 +60,6 @@ class Trace:
             return None
         row = steps.iloc[0]
         return row["pid"], row["tid"]
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return json.load(f)
 
 
 def trace_from_dict(data: dict[str, Any], path: Path | None = None) -> Trace:
@@ -86,8 +78,10 @@ def trace_from_dict(data: dict[str, Any], path: Path | None = None) -> Trace:
 def load_trace(path: str | Path) -> Trace:
     """Read a trace file (gzipped or not)."""
     path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
     try:
-        data = _read_json(path)
+        with opener(path, "rt", encoding="utf-8") as f:
+            data = json.load(f)
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not a readable profiler trace ({e})") from e
     if "traceEvents" not in data:

@@ -12,7 +12,6 @@ import io
 import threading
 import warnings
 from pathlib import Path
-from typing import Any
 
 import ipywidgets as W
 import pandas as pd
@@ -189,8 +188,3 @@ class JobMonitor:
 
     def __repr__(self) -> str:
         return f"JobMonitor({self.job or self.log})"
-
-
-def monitor(job: Job | None = None, log: str | Path | None = None, **kw: Any) -> JobMonitor:
-    """A started :class:`JobMonitor`."""
-    return JobMonitor(job, log, **kw).start()

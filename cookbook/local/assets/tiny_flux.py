@@ -17,6 +17,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from cookbook.data.titan import add_to_tar
 from cookbook.local.assets.tiny_text import caption_vocabulary, captions
 
 AE_FILE = "ae.safetensors"
@@ -193,14 +194,6 @@ def _image_jpeg(color: str, shape: str, size: int) -> bytes:
     return buf.getvalue()
 
 
-def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size, info.mtime, info.mode = len(data), 0, 0o644
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    tar.addfile(info, io.BytesIO(data))
-
-
 def write_cc12m(folder: Path, dims: FluxDims = DIMS) -> None:
     """Webdataset shards ``{key}.jpg/.txt/.json`` (what ``load_dataset(folder, data_files="*.tar")`` reads)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -212,9 +205,9 @@ def write_cc12m(folder: Path, dims: FluxDims = DIMS) -> None:
                 text, color, shape = rows[i]
                 key = f"{shard:05d}{i:04d}"
                 meta = {"key": key, "caption": text, "width": dims.image_size, "height": dims.image_size}
-                _add(tar, f"{key}.jpg", _image_jpeg(color, shape, dims.image_size))
-                _add(tar, f"{key}.txt", text.encode())
-                _add(tar, f"{key}.json", json.dumps(meta, sort_keys=True).encode())
+                add_to_tar(tar, f"{key}.jpg", _image_jpeg(color, shape, dims.image_size))
+                add_to_tar(tar, f"{key}.txt", text.encode())
+                add_to_tar(tar, f"{key}.json", json.dumps(meta, sort_keys=True).encode())
 
 
 def write_prompts(path: Path) -> None:
