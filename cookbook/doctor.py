@@ -122,10 +122,8 @@ def _size(n: int) -> str:
 def model_size(model_dir: str | Path) -> int | None:
     """Bytes of weights in ``model_dir`` (None if it has none yet)."""
     d = Path(model_dir)
-    if not d.is_dir():
-        return None
-    size = sum(f.stat().st_size for pat in ("*.safetensors", "*.bin", "*.pt", "*.pth") for f in d.rglob(pat))
-    return size or None
+    weights = [f for pat in ("*.safetensors", "*.bin", "*.pt", "*.pth") for f in d.rglob(pat)] if d.is_dir() else []
+    return sum(f.stat().st_size for f in weights) or None
 
 
 # ------------------------------------------------------------------------------------------- slurm

@@ -8,6 +8,7 @@ GPU work is ``kernel``, ``gpu_memcpy``, ``gpu_memset`` (on ``pid`` = device, ``t
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,12 +76,16 @@ def trace_from_dict(data: dict[str, Any], path: Path | None = None) -> Trace:
     return Trace(events=events, meta=meta, path=path)
 
 
+def open_binary(path: Path) -> io.BufferedIOBase:
+    """A trace file opened for reading bytes, gunzipped when it ends in ``.gz``."""
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
 def load_trace(path: str | Path) -> Trace:
     """Read a trace file (gzipped or not)."""
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
+        with open_binary(path) as f:
             data = json.load(f)
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not a readable profiler trace ({e})") from e

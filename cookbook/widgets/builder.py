@@ -84,9 +84,14 @@ class JobBuilder:
         fields += [self.container, self.overrides]
         for w in fields:
             w.observe(lambda _c: self.validate(), names="value")
-        form = W.VBox(fields)
         self.widget = W.VBox(
-            [form, self.status, W.HBox([self.render_button, self.submit_button]), self.script, self.monitor_box]
+            [
+                W.VBox(fields),
+                self.status,
+                W.HBox([self.render_button, self.submit_button]),
+                self.script,
+                self.monitor_box,
+            ]
         )
         self.widget.add_class("cookbook-job-builder")
         self.status.add_class("cookbook-builder-status")

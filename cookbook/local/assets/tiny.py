@@ -22,15 +22,8 @@ def _source_version() -> str:
     import hashlib
 
     here = Path(__file__).parent
-    digest = hashlib.sha256()
-    for source in (
-        here / "tiny.py",
-        here / "tiny_llama.py",
-        here / "tiny_text.py",
-        here / "tiny_flux.py",
-        here.parents[1] / "data" / "titan.py",
-    ):
-        digest.update(source.read_bytes())
+    sources = ("tiny.py", "tiny_llama.py", "tiny_text.py", "tiny_flux.py", "../../data/titan.py")
+    digest = hashlib.sha256(b"".join((here / name).read_bytes() for name in sources))
     return f"tiny-assets-{digest.hexdigest()[:12]}"
 
 
