@@ -72,13 +72,6 @@ class LabServer:
     sock: Path | None = None
     private: Path | None = None
 
-    @property
-    def url(self) -> str:
-        """The server's address on this machine (TCP mode only; a socket has no URL)."""
-        if self.port is None:
-            raise ValueError(f"JupyterLab listens on the Unix socket {self.sock}, not on a TCP port")
-        return f"http://127.0.0.1:{self.port}"
-
     def lab_url(self, path: str = "", local_port: int = 8888) -> str:
         """The URL to open in the browser (through the tunnel: ``local_port`` on the laptop in socket mode)."""
         port = self.port if self.port is not None else local_port

@@ -49,11 +49,6 @@ class TensorBoardHandle:
     sock: Path | None = None
     private: Path | None = None
 
-    @property
-    def url(self) -> str:
-        """Where the browser opens it: through the tunnel, ``localhost:6006`` in socket mode."""
-        return f"http://localhost:{self.port or 6006}/"
-
     def get(self, path: str = "/", timeout: float = 5) -> tuple[int, bytes]:
         """``GET path`` on the server: (status, body)."""
         return sockethttp.get(path, sock=self.sock, port=self.port, host=self.host, timeout=timeout)

@@ -18,6 +18,7 @@ import ipywidgets as W
 
 from cookbook.planner import GPUS, job_fit_warning
 from cookbook.recipes import list_recipes
+from cookbook.render import render_job, validate
 from cookbook.spec import PROFILES, JobSpec, SpecError, parse_overrides, profile_defaults
 from cookbook.walkthrough import Job, NotebookStop, check_job, job_spec, submit
 from cookbook.widgets.monitor import JobMonitor
@@ -114,8 +115,6 @@ class JobBuilder:
 
     def problems(self) -> list[str]:
         """Every problem the recipe engine finds with the form's job ([] when it can be submitted)."""
-        from cookbook.render import validate
-
         try:
             validate(self.spec())
         except SpecError as e:
@@ -155,8 +154,6 @@ class JobBuilder:
     # ------------------------------------------------------------------ actions
     def render(self) -> str | None:
         """Show the sbatch script the job renders to (or its problems)."""
-        from cookbook.render import render_job
-
         try:
             text = render_job(self.spec()).script
         except SpecError:

@@ -16,7 +16,7 @@ from pathlib import Path
 import ipywidgets as W
 import pandas as pd
 
-from cookbook.metrics import LogFollower, eta
+from cookbook.metrics import LogFollower, diagnose, eta
 from cookbook.slurm.client import JobInfo, SlurmError
 from cookbook.walkthrough import Job, merge_metrics, progress_line, tail_text
 
@@ -135,8 +135,6 @@ class JobMonitor:
         self.progress_text.value = progress_line(df, None if self.info and self.info.done else eta(df))
 
     def _show_diagnosis(self) -> None:
-        from cookbook.metrics import diagnose
-
         found = diagnose(self.log) if self.log.exists() else []
         if not found:
             self.diagnosis.value = ""
