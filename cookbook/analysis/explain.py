@@ -134,19 +134,16 @@ def check_stalls(steps: pd.DataFrame) -> list[Evidence]:
     import pandas as pd
 
     t = pd.to_datetime(steps.sort_values("step")["time"]).reset_index(drop=True)
-    dt = t.diff().dt.total_seconds().iloc[2:]  # skip the first two steps (warm-up, compilation)
-    if dt.empty:
-        return []
+    dt = t.diff().dt.total_seconds().iloc[2:]  # skip the first two steps (warm-up, compilation); 3+ remain
     med = dt.median()
     spikes = dt[dt > STALL_FACTOR * med]
     if med <= 0 or len(spikes) == 0:
         return []
-    lost = float((spikes - med).sum() / dt.sum())
     cv = float(dt.std() / dt.mean()) if dt.mean() else 0.0
     return [
         Evidence(
             "dataloader_stall",
-            lost,
+            float((spikes - med).sum() / dt.sum()),
             f"{len(spikes)} of {len(dt)} steps took over {STALL_FACTOR:g}x the median step ({med:.2f} s; "
             f"longest {spikes.max():.2f} s; step-time variation {100 * cv:.0f}%): the GPUs waited for data",
             "raise the data loader's workers (num_workers) and prefetch, give each task more CPUs "
@@ -284,8 +281,7 @@ def _median_after_warmup(df: pd.DataFrame, column: str) -> float | None:
     if column not in df or df[column].dropna().empty:
         return None
     values = df.sort_values("step")[column].dropna()
-    values = values.iloc[2:] if len(values) > 4 else values
-    v = float(values.median())
+    v = float((values.iloc[2:] if len(values) > 4 else values).median())
     return v if v > 0 else None
 
 
@@ -343,10 +339,9 @@ def explain_log(
     if traces:
         evidence += check_trace_stragglers(traces)
     if baseline_log is not None:
-        base = parse_log(baseline_log)
-        evidence += check_scaling(tps, _median_after_warmup(base, "tokens_per_second_per_gpu"), nodes)
-    evidence.sort(key=lambda e: -e.cost)
-    return Explanation(measured, expected, evidence, notes)
+        base_tps = _median_after_warmup(parse_log(baseline_log), "tokens_per_second_per_gpu")
+        evidence += check_scaling(tps, base_tps, nodes)
+    return Explanation(measured, expected, sorted(evidence, key=lambda e: -e.cost), notes)
 
 
 def explain_plot(explanation: Explanation) -> Any:
@@ -357,8 +352,10 @@ def explain_plot(explanation: Explanation) -> Any:
     fig, ax = plt.subplots(figsize=(6, 0.4 * max(1, len(t)) + 1))
     ax.barh(t["cause"], t["cost_pct"], color="tab:red")
     ax.invert_yaxis()
-    ax.set_xlabel("estimated % of throughput lost")
     m, e = explanation.measured_mfu, explanation.expected_mfu
-    ax.set_title("MFU " + (f"{100 * m:.1f}%" if m else "?") + " vs planner " + (f"{100 * e:.1f}%" if e else "?"))
+    ax.set(
+        xlabel="estimated % of throughput lost",
+        title="MFU " + (f"{100 * m:.1f}%" if m else "?") + " vs planner " + (f"{100 * e:.1f}%" if e else "?"),
+    )
     fig.tight_layout()
     return fig

@@ -124,9 +124,7 @@ def stragglers_plot(df: pd.DataFrame) -> tuple[pd.DataFrame, object]:
     )
     fig, ax = plt.subplots(figsize=(6, 3))
     ax.bar(table["rank"].astype(str), table["median_lag_s"])
-    ax.set_xlabel("rank")
-    ax.set_ylabel("median seconds after the first rank")
-    ax.set_title("time to reach each step, by rank")
+    ax.set(xlabel="rank", ylabel="median seconds after the first rank", title="time to reach each step, by rank")
     fig.tight_layout()
     return table, fig
 

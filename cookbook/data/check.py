@@ -170,9 +170,11 @@ class DataReport:
             linestyle="--",
             label=f"max_seq_len={self.max_seq_len} ({self.truncated_share:.1%} truncated)",
         )
-        ax.set_xlabel("tokens per sample")
-        ax.set_ylabel("samples")
-        ax.set_title(f"{Path(self.spec.source).name} ({self.spec.style}, {self.rows_checked} rows)")
+        ax.set(
+            xlabel="tokens per sample",
+            ylabel="samples",
+            title=f"{Path(self.spec.source).name} ({self.spec.style}, {self.rows_checked} rows)",
+        )
         ax.legend(loc="upper right", fontsize="small")
         fig.tight_layout()
         return fig

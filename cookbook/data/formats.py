@@ -256,14 +256,13 @@ def _chat_problems(spec: DatasetSpec, i: int, row: dict[str, Any], line: int | N
     sharegpt = spec.style == "sharegpt"
     col = spec.column("conversations" if sharegpt else "messages")
     turns = row[col]
-    if isinstance(turns, str):
-        yield RowProblem(i, col, "is a string, expected a list of messages (is it JSON-encoded text?)", line)
-        return
     if not isinstance(turns, list) or not turns:
         yield RowProblem(
             i,
             col,
-            "empty conversation"
+            "is a string, expected a list of messages (is it JSON-encoded text?)"
+            if isinstance(turns, str)
+            else "empty conversation"
             if isinstance(turns, list)
             else f"expected a list of messages, got {type(turns).__name__}",
             line,
@@ -271,7 +270,7 @@ def _chat_problems(spec: DatasetSpec, i: int, row: dict[str, Any], line: int | N
         return
     role_key, text_key, roles = ("from", "value", SHAREGPT_ROLES) if sharegpt else ("role", "content", OPENAI_ROLES)
     other = ("openai", "role/content") if sharegpt else ("sharegpt", "from/value")
-    ok = True
+    found: list[RowProblem] = []
     for j, turn in enumerate(turns):
         where = f"{col}[{j}]"
         if not isinstance(turn, dict) or role_key not in turn or text_key not in turn:
@@ -281,26 +280,26 @@ def _chat_problems(spec: DatasetSpec, i: int, row: dict[str, Any], line: int | N
                 if isinstance(turn, dict) and set(other[1].split("/")) <= set(turn)
                 else ""
             )
-            yield RowProblem(i, where, f"expected keys '{role_key}' and '{text_key}', got {keys}{hint}", line)
-            ok = False
+            found.append(RowProblem(i, where, f"expected keys '{role_key}' and '{text_key}', got {keys}{hint}", line))
             continue
         if turn[role_key] not in roles:
-            yield RowProblem(
-                i,
-                f"{where}.{role_key}",
-                f"role {turn[role_key]!r} is not a {spec.style} role ({', '.join(roles)})",
-                line,
+            found.append(
+                RowProblem(
+                    i,
+                    f"{where}.{role_key}",
+                    f"role {turn[role_key]!r} is not a {spec.style} role ({', '.join(roles)})",
+                    line,
+                )
             )
-            ok = False
         content = turn[text_key]
         if (
             content is None
             or (isinstance(content, str) and not content.strip())
             or (isinstance(content, list) and not content)
         ):
-            yield RowProblem(i, f"{where}.{text_key}", "empty message", line)
-            ok = False
-    if ok:  # order rules, checked by torchtune's own transform + validator
+            found.append(RowProblem(i, f"{where}.{text_key}", "empty message", line))
+    yield from found
+    if not found:  # order rules, checked by torchtune's own transform + validator
         from torchtune.data import OpenAIToMessages, ShareGPTToMessages, validate_messages
 
         transform = (

@@ -220,12 +220,16 @@ def write_model(folder: Path, dims: LlamaDims = DIMS, seed: int = 0) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     save_file(hf_state, str(folder / SHARD), metadata={"format": "pt"})
     total = sum(v.numel() * v.element_size() for v in hf_state.values())
-    index = {"metadata": {"total_size": total}, "weight_map": {k: SHARD for k in sorted(hf_state)}}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     config = hf_config(dims)
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    generation = {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]}
-    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    for name, content in (
+        (
+            "model.safetensors.index.json",
+            {"metadata": {"total_size": total}, "weight_map": dict.fromkeys(hf_state, SHARD)},
+        ),
+        ("config.json", config),
+        ("generation_config.json", {k: config[k] for k in ("bos_token_id", "eos_token_id")}),
+    ):
+        (folder / name).write_text(json.dumps(content, indent=2) + "\n")
     (folder / "original_repo_id.json").write_text(json.dumps({"repo_id": REPO_ID}, indent=4) + "\n")
 
 
