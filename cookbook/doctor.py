@@ -141,15 +141,13 @@ def check_slurm(client: SlurmClient, partition: str | None = None) -> list[Check
                 "(locally: eval $(cookbook cluster env))",
             )
         ]
-    names = [p["partition"].rstrip("*") for p in parts]
-    default = next(
-        (p["partition"].rstrip("*") for p in parts if p["partition"].endswith("*")), names[0] if names else None
-    )
-    out = [Check("slurm", "pass", f"partitions: {', '.join(p['partition'] for p in parts)}")]
+    names_starred = [p["partition"] for p in parts]  # the default partition ends in "*"
+    names = [n.rstrip("*") for n in names_starred]
+    default = next((n.rstrip("*") for n in names_starred if n.endswith("*")), names[0] if names else None)
     part = partition or default
+    out = [Check("slurm", "pass", f"partitions: {', '.join(names_starred)}")]
     if part not in names:
-        out.append(Check("partition", "fail", f"{part!r} not found", f"use one of: {', '.join(names)}"))
-        return out
+        return [*out, Check("partition", "fail", f"{part!r} not found", f"use one of: {', '.join(names)}")]
     nodes = partition_nodes(client, part)
     usable = [n for n in nodes if n["usable"]]
     bad = [f"{n['node']}({n['state']})" for n in nodes if not n["usable"]]
@@ -307,6 +305,8 @@ def probe_checks(
     """Turn the probe's node reports into checks."""
     got = {r.host for r in reports}
     missing = [n for n in expected if n not in got]
+    no_fs = [r.host for r in reports if not r.marker_ok]
+    no_py = [r.host for r in reports if not r.python_ok]
     out = [
         Check(
             "probe",
@@ -314,48 +314,40 @@ def probe_checks(
             f"job {job}: {len(got)}/{len(expected)} nodes answered"
             + (f"; silent: {', '.join(missing)}" if missing else ""),
             "check those nodes' slurmd (`scontrol show node NAME`)" if missing else "",
-        )
-    ]
-    no_fs = [r.host for r in reports if not r.marker_ok]
-    out.append(
+        ),
         Check(
             "shared fs",
             "fail" if no_fs else "pass",
             f"not visible on {', '.join(no_fs)}" if no_fs else "marker written here was read on every node",
             "put the checkout, venv, model and outputs on a filesystem mounted on all nodes" if no_fs else "",
-        )
-    )
-    no_py = [r.host for r in reports if not r.python_ok]
-    out.append(
+        ),
         Check(
             "venv on nodes",
             "fail" if no_py else "pass",
             f"{sys.executable} missing on {', '.join(no_py)}" if no_py else f"{sys.executable} on every node",
             "create the venv on the shared filesystem" if no_py else "",
-        )
-    )
+        ),
+    ]
     gpus = {r.host: r.gpus for r in reports}
     has_gpus = any(g > 0 for g in gpus.values())
     if has_gpus or want_gpus:
-        uneven = len({g for g in gpus.values()}) > 1
-        out.append(
+        uneven = len(set(gpus.values())) > 1
+        no_nccl = [r.host for r in reports if not r.nccl]
+        out += [
             Check(
                 "gpus visible",
                 "warn" if uneven or not has_gpus else "pass",
                 ", ".join(f"{h}: {g if g >= 0 else 'no nvidia-smi'}" for h, g in gpus.items()),
                 "nodes differ: check drivers / CUDA_VISIBLE_DEVICES" if uneven else "",
-            )
-        )
-        no_nccl = [r.host for r in reports if not r.nccl]
-        out.append(
+            ),
             Check(
                 "nccl",
                 "warn" if no_nccl else "pass",
                 f"no libnccl on {', '.join(no_nccl)} (torch wheels bundle their own)"
                 if no_nccl
                 else ", ".join(sorted({r.nccl for r in reports})),
-            )
-        )
+            ),
+        ]
     else:
         out.append(
             Check(

@@ -19,15 +19,10 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         super().__init__("localhost", timeout=timeout)
         self.socket_path = str(path)
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self.socket_path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
+    def connect(self) -> None:  # a failed connect leaves the socket to close()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
 
 
 def request(
@@ -43,8 +38,7 @@ def request(
 ) -> tuple[int, bytes]:
     """``METHOD path`` on the Unix socket ``sock`` or on ``host:port``; returns (status, body).
     Raises OSError when nothing answers (or the socket may not be opened)."""
-    conn: http.client.HTTPConnection
-    conn = (
+    conn: http.client.HTTPConnection = (
         UnixHTTPConnection(sock, timeout)
         if sock is not None
         else http.client.HTTPConnection(host, port, timeout=timeout)

@@ -172,10 +172,8 @@ def _read_json(path: Path) -> tuple[list[dict[str, Any]], list[int | None]]:
     rows: list[dict[str, Any]] = []
     lines: list[int | None] = []
     problems: list[RowProblem] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        row = len(rows) + len([p for p in problems])
+    numbered = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    for row, (lineno, line) in enumerate(numbered):
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
