@@ -159,8 +159,12 @@ class RunSummary:
         pr = self.per_rank.copy()
         for c in ("compute_share", "comm_share", "idle_share"):
             pr[c] = (100 * pr[c]).round(1).astype(str) + "%"
-        lines = ["Per rank (mean over profiled steps):", pr.round(2).to_string(index=False), ""]
-        lines.append(f"Slowest rank: {self.slowest_rank}")
+        lines = [
+            "Per rank (mean over profiled steps):",
+            pr.round(2).to_string(index=False),
+            "",
+            f"Slowest rank: {self.slowest_rank}",
+        ]
         if self.straggler_rank is not None:
             lines.append(f"Least waiting on communication (others wait for it): rank {self.straggler_rank}")
         lines += ["", f"Top operators by self time (rank {self.slowest_rank}):", _table(self.top_ops)]

@@ -78,11 +78,16 @@ def write_autoencoder(path: Path, dims: FluxDims = DIMS, seed: int = 0) -> None:
 
 def _t5_vocab() -> list[tuple[str, float]]:
     """SentencePiece-style unigram pieces: whole caption words, then single characters as fallback."""
-    pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0)]
-    pieces += [(f"\u2581{w}", -1.0) for w in caption_vocabulary()]
     chars = sorted(set("abcdefghijklmnopqrstuvwxyz0123456789.,!?'-"))
-    pieces += [(c, -5.0) for c in chars] + [(f"\u2581{c}", -4.0) for c in chars]
-    return pieces
+    return [
+        ("<pad>", 0.0),
+        ("</s>", 0.0),
+        ("<unk>", 0.0),
+        ("\u2581", -2.0),
+        *((f"\u2581{w}", -1.0) for w in caption_vocabulary()),
+        *((c, -5.0) for c in chars),
+        *((f"\u2581{c}", -4.0) for c in chars),
+    ]
 
 
 def write_t5(folder: Path, dims: FluxDims = DIMS, seed: int = 0) -> None:

@@ -63,17 +63,15 @@ def openai_records(pairs: list[tuple[str, str]]) -> list[dict]:
 def alpaca_records(n: int = N_ROWS, seed: int = 1) -> list[dict]:
     """``instruction``/``input``/``output`` rows (torchtune ``alpaca_dataset``)."""
     rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        _, _, a, b, w = _qa(rng)
-        rows.append(
-            {
-                "instruction": f"Add {a} and {b}.",
-                "input": f"The word is {w}." if i % 2 else "",
-                "output": f"The sum is {a + b}. The word was {w}.",
-            }
-        )
-    return rows
+    draws = [_qa(rng)[2:] for _ in range(n)]
+    return [
+        {
+            "instruction": f"Add {a} and {b}.",
+            "input": f"The word is {w}." if i % 2 else "",
+            "output": f"The sum is {a + b}. The word was {w}.",
+        }
+        for i, (a, b, w) in enumerate(draws)
+    ]
 
 
 def c4_texts(n: int, seed: int) -> list[str]:
@@ -115,6 +113,5 @@ def write_c4(folder: Path) -> None:
 def training_text() -> str:
     """The text the tiny BPE is trained on."""
     pairs = chat_rows()
-    parts = [json.dumps(sharegpt_records(pairs)), json.dumps(openai_records(pairs)), json.dumps(alpaca_records())]
-    parts += c4_texts(N_C4_TRAIN, seed=3)
-    return "\n".join(parts)
+    records = (sharegpt_records(pairs), openai_records(pairs), alpaca_records())
+    return "\n".join([*map(json.dumps, records), *c4_texts(N_C4_TRAIN, seed=3)])
