@@ -103,8 +103,7 @@ def check_vocab(tokenizer: Any, model_dir: str | Path) -> VocabCheck:
             hf = {t["content"]: t["id"] for t in json.loads(added.read_text()).get("added_tokens", [])}
         except (ValueError, KeyError, TypeError):
             hf = {}
-        diff = [f"{k}: tokenizer {v}, {added.name} {hf[k]}" for k, v in special.items() if k in hf and hf[k] != v]
-        if diff:
+        if diff := [f"{k}: tokenizer {v}, {added.name} {hf[k]}" for k, v in special.items() if k in hf and hf[k] != v]:
             problems.append("special-token ids differ from the model's tokenizer.json: " + "; ".join(diff[:5]))
     return VocabCheck(tok_vocab, model_vocab, max_special, problems)
 

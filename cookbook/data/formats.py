@@ -72,8 +72,7 @@ class DatasetSpec:
     def __post_init__(self) -> None:
         if self.style not in STYLES:
             raise ValueError(f"unknown style {self.style!r}; choose one of {', '.join(STYLES)}")
-        bad = set(self.column_map) - set(STYLES[self.style][1])
-        if bad:
+        if bad := set(self.column_map) - set(STYLES[self.style][1]):
             raise ValueError(
                 f"column map keys {sorted(bad)} do not apply to style {self.style!r} "
                 f"(it reads {', '.join(STYLES[self.style][1])})"
@@ -161,12 +160,11 @@ def _read_json(path: Path) -> tuple[list[dict[str, Any]], list[int | None]]:
             raise DataError(
                 str(path), [RowProblem(None, None, f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}")]
             ) from None
-        not_objects = [
+        if not_objects := [
             RowProblem(i, None, f"expected a JSON object, got {type(r).__name__}")
             for i, r in enumerate(data)
             if not isinstance(r, dict)
-        ]
-        if not_objects:
+        ]:
             raise DataError(str(path), not_objects[:20], len(not_objects))
         return data, [None] * len(data)
     rows: list[dict[str, Any]] = []

@@ -79,8 +79,7 @@ class Settings:
 
     def with_overrides(self, **overrides: object) -> Settings:
         names = {f.name for f in fields(self)}
-        unknown = sorted(set(overrides) - names)
-        if unknown:
+        if unknown := sorted(set(overrides) - names):
             raise ValueError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
         return replace(self, **overrides)  # type: ignore[arg-type]
 

@@ -258,15 +258,13 @@ def local_data_files(path: Path, split: str, config: str | None) -> tuple[str, l
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     kinds: dict[str, list[str]] = {}
     for f in files:
-        name = f.name[:-3] if f.name.endswith(".gz") else f.name
-        kind = _DATA_SUFFIXES.get(Path(name).suffix)
+        kind = _DATA_SUFFIXES.get(Path(f.name.removesuffix(".gz")).suffix)
         if kind and not f.name.startswith("."):
             kinds.setdefault(kind, []).append(str(f))
     if len(kinds) != 1:
-        found = ", ".join(kinds) or "none"
         raise SystemExit(
             f"dataset folder {path}: need files of one kind (.json/.jsonl/.txt/.parquet, "
-            f"optionally .gz); found kinds: {found}"
+            f"optionally .gz); found kinds: {', '.join(kinds) or 'none'}"
         )
     kind, names = next(iter(kinds.items()))
     if any(split in Path(n).name for n in names):  # C4 layout: c4-train.*.json.gz next to c4-validation.*

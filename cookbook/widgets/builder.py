@@ -138,8 +138,7 @@ class JobBuilder:
             )
         else:
             status = "<div style='color:#2e7d32' data-valid='yes'><b>valid</b>: ready to render and submit</div>"
-            warning = self.fit_warning()
-            if warning:
+            if warning := self.fit_warning():
                 status += f"<div style='color:#e65100' data-fit='no'><b>warning</b>: {html.escape(warning)}</div>"
         self.status.value = status
         self.submit_button.disabled = bool(problems)
