@@ -13,6 +13,7 @@ import shutil
 import sys
 import textwrap
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -435,15 +436,13 @@ def to_frame(checks: Sequence[Check]):
 
 def render(checks: Sequence[Check], width: int = 60) -> str:
     """A fixed-width table: check, status, detail, what to do."""
-    mark = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
     name_w = max(len(c.name) for c in checks)
     lines = [f"{'check':<{name_w}}  status  detail", "-" * (name_w + 8 + width)]
     for c in checks:
         detail = textwrap.wrap(c.detail, width) or [""]
-        lines.append(f"{c.name:<{name_w}}  {mark[c.status]:<6}  {detail[0]}")
+        lines.append(f"{c.name:<{name_w}}  {c.status.upper():<6}  {detail[0]}")
         lines += [f"{'':<{name_w}}  {'':<6}  {d}" for d in detail[1:]]
         if c.fix:
             lines += [f"{'':<{name_w}}  {'':<6}  -> {d}" for d in textwrap.wrap(c.fix, width - 3)]
-    n = {s: sum(c.status == s for c in checks) for s in mark}
-    lines.append(f"\n{n['pass']} pass, {n['warn']} warn, {n['fail']} fail")
-    return "\n".join(lines)
+    n = Counter(c.status for c in checks)
+    return "\n".join([*lines, f"\n{n['pass']} pass, {n['warn']} warn, {n['fail']} fail"])

@@ -19,6 +19,7 @@ when it is up and none is set, and no ``MPLBACKEND`` (which would keep plots out
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import json
 import os
@@ -45,14 +46,12 @@ def lab_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env.pop("MPLBACKEND", None)
     if "SLURM_CONF" not in env:
-        try:
+        with contextlib.suppress(Exception):  # no local cluster here: a real login node
             from cookbook.local.cluster import LocalCluster
 
             cluster = LocalCluster()
             if cluster.status().up:
                 env.update(cluster.env())
-        except Exception:  # noqa: BLE001 - no local cluster here: a real login node
-            pass
     bin_dir = str(Path(sys.executable).parent)
     if bin_dir not in env.get("PATH", "").split(os.pathsep):
         env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
@@ -97,11 +96,9 @@ class LabServer:
         while True:
             if self.port == 0 and (info := self.server_info()) is not None:
                 self.port = int(info["port"])  # the port the OS picked (no race with other servers)
-            try:
+            with contextlib.suppress(OSError):
                 if self.port != 0 and self.get(f"/api/status?token={self.token}", timeout=2)[0] == 200:
                     return
-            except OSError:
-                pass
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"JupyterLab did not start; its log:\n{self.log.read_text()[-3000:]}")
             time.sleep(0.3)

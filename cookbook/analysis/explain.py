@@ -186,9 +186,8 @@ def check_checkpointing(
     text: str, recipe: str | None, gpu: str | None, nodes: int | None, gpus_per_node: int | None, mode: str | None
 ) -> list[Evidence]:
     """Full activation checkpointing where the planner says selective (or none) fits with 10% to spare."""
-    if mode is None:
-        m = AC_APPLIED.search(text)
-        mode = None if m is None else ("selective" if "select" in m.group(1).lower() else "full")
+    if mode is None and (m := AC_APPLIED.search(text)):  # else the log does not say
+        mode = "selective" if "select" in m.group(1).lower() else "full"
     if mode != "full" or not (recipe and gpu and nodes and gpus_per_node):
         return []
     from cookbook.planner import plan
@@ -220,19 +219,16 @@ def check_stragglers(log: Path, hosts: Sequence[str] | None, procs_per_node: int
     from cookbook.metrics import parse_log
 
     found = stragglers(parse_log(log, ranks="all"), hosts, procs_per_node)
-    out = []
-    for s in found[:2]:
-        cost = max(0.0, min(0.9, s.median_ratio - 1)) if s.median_lag_s <= 0 else 0.1
-        out.append(
-            Evidence(
-                "straggler",
-                cost,
-                str(s),
-                "check that node (nvidia-smi -q for clocks/throttling/ECC, `dmesg`), exclude it "
-                "(--exclude=HOST) and compare; a rank with a slower data shard points at the data",
-            )
+    return [
+        Evidence(
+            "straggler",
+            max(0.0, min(0.9, s.median_ratio - 1)) if s.median_lag_s <= 0 else 0.1,  # late ranks: a fixed 10%
+            str(s),
+            "check that node (nvidia-smi -q for clocks/throttling/ECC, `dmesg`), exclude it "
+            "(--exclude=HOST) and compare; a rank with a slower data shard points at the data",
         )
-    return out
+        for s in found[:2]
+    ]
 
 
 def check_trace_stragglers(traces: Sequence[str | Path]) -> list[Evidence]:
