@@ -8,10 +8,12 @@ The HF token is only reported as present or absent.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import textwrap
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -64,13 +66,10 @@ def check_packages(installed: dict[str, str | None] | None = None) -> list[Check
     (:mod:`cookbook.versions`; metadata only, no import)."""
     out = []
     for name in versions.FRAMEWORKS:
-        if installed is not None:
-            have = installed.get(name)
-        else:
-            try:
+        have = installed.get(name) if installed is not None else None
+        if installed is None:
+            with contextlib.suppress(metadata.PackageNotFoundError):
                 have = metadata.version(name)
-            except metadata.PackageNotFoundError:
-                have = None
         want, pin = str(versions.specifier(name)), versions.requirement(name)
         if have is None:
             out.append(Check(name, "fail", f"not installed (tested: {want})", f"pip install '{pin}'"))
@@ -124,10 +123,8 @@ def _size(n: int) -> str:
 def model_size(model_dir: str | Path) -> int | None:
     """Bytes of weights in ``model_dir`` (None if it has none yet)."""
     d = Path(model_dir)
-    if not d.is_dir():
-        return None
-    size = sum(f.stat().st_size for pat in ("*.safetensors", "*.bin", "*.pt", "*.pth") for f in d.rglob(pat))
-    return size or None
+    weights = [f for pat in ("*.safetensors", "*.bin", "*.pt", "*.pth") for f in d.rglob(pat)] if d.is_dir() else []
+    return sum(f.stat().st_size for f in weights) or None
 
 
 # ------------------------------------------------------------------------------------------- slurm
@@ -145,15 +142,13 @@ def check_slurm(client: SlurmClient, partition: str | None = None) -> list[Check
                 "(locally: eval $(cookbook cluster env))",
             )
         ]
-    names = [p["partition"].rstrip("*") for p in parts]
-    default = next(
-        (p["partition"].rstrip("*") for p in parts if p["partition"].endswith("*")), names[0] if names else None
-    )
-    out = [Check("slurm", "pass", f"partitions: {', '.join(p['partition'] for p in parts)}")]
+    names_starred = [p["partition"] for p in parts]  # the default partition ends in "*"
+    names = [n.rstrip("*") for n in names_starred]
+    default = next((n.rstrip("*") for n in names_starred if n.endswith("*")), names[0] if names else None)
     part = partition or default
+    out = [Check("slurm", "pass", f"partitions: {', '.join(names_starred)}")]
     if part not in names:
-        out.append(Check("partition", "fail", f"{part!r} not found", f"use one of: {', '.join(names)}"))
-        return out
+        return [*out, Check("partition", "fail", f"{part!r} not found", f"use one of: {', '.join(names)}")]
     nodes = partition_nodes(client, part)
     usable = [n for n in nodes if n["usable"]]
     bad = [f"{n['node']}({n['state']})" for n in nodes if not n["usable"]]
@@ -168,8 +163,7 @@ def check_slurm(client: SlurmClient, partition: str | None = None) -> list[Check
     )
     gres = {n["node"]: n["gpus"] for n in nodes}
     if any(gres.values()):
-        counts = sorted(set(gres.values()))
-        status = "pass" if len(counts) == 1 else "warn"
+        status = "pass" if len(set(gres.values())) == 1 else "warn"
         out.append(
             Check(
                 "gpus",
@@ -194,9 +188,7 @@ def partition_nodes(client: SlurmClient, partition: str) -> list[dict]:
     """Nodes of ``partition``: name, state, GPUs (from gres), usable."""
     r = client.run("sinfo", "-h", "-N", "-p", partition, "-o", "%N|%t|%G")
     seen: dict[str, dict] = {}
-    for line in r.stdout.splitlines():
-        if not line.strip():
-            continue
+    for line in filter(str.strip, r.stdout.splitlines()):
         node, state, gres = line.split("|")
         seen[node] = {
             "node": node,
@@ -209,12 +201,8 @@ def partition_nodes(client: SlurmClient, partition: str) -> list[dict]:
 
 
 def _gpus(gres: str) -> int:
-    total = 0
-    for item in gres.split(","):
-        fields = item.split("(")[0].split(":")
-        if fields[0] == "gpu" and fields[-1].isdigit():
-            total += int(fields[-1])
-    return total
+    fields = [item.split("(")[0].split(":") for item in gres.split(",")]
+    return sum(int(f[-1]) for f in fields if f[0] == "gpu" and f[-1].isdigit())
 
 
 # ------------------------------------------------------------------------------------------- probe
@@ -318,6 +306,8 @@ def probe_checks(
     """Turn the probe's node reports into checks."""
     got = {r.host for r in reports}
     missing = [n for n in expected if n not in got]
+    no_fs = [r.host for r in reports if not r.marker_ok]
+    no_py = [r.host for r in reports if not r.python_ok]
     out = [
         Check(
             "probe",
@@ -325,48 +315,40 @@ def probe_checks(
             f"job {job}: {len(got)}/{len(expected)} nodes answered"
             + (f"; silent: {', '.join(missing)}" if missing else ""),
             "check those nodes' slurmd (`scontrol show node NAME`)" if missing else "",
-        )
-    ]
-    no_fs = [r.host for r in reports if not r.marker_ok]
-    out.append(
+        ),
         Check(
             "shared fs",
             "fail" if no_fs else "pass",
             f"not visible on {', '.join(no_fs)}" if no_fs else "marker written here was read on every node",
             "put the checkout, venv, model and outputs on a filesystem mounted on all nodes" if no_fs else "",
-        )
-    )
-    no_py = [r.host for r in reports if not r.python_ok]
-    out.append(
+        ),
         Check(
             "venv on nodes",
             "fail" if no_py else "pass",
             f"{sys.executable} missing on {', '.join(no_py)}" if no_py else f"{sys.executable} on every node",
             "create the venv on the shared filesystem" if no_py else "",
-        )
-    )
+        ),
+    ]
     gpus = {r.host: r.gpus for r in reports}
     has_gpus = any(g > 0 for g in gpus.values())
     if has_gpus or want_gpus:
-        uneven = len({g for g in gpus.values()}) > 1
-        out.append(
+        uneven = len(set(gpus.values())) > 1
+        no_nccl = [r.host for r in reports if not r.nccl]
+        out += [
             Check(
                 "gpus visible",
                 "warn" if uneven or not has_gpus else "pass",
                 ", ".join(f"{h}: {g if g >= 0 else 'no nvidia-smi'}" for h, g in gpus.items()),
                 "nodes differ: check drivers / CUDA_VISIBLE_DEVICES" if uneven else "",
-            )
-        )
-        no_nccl = [r.host for r in reports if not r.nccl]
-        out.append(
+            ),
             Check(
                 "nccl",
                 "warn" if no_nccl else "pass",
                 f"no libnccl on {', '.join(no_nccl)} (torch wheels bundle their own)"
                 if no_nccl
                 else ", ".join(sorted({r.nccl for r in reports})),
-            )
-        )
+            ),
+        ]
     else:
         out.append(
             Check(
@@ -387,9 +369,7 @@ def probe_checks(
     )
     for r in reports:
         for path, free in r.free_bytes.items():
-            status: Status = "pass"
-            if need_bytes and free < need_bytes:
-                status = "fail"
+            status: Status = "fail" if need_bytes and free < need_bytes else "pass"
             out.append(
                 Check(
                     f"disk {r.host}",
@@ -456,15 +436,13 @@ def to_frame(checks: Sequence[Check]):
 
 def render(checks: Sequence[Check], width: int = 60) -> str:
     """A fixed-width table: check, status, detail, what to do."""
-    mark = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
     name_w = max(len(c.name) for c in checks)
     lines = [f"{'check':<{name_w}}  status  detail", "-" * (name_w + 8 + width)]
     for c in checks:
         detail = textwrap.wrap(c.detail, width) or [""]
-        lines.append(f"{c.name:<{name_w}}  {mark[c.status]:<6}  {detail[0]}")
+        lines.append(f"{c.name:<{name_w}}  {c.status.upper():<6}  {detail[0]}")
         lines += [f"{'':<{name_w}}  {'':<6}  {d}" for d in detail[1:]]
         if c.fix:
             lines += [f"{'':<{name_w}}  {'':<6}  -> {d}" for d in textwrap.wrap(c.fix, width - 3)]
-    n = {s: sum(c.status == s for c in checks) for s in mark}
-    lines.append(f"\n{n['pass']} pass, {n['warn']} warn, {n['fail']} fail")
-    return "\n".join(lines)
+    n = Counter(c.status for c in checks)
+    return "\n".join([*lines, f"\n{n['pass']} pass, {n['warn']} warn, {n['fail']} fail"])

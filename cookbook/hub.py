@@ -13,6 +13,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 from huggingface_hub import constants, get_token, snapshot_download
@@ -156,23 +157,18 @@ def download(
 
     Raises :class:`HubError` with an actionable message on gated / missing repos and network trouble.
     """
-    token = get_token()
-    out = Path(output_dir).expanduser()
-    try:
-        path = snapshot_download(
+    folder = Path(
+        _snapshot(
             repo_id,
-            repo_type=repo_type,
+            output_dir,
+            repo_type,
             revision=revision,
-            local_dir=out,
-            token=token or None,
-            allow_patterns=list(allow_patterns) if allow_patterns else None,
-            ignore_patterns=list(ignore_patterns) if ignore_patterns else None,
+            allow_patterns=allow_patterns,
+            ignore_patterns=ignore_patterns,
             etag_timeout=etag_timeout if etag_timeout is not None else constants.HF_HUB_ETAG_TIMEOUT,
             max_workers=max_workers,
         )
-    except Exception as e:  # noqa: BLE001 - every library failure becomes one clear message
-        raise HubError(redact(explain(e, repo_id, repo_type=repo_type, token_present=bool(token)), token)) from None
-    folder = Path(path)
+    )
     if (repo_type or "model") == "model":
         (folder / REPO_ID_FILE).write_text(json.dumps({"repo_id": repo_id}, indent=4))
     return folder
@@ -188,18 +184,37 @@ def plan(
     ignore_patterns: Sequence[str] | None = DEFAULT_IGNORE,
 ) -> list[RemoteFile]:
     """What :func:`download` would fetch (``snapshot_download(dry_run=True)``): paths and sizes."""
+    infos = _snapshot(
+        repo_id,
+        output_dir,
+        repo_type,
+        revision=revision,
+        allow_patterns=allow_patterns,
+        ignore_patterns=ignore_patterns,
+        dry_run=True,
+    )
+    return [RemoteFile(i.filename, int(i.file_size or 0), bool(i.will_download)) for i in infos]
+
+
+def _snapshot(
+    repo_id: str,
+    output_dir: str | os.PathLike,
+    repo_type: str | None,
+    allow_patterns: Sequence[str] | None,
+    ignore_patterns: Sequence[str] | None,
+    **kwargs: Any,
+) -> Any:
+    """``snapshot_download`` with the token handed over in-process; every failure becomes a :class:`HubError`."""
     token = get_token()
     try:
-        infos = snapshot_download(
+        return snapshot_download(
             repo_id,
             repo_type=repo_type,
-            revision=revision,
             local_dir=Path(output_dir).expanduser(),
             token=token or None,
             allow_patterns=list(allow_patterns) if allow_patterns else None,
             ignore_patterns=list(ignore_patterns) if ignore_patterns else None,
-            dry_run=True,
+            **kwargs,
         )
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - every library failure becomes one clear message
         raise HubError(redact(explain(e, repo_id, repo_type=repo_type, token_present=bool(token)), token)) from None
-    return [RemoteFile(i.filename, int(i.file_size or 0), bool(i.will_download)) for i in infos]

@@ -19,6 +19,7 @@ when it is up and none is set, and no ``MPLBACKEND`` (which would keep plots out
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import json
 import os
@@ -34,7 +35,7 @@ from pathlib import Path
 from cookbook import sockethttp
 from cookbook.paths import output_dir, project_root
 from cookbook.secure_files import SOCKET_PATH_MAX, private_dir, write_private
-from cookbook.sockethttp import free_port, socket_tunnel_command, ssh_tunnel_command
+from cookbook.sockethttp import free_port, socket_tunnel_command, ssh_tunnel_command, stop_server
 
 # what Jupyter appends to its runtime folder for a kernel's ipc socket: /kernel-<uuid>-ipc-<n>
 _KERNEL_SOCKET_NAME = len("/kernel-00000000-0000-0000-0000-000000000000-ipc-99")
@@ -45,14 +46,12 @@ def lab_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env.pop("MPLBACKEND", None)
     if "SLURM_CONF" not in env:
-        try:
+        with contextlib.suppress(Exception):  # no local cluster here: a real login node
             from cookbook.local.cluster import LocalCluster
 
             cluster = LocalCluster()
             if cluster.status().up:
                 env.update(cluster.env())
-        except Exception:  # noqa: BLE001 - no local cluster here: a real login node
-            pass
     bin_dir = str(Path(sys.executable).parent)
     if bin_dir not in env.get("PATH", "").split(os.pathsep):
         env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
@@ -71,13 +70,6 @@ class LabServer:
     log: Path
     sock: Path | None = None
     private: Path | None = None
-
-    @property
-    def url(self) -> str:
-        """The server's address on this machine (TCP mode only; a socket has no URL)."""
-        if self.port is None:
-            raise ValueError(f"JupyterLab listens on the Unix socket {self.sock}, not on a TCP port")
-        return f"http://127.0.0.1:{self.port}"
 
     def lab_url(self, path: str = "", local_port: int = 8888) -> str:
         """The URL to open in the browser (through the tunnel: ``local_port`` on the laptop in socket mode)."""
@@ -104,25 +96,15 @@ class LabServer:
         while True:
             if self.port == 0 and (info := self.server_info()) is not None:
                 self.port = int(info["port"])  # the port the OS picked (no race with other servers)
-            try:
+            with contextlib.suppress(OSError):
                 if self.port != 0 and self.get(f"/api/status?token={self.token}", timeout=2)[0] == 200:
                     return
-            except OSError:
-                pass
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"JupyterLab did not start; its log:\n{self.log.read_text()[-3000:]}")
             time.sleep(0.3)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        if self.private is not None:
-            shutil.rmtree(self.private, ignore_errors=True)
+        stop_server(self.process, self.private, timeout=15)
 
 
 def start_lab(

@@ -8,6 +8,7 @@ Unix socket) goes in a folder from :func:`private_dir` (0700) as a file from :fu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
@@ -16,12 +17,10 @@ from pathlib import Path
 
 def current_umask() -> int:
     """This process's umask (read from /proc where it can be, so no other thread sees it change)."""
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):
                 return int(line.split()[1], 8)
-    except OSError:
-        pass
     old = os.umask(0o022)
     os.umask(old)
     return old
@@ -46,13 +45,9 @@ def _private_base() -> Path:
     """A short folder for private folders: ``$XDG_RUNTIME_DIR`` when it is ours and 0700, else the
     temporary folder, else ``/tmp`` (whichever first is short enough for the sockets inside)."""
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and len(runtime) <= _BASE_MAX:
-        try:
-            st = os.stat(runtime)
-            if st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) & 0o077 == 0:
-                return Path(runtime)
-        except OSError:
-            pass
+    with contextlib.suppress(OSError):
+        if runtime and len(runtime) <= _BASE_MAX and is_private(runtime):
+            return Path(runtime)
     tmp = tempfile.gettempdir()
     return Path(tmp if len(tmp) <= _BASE_MAX else "/tmp")
 

@@ -1,11 +1,15 @@
 """HTTP GET to a server on this machine, over TCP or a Unix socket (the private servers' transport), a free
-port, and the ``ssh -N -L`` line that reaches either from a laptop (JupyterLab and TensorBoard share them)."""
+port, stopping a server, and the ``ssh -N -L`` line that reaches either from a laptop (JupyterLab and
+TensorBoard share them)."""
 
 from __future__ import annotations
 
 import http.client
 import os
+import shutil
 import socket
+import subprocess
+from pathlib import Path
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -15,15 +19,10 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         super().__init__("localhost", timeout=timeout)
         self.socket_path = str(path)
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self.socket_path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
+    def connect(self) -> None:  # a failed connect leaves the socket to close()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
 
 
 def request(
@@ -39,8 +38,7 @@ def request(
 ) -> tuple[int, bytes]:
     """``METHOD path`` on the Unix socket ``sock`` or on ``host:port``; returns (status, body).
     Raises OSError when nothing answers (or the socket may not be opened)."""
-    conn: http.client.HTTPConnection
-    conn = (
+    conn: http.client.HTTPConnection = (
         UnixHTTPConnection(sock, timeout)
         if sock is not None
         else http.client.HTTPConnection(host, port, timeout=timeout)
@@ -77,9 +75,20 @@ def free_port(host: str = "127.0.0.1", start: int | None = None) -> int:
                 continue
     with socket.socket() as s:
         s.bind((host, 0))
-        port = s.getsockname()[1]
-        assert isinstance(port, int)
-        return port
+        return int(s.getsockname()[1])
+
+
+def stop_server(process: subprocess.Popen, private: Path | None, timeout: float = 10) -> None:
+    """Terminate ``process`` (kill it after ``timeout`` seconds) and remove its ``private`` folder."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if private is not None:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def _ssh_target(login_node: str, user: str | None) -> str:

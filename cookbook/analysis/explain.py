@@ -103,9 +103,7 @@ def check_nccl(text: str, nodes: int | None, expects_fabric: bool) -> list[Evide
     fabric = NCCL_FABRIC.search(text)
     multi = nodes is None or nodes > 1
     if socket and not fabric and multi and expects_fabric:
-        a = text.rfind("\n", 0, socket.start()) + 1
-        b = text.find("\n", socket.end())
-        line = text[a : b if b >= 0 else len(text)]
+        line = next(ln for ln in text.split("\n") if NCCL_SOCKET.search(ln))
         out.append(
             Evidence(
                 "nccl_socket",
@@ -136,19 +134,16 @@ def check_stalls(steps: pd.DataFrame) -> list[Evidence]:
     import pandas as pd
 
     t = pd.to_datetime(steps.sort_values("step")["time"]).reset_index(drop=True)
-    dt = t.diff().dt.total_seconds().iloc[2:]  # skip the first two steps (warm-up, compilation)
-    if dt.empty:
-        return []
+    dt = t.diff().dt.total_seconds().iloc[2:]  # skip the first two steps (warm-up, compilation); 3+ remain
     med = dt.median()
     spikes = dt[dt > STALL_FACTOR * med]
     if med <= 0 or len(spikes) == 0:
         return []
-    lost = float((spikes - med).sum() / dt.sum())
     cv = float(dt.std() / dt.mean()) if dt.mean() else 0.0
     return [
         Evidence(
             "dataloader_stall",
-            lost,
+            float((spikes - med).sum() / dt.sum()),
             f"{len(spikes)} of {len(dt)} steps took over {STALL_FACTOR:g}x the median step ({med:.2f} s; "
             f"longest {spikes.max():.2f} s; step-time variation {100 * cv:.0f}%): the GPUs waited for data",
             "raise the data loader's workers (num_workers) and prefetch, give each task more CPUs "
@@ -191,9 +186,8 @@ def check_checkpointing(
     text: str, recipe: str | None, gpu: str | None, nodes: int | None, gpus_per_node: int | None, mode: str | None
 ) -> list[Evidence]:
     """Full activation checkpointing where the planner says selective (or none) fits with 10% to spare."""
-    if mode is None:
-        m = AC_APPLIED.search(text)
-        mode = None if m is None else ("selective" if "select" in m.group(1).lower() else "full")
+    if mode is None and (m := AC_APPLIED.search(text)):  # else the log does not say
+        mode = "selective" if "select" in m.group(1).lower() else "full"
     if mode != "full" or not (recipe and gpu and nodes and gpus_per_node):
         return []
     from cookbook.planner import plan
@@ -225,19 +219,16 @@ def check_stragglers(log: Path, hosts: Sequence[str] | None, procs_per_node: int
     from cookbook.metrics import parse_log
 
     found = stragglers(parse_log(log, ranks="all"), hosts, procs_per_node)
-    out = []
-    for s in found[:2]:
-        cost = max(0.0, min(0.9, s.median_ratio - 1)) if s.median_lag_s <= 0 else 0.1
-        out.append(
-            Evidence(
-                "straggler",
-                cost,
-                str(s),
-                "check that node (nvidia-smi -q for clocks/throttling/ECC, `dmesg`), exclude it "
-                "(--exclude=HOST) and compare; a rank with a slower data shard points at the data",
-            )
+    return [
+        Evidence(
+            "straggler",
+            max(0.0, min(0.9, s.median_ratio - 1)) if s.median_lag_s <= 0 else 0.1,  # late ranks: a fixed 10%
+            str(s),
+            "check that node (nvidia-smi -q for clocks/throttling/ECC, `dmesg`), exclude it "
+            "(--exclude=HOST) and compare; a rank with a slower data shard points at the data",
         )
-    return out
+        for s in found[:2]
+    ]
 
 
 def check_trace_stragglers(traces: Sequence[str | Path]) -> list[Evidence]:
@@ -286,8 +277,7 @@ def _median_after_warmup(df: pd.DataFrame, column: str) -> float | None:
     if column not in df or df[column].dropna().empty:
         return None
     values = df.sort_values("step")[column].dropna()
-    values = values.iloc[2:] if len(values) > 4 else values
-    v = float(values.median())
+    v = float((values.iloc[2:] if len(values) > 4 else values).median())
     return v if v > 0 else None
 
 
@@ -345,10 +335,9 @@ def explain_log(
     if traces:
         evidence += check_trace_stragglers(traces)
     if baseline_log is not None:
-        base = parse_log(baseline_log)
-        evidence += check_scaling(tps, _median_after_warmup(base, "tokens_per_second_per_gpu"), nodes)
-    evidence.sort(key=lambda e: -e.cost)
-    return Explanation(measured, expected, evidence, notes)
+        base_tps = _median_after_warmup(parse_log(baseline_log), "tokens_per_second_per_gpu")
+        evidence += check_scaling(tps, base_tps, nodes)
+    return Explanation(measured, expected, sorted(evidence, key=lambda e: -e.cost), notes)
 
 
 def explain_plot(explanation: Explanation) -> Any:
@@ -359,8 +348,10 @@ def explain_plot(explanation: Explanation) -> Any:
     fig, ax = plt.subplots(figsize=(6, 0.4 * max(1, len(t)) + 1))
     ax.barh(t["cause"], t["cost_pct"], color="tab:red")
     ax.invert_yaxis()
-    ax.set_xlabel("estimated % of throughput lost")
     m, e = explanation.measured_mfu, explanation.expected_mfu
-    ax.set_title("MFU " + (f"{100 * m:.1f}%" if m else "?") + " vs planner " + (f"{100 * e:.1f}%" if e else "?"))
+    ax.set(
+        xlabel="estimated % of throughput lost",
+        title="MFU " + (f"{100 * m:.1f}%" if m else "?") + " vs planner " + (f"{100 * e:.1f}%" if e else "?"),
+    )
     fig.tight_layout()
     return fig

@@ -105,10 +105,8 @@ def stragglers(
         latest = float((late_rank["rank"] == rank).mean())
         if share < PERSISTENT or (rows["lag_s"].median() > MIN_LAG_S and latest < PERSISTENT):
             continue
-        host = None
-        if hosts:
-            i = int(rank) // max(1, procs_per_node)
-            host = hosts[i] if i < len(hosts) else None
+        i = int(rank) // max(1, procs_per_node)
+        host = hosts[i] if hosts and i < len(hosts) else None
         r = ratio[rows.index].median()
         found.append(Straggler(int(rank), host, n, share, float(rows["lag_s"].median()), float(r) if r == r else 1.0))
     return sorted(found, key=lambda s: (-s.median_lag_s, -s.median_ratio))
@@ -126,9 +124,7 @@ def stragglers_plot(df: pd.DataFrame) -> tuple[pd.DataFrame, object]:
     )
     fig, ax = plt.subplots(figsize=(6, 3))
     ax.bar(table["rank"].astype(str), table["median_lag_s"])
-    ax.set_xlabel("rank")
-    ax.set_ylabel("median seconds after the first rank")
-    ax.set_title("time to reach each step, by rank")
+    ax.set(xlabel="rank", ylabel="median seconds after the first rank", title="time to reach each step, by rank")
     fig.tight_layout()
     return table, fig
 

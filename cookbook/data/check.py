@@ -103,8 +103,7 @@ def check_vocab(tokenizer: Any, model_dir: str | Path) -> VocabCheck:
             hf = {t["content"]: t["id"] for t in json.loads(added.read_text()).get("added_tokens", [])}
         except (ValueError, KeyError, TypeError):
             hf = {}
-        diff = [f"{k}: tokenizer {v}, {added.name} {hf[k]}" for k, v in special.items() if k in hf and hf[k] != v]
-        if diff:
+        if diff := [f"{k}: tokenizer {v}, {added.name} {hf[k]}" for k, v in special.items() if k in hf and hf[k] != v]:
             problems.append("special-token ids differ from the model's tokenizer.json: " + "; ".join(diff[:5]))
     return VocabCheck(tok_vocab, model_vocab, max_special, problems)
 
@@ -170,9 +169,11 @@ class DataReport:
             linestyle="--",
             label=f"max_seq_len={self.max_seq_len} ({self.truncated_share:.1%} truncated)",
         )
-        ax.set_xlabel("tokens per sample")
-        ax.set_ylabel("samples")
-        ax.set_title(f"{Path(self.spec.source).name} ({self.spec.style}, {self.rows_checked} rows)")
+        ax.set(
+            xlabel="tokens per sample",
+            ylabel="samples",
+            title=f"{Path(self.spec.source).name} ({self.spec.style}, {self.rows_checked} rows)",
+        )
         ax.legend(loc="upper right", fontsize="small")
         fig.tight_layout()
         return fig
@@ -196,44 +197,21 @@ def check_dataset(
     sample: int = 512,
 ) -> DataReport:
     """Validate rows, then tokenize a sample with torchtune's builder; raises :class:`DataError`."""
+    from torch.utils.data import Subset
+    from torchtune.datasets import PackedDataset
+
     rows = read_rows(spec, limit=None if spec.is_local else sample)
     validate_rows(spec, rows)
     tok = tokenizer.build(max_seq_len=None)
-    ds = _sampled(spec, build_dataset(spec, tok), rows, sample)
+    ds = build_dataset(spec, tok)
     lengths = []
-    for i in range(len(ds)):
+    for i in range(min(len(ds), sample)):  # the first ``sample`` rows: dataset index i is row i
         try:
             lengths.append(len(ds[i]["tokens"]))
         except Exception as e:  # noqa: BLE001 - name the row torchtune choked on
-            raise DataError(
-                spec.source,
-                [
-                    RowProblem(
-                        _row_index(ds, i),
-                        None,
-                        f"torchtune: {type(e).__name__}: {e}",
-                        rows.lines[_row_index(ds, i)] if _row_index(ds, i) < len(rows.lines) else None,
-                    )
-                ],
-            ) from None
-    packed = _count_packs(spec, tokenizer.build(max_seq_len=max_seq_len), rows, sample, max_seq_len)
+            line = rows.lines[i] if i < len(rows.lines) else None
+            raise DataError(spec.source, [RowProblem(i, None, f"torchtune: {type(e).__name__}: {e}", line)]) from None
+    sampled = Subset(build_dataset(spec, tokenizer.build(max_seq_len=max_seq_len)), list(range(len(lengths))))
+    packed = len(PackedDataset(sampled, max_seq_len=max_seq_len, split_across_pack=spec.style == "text"))
     vocab = check_vocab(tok, model_dir) if model_dir else None
     return DataReport(spec, rows.total, len(lengths), lengths, max_seq_len, packed, vocab)
-
-
-def _sampled(spec: DatasetSpec, ds: Any, rows: Any, sample: int) -> Any:
-    from torch.utils.data import Subset
-
-    n = min(len(ds), sample)
-    return Subset(ds, list(range(n)))
-
-
-def _row_index(ds: Any, i: int) -> int:
-    return ds.indices[i] if hasattr(ds, "indices") else i
-
-
-def _count_packs(spec: DatasetSpec, tok: Any, rows: Any, sample: int, max_seq_len: int) -> int:
-    from torchtune.datasets import PackedDataset
-
-    ds = _sampled(spec, build_dataset(spec, tok), rows, sample)
-    return len(PackedDataset(ds, max_seq_len=max_seq_len, split_across_pack=spec.style == "text"))

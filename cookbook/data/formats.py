@@ -72,8 +72,7 @@ class DatasetSpec:
     def __post_init__(self) -> None:
         if self.style not in STYLES:
             raise ValueError(f"unknown style {self.style!r}; choose one of {', '.join(STYLES)}")
-        bad = set(self.column_map) - set(STYLES[self.style][1])
-        if bad:
+        if bad := set(self.column_map) - set(STYLES[self.style][1]):
             raise ValueError(
                 f"column map keys {sorted(bad)} do not apply to style {self.style!r} "
                 f"(it reads {', '.join(STYLES[self.style][1])})"
@@ -99,7 +98,10 @@ class DatasetSpec:
 
     def builder_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the torchtune builder (everything but the tokenizer)."""
-        kw: dict[str, Any] = {"source": LOCAL_LOADERS[self.path.suffix.lower()] if self.is_local else self.source}
+        kw: dict[str, Any] = {
+            "source": LOCAL_LOADERS[self.path.suffix.lower()] if self.is_local else self.source,
+            "split": self.split,
+        }
         if self.is_local:
             kw["data_files"] = str(self.path)
         if self.name:
@@ -111,7 +113,6 @@ class DatasetSpec:
             kw["column"] = self.column("text")
         elif self.column_map:
             kw["column_map"] = {k: self.column(k) for k in STYLES[self.style][1]}
-        kw["split"] = self.split
         return kw
 
 
@@ -152,29 +153,25 @@ def read_rows(spec: DatasetSpec, limit: int | None = None) -> Rows:
 
 def _read_json(path: Path) -> tuple[list[dict[str, Any]], list[int | None]]:
     text = path.read_text(encoding="utf-8")
-    stripped = text.lstrip()
-    if stripped.startswith("["):  # one JSON array
+    if text.lstrip().startswith("["):  # one JSON array
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
             raise DataError(
                 str(path), [RowProblem(None, None, f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}")]
             ) from None
-        not_objects = [
+        if not_objects := [
             RowProblem(i, None, f"expected a JSON object, got {type(r).__name__}")
             for i, r in enumerate(data)
             if not isinstance(r, dict)
-        ]
-        if not_objects:
+        ]:
             raise DataError(str(path), not_objects[:20], len(not_objects))
         return data, [None] * len(data)
     rows: list[dict[str, Any]] = []
     lines: list[int | None] = []
     problems: list[RowProblem] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        row = len(rows) + len([p for p in problems])
+    numbered = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    for row, (lineno, line) in enumerate(numbered):
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
@@ -244,9 +241,7 @@ def _row_problems(spec: DatasetSpec, i: int, row: dict[str, Any], line: int | No
         return
     for key in wanted:
         col = spec.column(key)
-        value = row.get(col, "")
-        if value is None:
-            value = ""
+        value = "" if row.get(col) is None else row[col]
         if not isinstance(value, str):
             yield RowProblem(i, col, f"expected text, got {type(value).__name__}", line)
         elif not value.strip() and (spec.style, key) not in OPTIONAL_COLUMNS:
@@ -257,14 +252,13 @@ def _chat_problems(spec: DatasetSpec, i: int, row: dict[str, Any], line: int | N
     sharegpt = spec.style == "sharegpt"
     col = spec.column("conversations" if sharegpt else "messages")
     turns = row[col]
-    if isinstance(turns, str):
-        yield RowProblem(i, col, "is a string, expected a list of messages (is it JSON-encoded text?)", line)
-        return
     if not isinstance(turns, list) or not turns:
         yield RowProblem(
             i,
             col,
-            "empty conversation"
+            "is a string, expected a list of messages (is it JSON-encoded text?)"
+            if isinstance(turns, str)
+            else "empty conversation"
             if isinstance(turns, list)
             else f"expected a list of messages, got {type(turns).__name__}",
             line,
@@ -272,7 +266,7 @@ def _chat_problems(spec: DatasetSpec, i: int, row: dict[str, Any], line: int | N
         return
     role_key, text_key, roles = ("from", "value", SHAREGPT_ROLES) if sharegpt else ("role", "content", OPENAI_ROLES)
     other = ("openai", "role/content") if sharegpt else ("sharegpt", "from/value")
-    ok = True
+    found: list[RowProblem] = []
     for j, turn in enumerate(turns):
         where = f"{col}[{j}]"
         if not isinstance(turn, dict) or role_key not in turn or text_key not in turn:
@@ -282,26 +276,26 @@ def _chat_problems(spec: DatasetSpec, i: int, row: dict[str, Any], line: int | N
                 if isinstance(turn, dict) and set(other[1].split("/")) <= set(turn)
                 else ""
             )
-            yield RowProblem(i, where, f"expected keys '{role_key}' and '{text_key}', got {keys}{hint}", line)
-            ok = False
+            found.append(RowProblem(i, where, f"expected keys '{role_key}' and '{text_key}', got {keys}{hint}", line))
             continue
         if turn[role_key] not in roles:
-            yield RowProblem(
-                i,
-                f"{where}.{role_key}",
-                f"role {turn[role_key]!r} is not a {spec.style} role ({', '.join(roles)})",
-                line,
+            found.append(
+                RowProblem(
+                    i,
+                    f"{where}.{role_key}",
+                    f"role {turn[role_key]!r} is not a {spec.style} role ({', '.join(roles)})",
+                    line,
+                )
             )
-            ok = False
         content = turn[text_key]
         if (
             content is None
             or (isinstance(content, str) and not content.strip())
             or (isinstance(content, list) and not content)
         ):
-            yield RowProblem(i, f"{where}.{text_key}", "empty message", line)
-            ok = False
-    if ok:  # order rules, checked by torchtune's own transform + validator
+            found.append(RowProblem(i, f"{where}.{text_key}", "empty message", line))
+    yield from found
+    if not found:  # order rules, checked by torchtune's own transform + validator
         from torchtune.data import OpenAIToMessages, ShareGPTToMessages, validate_messages
 
         transform = (

@@ -145,14 +145,19 @@ def write_cc12m(pairs: Iterable[tuple[Any, str]], out_dir: str | Path, *, shard_
         key = f"{n:09d}"
         meta = {"key": key, "caption": caption, "width": img.width, "height": img.height}
         for ext, data in (("jpg", buf.getvalue()), ("txt", caption.encode()), ("json", json.dumps(meta).encode())):
-            info = tarfile.TarInfo(f"{key}.{ext}")
-            info.size = len(data)
             assert tar is not None  # opened for the first image above
-            tar.addfile(info, io.BytesIO(data))
+            add_to_tar(tar, f"{key}.{ext}", data)
     if tar is None:
         raise DataError(str(out), [RowProblem(None, None, "no (image, caption) pairs given")])
     tar.close()
     return out
+
+
+def add_to_tar(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    """Add ``data`` as file ``name`` (TarInfo's fixed defaults: mtime 0, mode 0644, uid/gid 0: same bytes each time)."""
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
 
 
 def check_cc12m(path: str | Path, *, output_size: int = 256, limit: int = 1000) -> LayoutReport:

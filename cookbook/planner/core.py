@@ -113,37 +113,30 @@ class Plan:
 
     def render(self) -> str:
         s = self.settings
-        lines = [
-            f"{self.recipe}: {self.model.name} on {self.nodes} x {self.gpus_per_node} {self.gpu.name}",
-            self.verdict(),
-            "",
-            f"{'memory per GPU':<22}{'GiB':>9}",
-        ]
-        lines += [f"  {name:<20}{gib:>9.2f}" for name, gib in self.memory.rows_gib()]
-        lines += [
-            f"  {'total (peak)':<20}{self.peak_gib:>9.2f}   (grads and activations never peak together)",
-            f"  {'GPU capacity':<20}{self.capacity_gib:>9.2f}",
-            "",
-        ]
         seq = (
             f"{tokens_per_sample(self.model, s)} tokens/image"
             if isinstance(self.model, FluxShape)
             else f"seq {s.seq_len}"
         )
-        lines.append(
+        lines = [
+            f"{self.recipe}: {self.model.name} on {self.nodes} x {self.gpus_per_node} {self.gpu.name}",
+            self.verdict(),
+            "",
+            f"{'memory per GPU':<22}{'GiB':>9}",
+            *(f"  {name:<20}{gib:>9.2f}" for name, gib in self.memory.rows_gib()),
+            f"  {'total (peak)':<20}{self.peak_gib:>9.2f}   (grads and activations never peak together)",
+            f"  {'GPU capacity':<20}{self.capacity_gib:>9.2f}",
+            "",
             f"settings: micro-batch {s.micro_batch}, {seq}, grad accum {s.grad_accum}, AC {s.checkpointing}"
             f"{', act. offload' if s.activation_offloading else ''}, TP {s.tp}"
             f"{f', HSDP shard {s.shard_group}' if s.shard_group else ''}"
             f"{f', LoRA rank {s.lora_rank}' if s.lora_rank else ''}"
             f"{', FSDP CPU offload' if s.fsdp_cpu_offload else ''}"
-            f"{', compile' if s.compile else ''}, {'fused' if s.fused_optimizer else 'foreach'} AdamW"
-        )
-        rate = self.tokens_per_s_per_gpu
-        lines.append(
-            f"throughput: {rate:,.1f} {self.unit}/s per GPU at {100 * self.mfu:.0f}% MFU "
-            f"({self.gpu.mfu_source}); {flops_per_sample(self.model, s) / 1e12:.2f} TFLOP per sample"
-        )
-        lines.append(f"step: {self.samples_per_step:,} samples, {self.step_time_s:.2f} s")
+            f"{', compile' if s.compile else ''}, {'fused' if s.fused_optimizer else 'foreach'} AdamW",
+            f"throughput: {self.tokens_per_s_per_gpu:,.1f} {self.unit}/s per GPU at {100 * self.mfu:.0f}% MFU "
+            f"({self.gpu.mfu_source}); {flops_per_sample(self.model, s) / 1e12:.2f} TFLOP per sample",
+            f"step: {self.samples_per_step:,} samples, {self.step_time_s:.2f} s",
+        ]
         if self.epoch_time_s is not None:
             lines.append(f"epoch: {self.epoch_time_s / 3600:.2f} h wall, {self.gpu_hours:,.0f} GPU-hours")
         lines += [f"note: {n}" for n in self.notes]
@@ -289,14 +282,13 @@ def suggest(
     gpn = gpus_per_node or defaults.gpus_per_node
     fixed = settings_overrides(settings)
     found: list[Suggestion] = []
-    node_counts = [n for n in (1, 2, 4, 8, 16, 32, 64, 128) if n <= max_nodes]
-    batches = (1, 2, 4, 8, 16, 32, 64, 128)
-    for nodes in node_counts:
+    powers = (1, 2, 4, 8, 16, 32, 64, 128)
+    for nodes in (n for n in powers if n <= max_nodes):
         for tp in (1, 2, 4, 8):
             if tp > gpn or gpn % tp or (tp > 1 and get_model(defaults.model).kind == "flux"):
                 continue
             for mode in CHECKPOINTING_MODES:
-                for mb in batches:
+                for mb in powers:
                     kw = {**fixed, "tp": tp, "checkpointing": mode, "micro_batch": mb}
                     if defaults.settings.shard_group and defaults.settings.shard_group > nodes * gpn:
                         kw["shard_group"] = 0

@@ -79,8 +79,7 @@ class Settings:
 
     def with_overrides(self, **overrides: object) -> Settings:
         names = {f.name for f in fields(self)}
-        unknown = sorted(set(overrides) - names)
-        if unknown:
+        if unknown := sorted(set(overrides) - names):
             raise ValueError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
         return replace(self, **overrides)  # type: ignore[arg-type]
 
@@ -123,8 +122,7 @@ class MemoryBreakdown:
         return self.live + self.overhead
 
     def rows_gib(self) -> list[tuple[str, float]]:
-        names = ("params", "grads", "optimizer", "activations", "loss", "buffers", "overhead")
-        return [(n, getattr(self, n) / GIB) for n in names]
+        return [(f.name, getattr(self, f.name) / GIB) for f in fields(self)]
 
 
 def tokens_per_sample(model: ModelShape | FluxShape, s: Settings) -> int:
@@ -215,15 +213,11 @@ def estimate_memory(model: ModelShape | FluxShape, s: Settings, world: int) -> M
 
 def flops_per_token(model: ModelShape | FluxShape, s: Settings) -> float:
     """Model training FLOPs per token: 6N (4N with LoRA: no weight gradients) plus attention 12*L*h*s."""
-    tokens = tokens_per_sample(model, s)
     if isinstance(model, FluxShape):
-        n = model.per_token_params
-        attention = 12 * model.layers * model.hidden * tokens
+        n, width = model.per_token_params, model.hidden
     else:
-        n = model.non_embedding_active_params
-        attention = 12 * model.layers * model.heads * model.head_dim * tokens
-    dense = (4 if s.lora_rank > 0 else 6) * n
-    return dense + attention
+        n, width = model.non_embedding_active_params, model.heads * model.head_dim
+    return (4 if s.lora_rank > 0 else 6) * n + 12 * model.layers * width * tokens_per_sample(model, s)
 
 
 def flops_per_sample(model: ModelShape | FluxShape, s: Settings) -> float:

@@ -232,11 +232,5 @@ def shape_from_config(config: Mapping[str, Any], name: str = "custom") -> ModelS
 
 def count_parameters(module: Any, trainable_only: bool = False) -> int:
     """Exact parameter count of an ``nn.Module`` (shared tensors counted once)."""
-    seen: set[int] = set()
-    total = 0
-    for p in module.parameters():
-        if id(p) in seen or (trainable_only and not p.requires_grad):
-            continue
-        seen.add(id(p))
-        total += p.numel()
-    return total
+    unique = {id(p): p for p in module.parameters() if p.requires_grad or not trainable_only}
+    return sum(p.numel() for p in unique.values())

@@ -59,22 +59,17 @@ _BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False,
 def _coerce(field: str, value: Any) -> Any:
     """Turn a config value (often a string from the command line) into the Settings field's type."""
     default = getattr(Settings(), field)
+    text = str(value).lower()  # a bool too: "true" / "false"
     if field == "checkpointing":
-        text = str(value).lower()
-        if text in _BOOL_WORDS:
-            return "full" if _BOOL_WORDS[text] else "none"
-        return text
-    if field == "reshard_after_forward" and str(value).lower() in ("always", "never", "default"):
-        return str(value).lower() != "never"
+        return ("full" if _BOOL_WORDS[text] else "none") if text in _BOOL_WORDS else text
+    if field == "reshard_after_forward" and text in ("always", "never", "default"):
+        return text != "never"
     if isinstance(default, bool):
-        if isinstance(value, bool):
-            return value
-        text = str(value).lower()
         if text not in _BOOL_WORDS:
             raise ValueError(f"{field}: expected true/false, got {value!r}")
         return _BOOL_WORDS[text]
     if isinstance(default, int):
-        if str(value).lower() in ("none", "null", "-1") and field == "tp":
+        if text in ("none", "null", "-1") and field == "tp":
             return 1
         try:
             number = float(value)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from cookbook.profiling.trace import open_binary
+
 _ITER_RE = re.compile(r"iteration_(\d+)$")
 _DIST_RANK_RE = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}\[\]]*?"rank"\s*:\s*(\d+)')
 _WORLD_RE = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}\[\]]*?"world_size"\s*:\s*(\d+)')
@@ -41,17 +43,13 @@ class TraceFile:
         return f"{rank}_{it}.pt.trace.json.gz"
 
 
-def _open(path: Path):
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-
-
 def trace_rank(path: Path) -> tuple[int | None, int | None]:
     """``(rank, world_size)`` from the trace's own ``distributedInfo`` (None if not distributed)."""
-    with _open(path) as f:
+    with open_binary(path) as f:
         head = f.read(_HEAD_BYTES)
     rank, world = _DIST_RANK_RE.search(head), _WORLD_RE.search(head)
     if rank is None:  # unusual layout: parse it all
-        with _open(path) as f:
+        with open_binary(path) as f:
             info = json.load(f).get("distributedInfo") or {}
         return info.get("rank"), info.get("world_size")
     return int(rank.group(1)), int(world.group(1)) if world else None
@@ -59,7 +57,7 @@ def trace_rank(path: Path) -> tuple[int | None, int | None]:
 
 def _has_steps(path: Path) -> bool:
     needle, tail = b'"ProfilerStep#', b""
-    with _open(path) as f:
+    with open_binary(path) as f:
         while chunk := f.read(1 << 20):
             if needle in tail + chunk:
                 return True

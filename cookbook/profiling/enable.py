@@ -47,5 +47,4 @@ def schedule(*, steps: int = 3, warmup: int = 1, start_step: int = 3) -> Profile
         raise ValueError(f"steps must be >= 1 (got {steps})")
     if warmup < 0:
         raise ValueError(f"warmup must be >= 0 (got {warmup})")
-    wait = max(0, start_step - 1 - warmup)
-    return ProfileSchedule(wait=wait, warmup=warmup, active=steps)
+    return ProfileSchedule(wait=max(0, start_step - 1 - warmup), warmup=warmup, active=steps)

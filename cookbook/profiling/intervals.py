@@ -38,8 +38,6 @@ def clip(iv: np.ndarray, lo: float, hi: float) -> np.ndarray:
 def subtract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Time in ``a`` that is not in ``b``."""
     a, b = union(a), union(b)
-    if len(a) == 0 or len(b) == 0:
-        return a
     out, j = [], 0
     for start, end in a:
         cur = start

@@ -159,8 +159,12 @@ class RunSummary:
         pr = self.per_rank.copy()
         for c in ("compute_share", "comm_share", "idle_share"):
             pr[c] = (100 * pr[c]).round(1).astype(str) + "%"
-        lines = ["Per rank (mean over profiled steps):", pr.round(2).to_string(index=False), ""]
-        lines.append(f"Slowest rank: {self.slowest_rank}")
+        lines = [
+            "Per rank (mean over profiled steps):",
+            pr.round(2).to_string(index=False),
+            "",
+            f"Slowest rank: {self.slowest_rank}",
+        ]
         if self.straggler_rank is not None:
             lines.append(f"Least waiting on communication (others wait for it): rank {self.straggler_rank}")
         lines += ["", f"Top operators by self time (rank {self.slowest_rank}):", _table(self.top_ops)]
@@ -239,13 +243,15 @@ def plot_summary(summary: RunSummary) -> Figure:
     ax2.set(title="Share of step time", xlabel="%", xlim=(0, 100))
     ax2.invert_yaxis()
     ax2.legend(fontsize="small", loc="lower right")
-    top = summary.top_kernels if not summary.top_kernels.empty else summary.top_ops
-    col = "total_ms" if not summary.top_kernels.empty else "self_ms"
+    top, col, what = (
+        (summary.top_kernels, "total_ms", "GPU kernels")
+        if not summary.top_kernels.empty
+        else (summary.top_ops, "self_ms", "operators by self time")
+    )
     top = top.head(10).iloc[::-1]
     ypos = np.arange(len(top))  # positions, not names: two long names may shorten alike
     ax3.barh(ypos, top[col], color="tab:blue")
     ax3.set_yticks(ypos, [n if len(n) <= 40 else n[:37] + "..." for n in top["name"]])
-    what = "GPU kernels" if not summary.top_kernels.empty else "operators by self time"
     ax3.set(title=f"Top {what} (rank {summary.slowest_rank})", xlabel="ms (all profiled steps)")
     ax3.tick_params(axis="y", labelsize=7)
     return fig

@@ -8,6 +8,7 @@ GPU work is ``kernel``, ``gpu_memcpy``, ``gpu_memset`` (on ``pid`` = device, ``t
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,10 +50,8 @@ class Trace:
     def step_events(self) -> pd.DataFrame:
         """The host-side ``ProfilerStep#N`` spans (one per profiled step)."""
         ev = self.events
-        sel = ev[
-            ev["name"].str.startswith(STEP_PREFIX) & ~ev["cat"].isin(GPU_CATS) & (ev["cat"] != "gpu_user_annotation")
-        ]
-        return sel.sort_values("ts")
+        host = ~ev["cat"].isin(GPU_CATS) & (ev["cat"] != "gpu_user_annotation")
+        return ev[ev["name"].str.startswith(STEP_PREFIX) & host].sort_values("ts")
 
     @property
     def main_thread(self) -> tuple[Any, Any] | None:
@@ -62,12 +61,6 @@ class Trace:
             return None
         row = steps.iloc[0]
         return row["pid"], row["tid"]
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return json.load(f)
 
 
 def trace_from_dict(data: dict[str, Any], path: Path | None = None) -> Trace:
@@ -83,11 +76,17 @@ def trace_from_dict(data: dict[str, Any], path: Path | None = None) -> Trace:
     return Trace(events=events, meta=meta, path=path)
 
 
+def open_binary(path: Path) -> io.BufferedIOBase:
+    """A trace file opened for reading bytes, gunzipped when it ends in ``.gz``."""
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
 def load_trace(path: str | Path) -> Trace:
     """Read a trace file (gzipped or not)."""
     path = Path(path)
     try:
-        data = _read_json(path)
+        with open_binary(path) as f:
+            data = json.load(f)
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not a readable profiler trace ({e})") from e
     if "traceEvents" not in data:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from pathlib import Path
 
 from cookbook import sockethttp
 from cookbook.secure_files import private_dir
-from cookbook.sockethttp import free_port, socket_tunnel_command, ssh_tunnel_command
+from cookbook.sockethttp import free_port, socket_tunnel_command, ssh_tunnel_command, stop_server
 
 PERFETTO_URL = "https://ui.perfetto.dev"
 OPEN_TO_ALL_USERS = (
@@ -50,25 +49,12 @@ class TensorBoardHandle:
     sock: Path | None = None
     private: Path | None = None
 
-    @property
-    def url(self) -> str:
-        """Where the browser opens it: through the tunnel, ``localhost:6006`` in socket mode."""
-        return f"http://localhost:{self.port or 6006}/"
-
     def get(self, path: str = "/", timeout: float = 5) -> tuple[int, bytes]:
         """``GET path`` on the server: (status, body)."""
         return sockethttp.get(path, sock=self.sock, port=self.port, host=self.host, timeout=timeout)
 
     def stop(self, timeout: float = 10) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self.private is not None:
-            shutil.rmtree(self.private, ignore_errors=True)
+        stop_server(self.process, self.private, timeout)
 
     def __enter__(self) -> TensorBoardHandle:
         return self

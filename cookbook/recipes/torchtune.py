@@ -24,11 +24,9 @@ from cookbook.versions import requirement, tested_version
 _CONFIGS = Path(__file__).parent / "configs"
 _TRAINING = Path(__file__).resolve().parent.parent / "training"
 # the recipe subclass that saves on preemption and resumes mid-epoch, shipped beside the scripts (run as a module:
-# `tune run ... cookbook_tune RECIPE --config ...`), and the stop protocol it imports
+# `tune run ... cookbook_tune RECIPE --config ...`; the stop protocol it imports is shipped by render_job)
 SUBCLASS_MODULE = "cookbook_tune"
 SUBCLASS_FILE = _TRAINING / f"{SUBCLASS_MODULE}.py"
-PREEMPTION_MODULE = "cookbook_preemption"
-PREEMPTION_FILE = _TRAINING / "preemption.py"
 # omegaconf is imported inside the functions that use it, for start-up speed (`cookbook --help`, `recipes`)
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -392,7 +390,6 @@ class TorchtuneRecipe(Recipe):
         return {
             self.config_file(spec): header + OmegaConf.to_yaml(self.config(spec)),
             f"{SUBCLASS_MODULE}.py": SUBCLASS_FILE.read_text(),
-            f"{PREEMPTION_MODULE}.py": PREEMPTION_FILE.read_text(),
         }
 
     def command(self, spec: JobSpec) -> Launch:

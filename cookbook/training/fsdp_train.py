@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import functools
 import hashlib
 import json
 import logging
@@ -155,8 +156,23 @@ def model_config(shape: ModelShape, seq_len: int) -> PretrainedConfig:
     """The transformers config for a shape (no download: everything comes from the table)."""
     from transformers import LlamaConfig, MistralConfig, MixtralConfig
 
-    cfg: PretrainedConfig
-    common: dict[str, Any] = dict(
+    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": shape.rope_theta}
+    if shape.llama3_rope:
+        rope.update(
+            rope_type="llama3",
+            factor=shape.rope_factor,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=8192,
+        )
+    moe = dict(num_local_experts=shape.experts, num_experts_per_tok=shape.experts_per_token, output_router_logits=False)
+    families: dict[str, tuple[Any, dict[str, Any]]] = {
+        "llama": (LlamaConfig, {}),
+        "mistral": (MistralConfig, {"sliding_window": None}),
+        "mixtral": (MixtralConfig, {"sliding_window": None, **moe}),
+    }
+    config_class, family = families[shape.family]
+    cfg: PretrainedConfig = config_class(
         vocab_size=shape.vocab,
         hidden_size=shape.hidden,
         intermediate_size=shape.intermediate,
@@ -168,34 +184,9 @@ def model_config(shape: ModelShape, seq_len: int) -> PretrainedConfig:
         initializer_range=0.02,
         tie_word_embeddings=shape.tie_embeddings,
         use_cache=False,
+        rope_parameters=rope,
+        **family,
     )
-    if shape.family == "llama":
-        rope: dict[str, Any] = {"rope_type": "default", "rope_theta": shape.rope_theta}
-        if shape.llama3_rope:
-            rope = {
-                "rope_type": "llama3",
-                "rope_theta": shape.rope_theta,
-                "factor": shape.rope_factor,
-                "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 8192,
-            }
-        cfg = LlamaConfig(**common, rope_parameters=rope)
-    elif shape.family == "mistral":
-        cfg = MistralConfig(
-            **common, rope_parameters={"rope_type": "default", "rope_theta": shape.rope_theta}, sliding_window=None
-        )
-    elif shape.family == "mixtral":
-        cfg = MixtralConfig(
-            **common,
-            rope_parameters={"rope_type": "default", "rope_theta": shape.rope_theta},
-            num_local_experts=shape.experts,
-            num_experts_per_tok=shape.experts_per_token,
-            sliding_window=None,
-            output_router_logits=False,
-        )
-    else:
-        raise ValueError(f"unknown model family {shape.family!r}")
     cfg._attn_implementation = "sdpa"
     return cfg
 
@@ -270,15 +261,13 @@ def local_data_files(path: Path, split: str, config: str | None) -> tuple[str, l
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     kinds: dict[str, list[str]] = {}
     for f in files:
-        name = f.name[:-3] if f.name.endswith(".gz") else f.name
-        kind = _DATA_SUFFIXES.get(Path(name).suffix)
+        kind = _DATA_SUFFIXES.get(Path(f.name.removesuffix(".gz")).suffix)
         if kind and not f.name.startswith("."):
             kinds.setdefault(kind, []).append(str(f))
     if len(kinds) != 1:
-        found = ", ".join(kinds) or "none"
         raise SystemExit(
             f"dataset folder {path}: need files of one kind (.json/.jsonl/.txt/.parquet, "
-            f"optionally .gz); found kinds: {found}"
+            f"optionally .gz); found kinds: {', '.join(kinds) or 'none'}"
         )
     kind, names = next(iter(kinds.items()))
     if any(split in Path(n).name for n in names):  # C4 layout: c4-train.*.json.gz next to c4-validation.*
@@ -376,12 +365,9 @@ COMPLETE = "COMPLETE"
 
 def complete_checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
     """``(step, folder)`` of every complete ``step-N`` checkpoint, oldest first."""
-    found = []
-    if ckpt_dir.is_dir():
-        for p in ckpt_dir.iterdir():
-            if p.is_dir() and p.name.startswith("step-") and p.name[5:].isdigit() and (p / COMPLETE).is_file():
-                found.append((int(p.name[5:]), p))
-    return sorted(found)
+    return sorted(
+        (int(p.name[5:]), p) for p in ckpt_dir.glob("step-*") if p.name[5:].isdigit() and (p / COMPLETE).is_file()
+    )
 
 
 def latest_checkpoint(ckpt_dir: Path) -> Path | None:
@@ -479,10 +465,9 @@ def load_checkpoint(path: Path, state: TrainState, rank: int, world_size: int) -
 
 def clean_partial_checkpoints(ckpt_dir: Path) -> None:
     """Remove temporary folders a killed run left behind (rank 0 only)."""
-    if ckpt_dir.is_dir():
-        for p in ckpt_dir.glob(".step-*.tmp"):
-            log.info("removing incomplete checkpoint %s", p)
-            shutil.rmtree(p, ignore_errors=True)
+    for p in ckpt_dir.glob(".step-*.tmp"):
+        log.info("removing incomplete checkpoint %s", p)
+        shutil.rmtree(p, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------- throughput
@@ -515,14 +500,9 @@ def peak_tflops(device_name: str) -> float | None:
 
 def flops_per_token(model: torch.nn.Module, shape: ModelShape, seq_len: int) -> float:
     """Training FLOPs per token: 6 x active non-embedding parameters + attention (12 L h s)."""
-    dense = experts = 0
-    for name, p in model.named_parameters():
-        if "embed_tokens" in name:
-            continue
-        if ".experts." in name:
-            experts += p.numel()
-        else:
-            dense += p.numel()
+    sizes = [(name, p.numel()) for name, p in model.named_parameters() if "embed_tokens" not in name]
+    experts = sum(n for name, n in sizes if ".experts." in name)
+    dense = sum(n for _, n in sizes) - experts
     active = dense + (experts * shape.experts_per_token / shape.experts if shape.experts else 0)
     return 6.0 * active + 12.0 * shape.layers * shape.hidden * seq_len
 
@@ -607,41 +587,49 @@ def init_weights(model: torch.nn.Module, std: float, seed: int, rank: int) -> No
 # --------------------------------------------------------------------------------------------- main
 
 
+# The script's options: (flag, type, default, help). --model and --backend also take their choices.
+OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
+    ("--model", str, "llama3_1_8b", "shape from the table"),
+    ("--seq_len", int, None, "tokens per sample (default: the shape's context)"),
+    ("--tokenizer", str, None, "hub id or folder (default: the model's own tokenizer)"),
+    ("--allow_vocab_mismatch", int, 0, "1: accept a smaller foreign tokenizer"),
+    ("--dataset", str, "allenai/c4", "hub dataset (streamed) or a local file/folder"),
+    ("--dataset_config", str, "en", "hub config name (C4: en)"),
+    ("--dataset_split", str, "train", ""),
+    ("--text_field", str, "text", ""),
+    ("--shuffle_buffer", int, 1000, "documents in each rank's shuffle buffer"),
+    ("--train_batch_size", int, 1, "samples per rank per step"),
+    ("--max_steps", int, 100, "optimizer steps; training ends there"),
+    ("--lr", float, 1e-4, ""),
+    ("--min_lr", float, 1e-5, ""),
+    ("--warmup_steps", int, 10, ""),
+    ("--weight_decay", float, 0.2, ""),
+    ("--beta1", float, 0.9, ""),
+    ("--beta2", float, 0.95, ""),
+    ("--grad_clip", float, 1.0, ""),
+    ("--seed", int, 42, ""),
+    ("--bf16", int, None, "bf16 mixed precision (default: 1 on GPU, 0 on CPU)"),
+    ("--activation_checkpointing", int, 0, ""),
+    ("--checkpoint_dir", str, "./checkpoints", "step-N/ folders; resumes from the newest"),
+    ("--checkpoint_freq", int, 50, "save every N steps (and at the end)"),
+    ("--keep_checkpoints", int, 2, "complete checkpoints kept (0: all)"),
+    ("--resume", int, 1, "1: resume from the newest complete checkpoint"),
+    ("--logging_freq", int, 1, ""),
+    ("--backend", str, "auto", ""),
+    ("--peak_tflops", float, None, "GPU bf16 peak for MFU if not in the table"),
+    ("--throttle_seconds", float, 0.0, "sleep after each step (demos, tests)"),
+    ("--profile_steps", int, 0, "steps the PyTorch profiler traces (0: off)"),
+    ("--profile_warmup", int, 1, "profiler warm-up steps before the traced ones"),
+    ("--profile_start_step", int, 3, "first traced step (1-based)"),
+    ("--profile_dir", str, "./profiling/traces", "iteration_N/rank<R>_trace.json.gz go here"),
+)
+CHOICES = {"--model": sorted(SHAPES), "--backend": ["auto", "nccl", "gloo"]}
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", default="llama3_1_8b", choices=sorted(SHAPES), help="shape from the table")
-    p.add_argument("--seq_len", type=int, default=None, help="tokens per sample (default: the shape's context)")
-    p.add_argument("--tokenizer", default=None, help="hub id or folder (default: the model's own tokenizer)")
-    p.add_argument("--allow_vocab_mismatch", type=int, default=0, help="1: accept a smaller foreign tokenizer")
-    p.add_argument("--dataset", default="allenai/c4", help="hub dataset (streamed) or a local file/folder")
-    p.add_argument("--dataset_config", default="en", help="hub config name (C4: en)")
-    p.add_argument("--dataset_split", default="train")
-    p.add_argument("--text_field", default="text")
-    p.add_argument("--shuffle_buffer", type=int, default=1000, help="documents in each rank's shuffle buffer")
-    p.add_argument("--train_batch_size", type=int, default=1, help="samples per rank per step")
-    p.add_argument("--max_steps", type=int, default=100, help="optimizer steps; training ends there")
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--min_lr", type=float, default=1e-5)
-    p.add_argument("--warmup_steps", type=int, default=10)
-    p.add_argument("--weight_decay", type=float, default=0.2)
-    p.add_argument("--beta1", type=float, default=0.9)
-    p.add_argument("--beta2", type=float, default=0.95)
-    p.add_argument("--grad_clip", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--bf16", type=int, default=None, help="bf16 mixed precision (default: 1 on GPU, 0 on CPU)")
-    p.add_argument("--activation_checkpointing", type=int, default=0)
-    p.add_argument("--checkpoint_dir", default="./checkpoints", help="step-N/ folders; resumes from the newest")
-    p.add_argument("--checkpoint_freq", type=int, default=50, help="save every N steps (and at the end)")
-    p.add_argument("--keep_checkpoints", type=int, default=2, help="complete checkpoints kept (0: all)")
-    p.add_argument("--resume", type=int, default=1, help="1: resume from the newest complete checkpoint")
-    p.add_argument("--logging_freq", type=int, default=1)
-    p.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"])
-    p.add_argument("--peak_tflops", type=float, default=None, help="GPU bf16 peak for MFU if not in the table")
-    p.add_argument("--throttle_seconds", type=float, default=0.0, help="sleep after each step (demos, tests)")
-    p.add_argument("--profile_steps", type=int, default=0, help="steps the PyTorch profiler traces (0: off)")
-    p.add_argument("--profile_warmup", type=int, default=1, help="profiler warm-up steps before the traced ones")
-    p.add_argument("--profile_start_step", type=int, default=3, help="first traced step (1-based)")
-    p.add_argument("--profile_dir", default="./profiling/traces", help="iteration_N/rank<R>_trace.json.gz go here")
+    for flag, kind, default, help_text in OPTIONS:
+        p.add_argument(flag, type=kind, default=default, help=help_text or None, choices=CHOICES.get(flag))
     return p
 
 
@@ -655,13 +643,12 @@ def setup_distributed(backend: str) -> tuple[int, int, int, torch.device]:
     rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
+    device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
-        device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device, timeout=datetime.timedelta(minutes=30))
-    else:
-        device = torch.device("cpu")
-        dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=30))
+    dist.init_process_group(
+        backend, device_id=device if backend == "nccl" else None, timeout=datetime.timedelta(minutes=30)
+    )
     return rank, local_rank, world, device
 
 
@@ -749,24 +736,24 @@ def train(args: argparse.Namespace) -> int:
     data_state = None
     latest = latest_checkpoint(ckpt_dir) if args.resume else None
     if latest is not None:
-        data_state = load_checkpoint(latest, state, rank, world)
+        # None when the world size changed: the data stream restarts at an epoch of its own
+        data_state = load_checkpoint(latest, state, rank, world) or {
+            "epoch": 1_000_000 + state.step,
+            "docs": 0,
+            "carry": [],
+        }
         log.info("Resumed from checkpoint %s (step %d)", latest, state.step)
-        if data_state is None:
-            data_state = {"epoch": 1_000_000 + state.step, "docs": 0, "carry": []}
-
-    def documents(epoch: int) -> Iterator[str]:
-        return rank_documents(
-            args.dataset,
-            args.dataset_config,
-            args.dataset_split,
-            args.text_field,
-            rank,
-            world,
-            args.seed,
-            epoch,
-            args.shuffle_buffer,
-        )
-
+    documents = functools.partial(
+        rank_documents,
+        args.dataset,
+        args.dataset_config,
+        args.dataset_split,
+        args.text_field,
+        rank,
+        world,
+        args.seed,
+        shuffle_buffer=args.shuffle_buffer,
+    )
     data = PackedBatches(documents, encode, args.train_batch_size, seq_len, data_state)
     fpt = flops_per_token(model, shape, seq_len)
     peak = args.peak_tflops or (peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
@@ -784,98 +771,60 @@ def train(args: argparse.Namespace) -> int:
     )
 
     profiler = make_profiler(args, rank, state.step + 1)
+    start = state.step
     stop = stop_request()
+    stopped = False
     with profiler if profiler is not None else contextlib.nullcontext():
-        stopped = _train_steps(
-            args,
-            state,
-            data,
-            model,
-            optimizer,
-            scheduler,
-            device,
-            rank,
-            world,
-            seq_len,
-            bf16,
-            fpt,
-            peak,
-            ckpt_dir,
-            profiler,
-            stop,
-        )
+        while state.step < args.max_steps:
+            t0 = time.perf_counter()
+            batch = data.next_batch()
+            if state.step == start:  # every rank: shows each rank trains on its own data (and where it resumed)
+                print(
+                    f"rank {rank} first batch sha256 {batch_digest(batch)} at step {state.step + 1} "
+                    f"(epoch {data.epoch}, document {data.docs})",
+                    flush=True,
+                )
+            batch = batch.to(device, non_blocking=True)
+            inputs, labels = batch[:, :-1], batch[:, 1:]
+            logits = model(input_ids=inputs, use_cache=False).logits
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+            lr = float(scheduler.get_last_lr()[0])
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            state.step += 1
+            if state.step % args.logging_freq == 0 or state.step == args.max_steps:
+                total = loss.detach().float().clone()
+                dist.all_reduce(total)  # SUM (gloo has no AVG)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                dt = time.perf_counter() - t0
+                tps = args.train_batch_size * seq_len / dt
+                mfu = 100.0 * tps * fpt / (peak * 1e12) if peak and bf16 else None
+                log.info(
+                    format_step(state.step, total.item() / world, args.train_batch_size * world / dt, lr, tps, mfu)
+                )
+            path = None
+            if state.step % args.checkpoint_freq == 0 or state.step == args.max_steps:
+                path = save_checkpoint(ckpt_dir, state, data.state_dict(), rank, world, args.keep_checkpoints)
+                log.info("Saved checkpoint %s", path)
+            if profiler is not None:
+                profiler.step()
+            # a step boundary: every rank asks (a collective), so all save at the same step or none does
+            if state.step < args.max_steps and stop.should_stop():
+                if path is None:
+                    path = save_checkpoint(ckpt_dir, state, data.state_dict(), rank, world, args.keep_checkpoints)
+                stop.saved(state.step, str(path))
+                stopped = True
+                break
+            if args.throttle_seconds:
+                time.sleep(args.throttle_seconds)
     log.info("%s at step %d", "Stopped for preemption" if stopped else "Training finished", state.step)
     dist.barrier()
     dist.destroy_process_group()
     return 0
-
-
-def _train_steps(
-    args: argparse.Namespace,
-    state: TrainState,
-    data: PackedBatches,
-    model,
-    optimizer,
-    scheduler,
-    device: torch.device,
-    rank: int,
-    world: int,
-    seq_len: int,
-    bf16: bool,
-    fpt: float,
-    peak: float | None,
-    ckpt_dir: Path,
-    profiler,
-    stop,
-) -> bool:
-    """The training loop, from the current step to ``--max_steps``; True when it stopped early on a stop
-    request, after saving a complete checkpoint at that step."""
-    first = True
-    while state.step < args.max_steps:
-        t0 = time.perf_counter()
-        batch = data.next_batch()
-        if first:  # every rank: shows each rank trains on its own data (and where it resumed)
-            print(
-                f"rank {rank} first batch sha256 {batch_digest(batch)} at step {state.step + 1} "
-                f"(epoch {data.epoch}, document {data.docs})",
-                flush=True,
-            )
-            first = False
-        batch = batch.to(device, non_blocking=True)
-        inputs, labels = batch[:, :-1], batch[:, 1:]
-        logits = model(input_ids=inputs, use_cache=False).logits
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-        lr = scheduler.get_last_lr()[0]
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        state.step += 1
-        if state.step % args.logging_freq == 0 or state.step == args.max_steps:
-            total = loss.detach().float().clone()
-            dist.all_reduce(total)  # SUM (gloo has no AVG)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            dt = time.perf_counter() - t0
-            tps = args.train_batch_size * seq_len / dt
-            mfu = 100.0 * tps * fpt / (peak * 1e12) if peak and bf16 else None
-            log.info(format_step(state.step, total.item() / world, args.train_batch_size * world / dt, lr, tps, mfu))
-        path = None
-        if state.step % args.checkpoint_freq == 0 or state.step == args.max_steps:
-            path = save_checkpoint(ckpt_dir, state, data.state_dict(), rank, world, args.keep_checkpoints)
-            log.info("Saved checkpoint %s", path)
-        if profiler is not None:
-            profiler.step()
-        # a step boundary: every rank asks (a collective), so all save at the same step or none does
-        if state.step < args.max_steps and stop.should_stop():
-            if path is None:
-                path = save_checkpoint(ckpt_dir, state, data.state_dict(), rank, world, args.keep_checkpoints)
-            stop.saved(state.step, str(path))
-            return True
-        if args.throttle_seconds:
-            time.sleep(args.throttle_seconds)
-    return False
 
 
 def stop_request() -> Any:

@@ -17,15 +17,11 @@ from typing import Any
 import ipywidgets as W
 
 from cookbook.planner import GPUS, job_fit_warning
+from cookbook.recipes import list_recipes
+from cookbook.render import render_job, validate
 from cookbook.spec import PROFILES, JobSpec, SpecError, parse_overrides, profile_defaults
 from cookbook.walkthrough import Job, NotebookStop, check_job, job_spec, submit
 from cookbook.widgets.monitor import JobMonitor
-
-
-def _recipe_names() -> list[str]:
-    from cookbook.recipes import list_recipes
-
-    return [r.name for r in list_recipes()]
 
 
 class JobBuilder:
@@ -51,7 +47,9 @@ class JobBuilder:
         self.run_root, self.on_submit = Path(run_root), on_submit
         self.job: Job | None = None
         self.monitor: JobMonitor | None = None
-        self.recipe = W.Dropdown(options=_recipe_names(), value=recipe, description="recipe", style=style, layout=lay)
+        self.recipe = W.Dropdown(
+            options=[r.name for r in list_recipes()], value=recipe, description="recipe", style=style, layout=lay
+        )
         self.profile = W.Dropdown(options=list(PROFILES), value=profile, description="profile", style=style, layout=lay)
         self.nodes = W.BoundedIntText(value=nodes, min=0, max=4096, description="nodes", style=style, layout=lay)
         gpus = gpus_per_node if gpus_per_node is not None else defaults["gpus_per_node"]
@@ -87,9 +85,14 @@ class JobBuilder:
         fields += [self.container, self.overrides]
         for w in fields:
             w.observe(lambda _c: self.validate(), names="value")
-        form = W.VBox(fields)
         self.widget = W.VBox(
-            [form, self.status, W.HBox([self.render_button, self.submit_button]), self.script, self.monitor_box]
+            [
+                W.VBox(fields),
+                self.status,
+                W.HBox([self.render_button, self.submit_button]),
+                self.script,
+                self.monitor_box,
+            ]
         )
         self.widget.add_class("cookbook-job-builder")
         self.status.add_class("cookbook-builder-status")
@@ -112,8 +115,6 @@ class JobBuilder:
 
     def problems(self) -> list[str]:
         """Every problem the recipe engine finds with the form's job ([] when it can be submitted)."""
-        from cookbook.render import validate
-
         try:
             validate(self.spec())
         except SpecError as e:
@@ -137,15 +138,11 @@ class JobBuilder:
             )
         else:
             status = "<div style='color:#2e7d32' data-valid='yes'><b>valid</b>: ready to render and submit</div>"
-            warning = self.fit_warning()
-            if warning:
+            if warning := self.fit_warning():
                 status += f"<div style='color:#e65100' data-fit='no'><b>warning</b>: {html.escape(warning)}</div>"
-        self._set_status(status)
+        self.status.value = status
         self.submit_button.disabled = bool(problems)
         return problems
-
-    def _set_status(self, value: str) -> None:
-        self.status.value = value
 
     def _profile_changed(self, change: dict) -> None:
         new, old = profile_defaults(change["new"]), profile_defaults(change["old"])
@@ -156,8 +153,6 @@ class JobBuilder:
     # ------------------------------------------------------------------ actions
     def render(self) -> str | None:
         """Show the sbatch script the job renders to (or its problems)."""
-        from cookbook.render import render_job
-
         try:
             text = render_job(self.spec()).script
         except SpecError:
@@ -174,10 +169,10 @@ class JobBuilder:
             report = check_job(spec, gpu=self.gpu.value)
             job = submit(spec, self.run_root)
         except (NotebookStop, SpecError) as e:
-            self._set_status(f"<div style='color:#c62828' data-valid='no'><pre>{html.escape(str(e))}</pre></div>")
+            self.status.value = f"<div style='color:#c62828' data-valid='no'><pre>{html.escape(str(e))}</pre></div>"
             return None
         self.job = job
-        self._set_status(
+        self.status.value = (
             f"<div style='color:#2e7d32'>submitted job <b data-job-id='{job.job_id}'>{job.job_id}</b>"
             f" ({html.escape(str(report).splitlines()[-1])}); script {html.escape(str(job.script))}</div>"
         )

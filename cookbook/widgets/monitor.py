@@ -12,12 +12,11 @@ import io
 import threading
 import warnings
 from pathlib import Path
-from typing import Any
 
 import ipywidgets as W
 import pandas as pd
 
-from cookbook.metrics import LogFollower, eta
+from cookbook.metrics import LogFollower, diagnose, eta
 from cookbook.slurm.client import JobInfo, SlurmError
 from cookbook.walkthrough import Job, merge_metrics, progress_line, tail_text
 
@@ -136,8 +135,6 @@ class JobMonitor:
         self.progress_text.value = progress_line(df, None if self.info and self.info.done else eta(df))
 
     def _show_diagnosis(self) -> None:
-        from cookbook.metrics import diagnose
-
         found = diagnose(self.log) if self.log.exists() else []
         if not found:
             self.diagnosis.value = ""
@@ -189,8 +186,3 @@ class JobMonitor:
 
     def __repr__(self) -> str:
         return f"JobMonitor({self.job or self.log})"
-
-
-def monitor(job: Job | None = None, log: str | Path | None = None, **kw: Any) -> JobMonitor:
-    """A started :class:`JobMonitor`."""
-    return JobMonitor(job, log, **kw).start()

@@ -22,15 +22,8 @@ def _source_version() -> str:
     import hashlib
 
     here = Path(__file__).parent
-    digest = hashlib.sha256()
-    for source in (
-        here / "tiny.py",
-        here / "tiny_llama.py",
-        here / "tiny_text.py",
-        here / "tiny_flux.py",
-        here.parents[1] / "data" / "titan.py",
-    ):
-        digest.update(source.read_bytes())
+    sources = ("tiny.py", "tiny_llama.py", "tiny_text.py", "tiny_flux.py", "../../data/titan.py")
+    digest = hashlib.sha256(b"".join((here / name).read_bytes() for name in sources))
     return f"tiny-assets-{digest.hexdigest()[:12]}"
 
 
@@ -38,69 +31,36 @@ ASSETS_VERSION = _source_version()
 MARKER = "VERSION"
 
 
+class _Under:
+    """A path under :attr:`TinyAssets.root`."""
+
+    def __init__(self, *parts: str) -> None:
+        self.parts = parts
+
+    def __get__(self, assets: TinyAssets, owner: type) -> Path:
+        return assets.root.joinpath(*self.parts)
+
+
 @dataclass(frozen=True)
 class TinyAssets:
     root: Path
 
-    @property
-    def llama_dir(self) -> Path:  # HF layout: config.json, *.safetensors, index, original_repo_id.json
-        return self.root / "llama3"
-
-    @property
-    def tokenizer_model(self) -> Path:  # tiktoken BPE file, as in meta-llama repos
-        return self.llama_dir / "original" / "tokenizer.model"
-
-    @property
-    def special_tokens(self) -> Path:  # JSON with "added_tokens" (torchtune special_tokens_path)
-        return self.llama_dir / "tokenizer.json"  # a full HF tokenizer.json: torchtune reads added_tokens
-
-    @property
-    def chat_sharegpt(self) -> Path:
-        return self.root / "data" / "chat_sharegpt.json"
-
-    @property
-    def chat_openai(self) -> Path:
-        return self.root / "data" / "chat_openai.json"
-
-    @property
-    def alpaca(self) -> Path:
-        return self.root / "data" / "alpaca.json"
-
-    @property
-    def hf_tokenizer_dir(self) -> Path:  # a full HF tokenizer (tokenizer.json + config) for torchtitan
-        return self.root / "hf_tokenizer"
-
-    @property
-    def c4_dir(self) -> Path:  # C4-like local dataset folder (README.md with `en` config + en/*.json.gz)
-        return self.root / "c4"
-
-    @property
-    def flux_dir(self) -> Path:  # ae.safetensors, t5/, clip/ (save_pretrained), cc12m/ (webdataset tars)
-        return self.root / "flux"
-
-    @property
-    def flux_autoencoder(self) -> Path:  # --encoder.autoencoder_path
-        return self.flux_dir / "ae.safetensors"
-
-    @property
-    def flux_t5_dir(self) -> Path:  # --encoder.t5_encoder and --tokenizer.t5_tokenizer_path
-        return self.flux_dir / "t5"
-
-    @property
-    def flux_clip_dir(self) -> Path:  # --encoder.clip_encoder and --tokenizer.clip_tokenizer_path
-        return self.flux_dir / "clip"
-
-    @property
-    def cc12m_dir(self) -> Path:  # --dataloader.dataset cc12m-test --dataloader.dataset_path DIR
-        return self.flux_dir / "cc12m"
-
-    @property
-    def flux_prompts(self) -> Path:  # --inference.prompts_path
-        return self.flux_dir / "prompts.txt"
-
-    @property
-    def marker(self) -> Path:
-        return self.root / MARKER
+    llama_dir = _Under("llama3")  # HF layout: config.json, *.safetensors, index, original_repo_id.json
+    tokenizer_model = _Under("llama3", "original", "tokenizer.model")  # tiktoken BPE file, as in meta-llama repos
+    # a full HF tokenizer.json: torchtune reads its "added_tokens" (special_tokens_path)
+    special_tokens = _Under("llama3", "tokenizer.json")
+    chat_sharegpt = _Under("data", "chat_sharegpt.json")
+    chat_openai = _Under("data", "chat_openai.json")
+    alpaca = _Under("data", "alpaca.json")
+    hf_tokenizer_dir = _Under("hf_tokenizer")  # a full HF tokenizer (tokenizer.json + config) for torchtitan
+    c4_dir = _Under("c4")  # C4-like local dataset folder (README.md with `en` config + en/*.json.gz)
+    flux_dir = _Under("flux")  # ae.safetensors, t5/, clip/ (save_pretrained), cc12m/ (webdataset tars)
+    flux_autoencoder = _Under("flux", "ae.safetensors")  # --encoder.autoencoder_path
+    flux_t5_dir = _Under("flux", "t5")  # --encoder.t5_encoder and --tokenizer.t5_tokenizer_path
+    flux_clip_dir = _Under("flux", "clip")  # --encoder.clip_encoder and --tokenizer.clip_tokenizer_path
+    cc12m_dir = _Under("flux", "cc12m")  # --dataloader.dataset cc12m-test --dataloader.dataset_path DIR
+    flux_prompts = _Under("flux", "prompts.txt")  # --inference.prompts_path
+    marker = _Under(MARKER)
 
     def is_current(self) -> bool:
         """True when a complete build of this :data:`ASSETS_VERSION` is in place."""

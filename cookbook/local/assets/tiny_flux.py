@@ -17,6 +17,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from cookbook.data.titan import add_to_tar
 from cookbook.local.assets.tiny_text import caption_vocabulary, captions
 
 AE_FILE = "ae.safetensors"
@@ -77,11 +78,16 @@ def write_autoencoder(path: Path, dims: FluxDims = DIMS, seed: int = 0) -> None:
 
 def _t5_vocab() -> list[tuple[str, float]]:
     """SentencePiece-style unigram pieces: whole caption words, then single characters as fallback."""
-    pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0)]
-    pieces += [(f"\u2581{w}", -1.0) for w in caption_vocabulary()]
     chars = sorted(set("abcdefghijklmnopqrstuvwxyz0123456789.,!?'-"))
-    pieces += [(c, -5.0) for c in chars] + [(f"\u2581{c}", -4.0) for c in chars]
-    return pieces
+    return [
+        ("<pad>", 0.0),
+        ("</s>", 0.0),
+        ("<unk>", 0.0),
+        ("\u2581", -2.0),
+        *((f"\u2581{w}", -1.0) for w in caption_vocabulary()),
+        *((c, -5.0) for c in chars),
+        *((f"\u2581{c}", -4.0) for c in chars),
+    ]
 
 
 def write_t5(folder: Path, dims: FluxDims = DIMS, seed: int = 0) -> None:
@@ -193,14 +199,6 @@ def _image_jpeg(color: str, shape: str, size: int) -> bytes:
     return buf.getvalue()
 
 
-def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size, info.mtime, info.mode = len(data), 0, 0o644
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    tar.addfile(info, io.BytesIO(data))
-
-
 def write_cc12m(folder: Path, dims: FluxDims = DIMS) -> None:
     """Webdataset shards ``{key}.jpg/.txt/.json`` (what ``load_dataset(folder, data_files="*.tar")`` reads)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -212,9 +210,9 @@ def write_cc12m(folder: Path, dims: FluxDims = DIMS) -> None:
                 text, color, shape = rows[i]
                 key = f"{shard:05d}{i:04d}"
                 meta = {"key": key, "caption": text, "width": dims.image_size, "height": dims.image_size}
-                _add(tar, f"{key}.jpg", _image_jpeg(color, shape, dims.image_size))
-                _add(tar, f"{key}.txt", text.encode())
-                _add(tar, f"{key}.json", json.dumps(meta, sort_keys=True).encode())
+                add_to_tar(tar, f"{key}.jpg", _image_jpeg(color, shape, dims.image_size))
+                add_to_tar(tar, f"{key}.txt", text.encode())
+                add_to_tar(tar, f"{key}.json", json.dumps(meta, sort_keys=True).encode())
 
 
 def write_prompts(path: Path) -> None:

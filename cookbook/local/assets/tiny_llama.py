@@ -113,13 +113,12 @@ def hf_tokenizer_from_ranks(ranks: dict[bytes, int]):
         return "".join(byte_encoder[x] for x in b)
 
     vocab = {as_str(tok): rank for tok, rank in ranks.items()}
-    merges: list[tuple[int, int, int, bytes, bytes]] = []
-    for tok, rank in ranks.items():
-        for i in range(1, len(tok)):
-            left, right = tok[:i], tok[i:]
-            if left in ranks and right in ranks:
-                merges.append((rank, ranks[left], ranks[right], left, right))
-    merges.sort()
+    merges = sorted(
+        (rank, ranks[tok[:i]], ranks[tok[i:]], tok[:i], tok[i:])
+        for tok, rank in ranks.items()
+        for i in range(1, len(tok))
+        if tok[:i] in ranks and tok[i:] in ranks
+    )
     tokenizer = Tokenizer(
         BPE(vocab, [(as_str(m[3]), as_str(m[4])) for m in merges], fuse_unk=False, ignore_merges=True)
     )
@@ -212,22 +211,25 @@ def write_model(folder: Path, dims: LlamaDims = DIMS, seed: int = 0) -> None:
         scale_factor=dims.rope_scale,
     )
     gen = torch.Generator().manual_seed(seed)
-    state = {}
-    for name, value in sorted(model.state_dict().items()):
-        if value.dim() == 2:
-            value = torch.randn(value.shape, generator=gen) * 0.02
-        state[name] = value
+    state = {  # matrices drawn in name order from one generator
+        name: torch.randn(value.shape, generator=gen) * 0.02 if value.dim() == 2 else value
+        for name, value in sorted(model.state_dict().items())
+    }
     hf_state = tune_to_hf(state, num_heads=dims.n_heads, num_kv_heads=dims.n_kv_heads, dim=dims.dim)
     hf_state = {k: v.to(torch.bfloat16).contiguous() for k, v in sorted(hf_state.items())}
     folder.mkdir(parents=True, exist_ok=True)
     save_file(hf_state, str(folder / SHARD), metadata={"format": "pt"})
     total = sum(v.numel() * v.element_size() for v in hf_state.values())
-    index = {"metadata": {"total_size": total}, "weight_map": {k: SHARD for k in sorted(hf_state)}}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     config = hf_config(dims)
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    generation = {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]}
-    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    for name, content in (
+        (
+            "model.safetensors.index.json",
+            {"metadata": {"total_size": total}, "weight_map": dict.fromkeys(hf_state, SHARD)},
+        ),
+        ("config.json", config),
+        ("generation_config.json", {k: config[k] for k in ("bos_token_id", "eos_token_id")}),
+    ):
+        (folder / name).write_text(json.dumps(content, indent=2) + "\n")
     (folder / "original_repo_id.json").write_text(json.dumps({"repo_id": REPO_ID}, indent=4) + "\n")
 
 

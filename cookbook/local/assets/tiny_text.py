@@ -63,47 +63,38 @@ def openai_records(pairs: list[tuple[str, str]]) -> list[dict]:
 def alpaca_records(n: int = N_ROWS, seed: int = 1) -> list[dict]:
     """``instruction``/``input``/``output`` rows (torchtune ``alpaca_dataset``)."""
     rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        _, _, a, b, w = _qa(rng)
-        rows.append(
-            {
-                "instruction": f"Add {a} and {b}.",
-                "input": f"The word is {w}." if i % 2 else "",
-                "output": f"The sum is {a + b}. The word was {w}.",
-            }
-        )
-    return rows
+    draws = [_qa(rng)[2:] for _ in range(n)]
+    return [
+        {
+            "instruction": f"Add {a} and {b}.",
+            "input": f"The word is {w}." if i % 2 else "",
+            "output": f"The sum is {a + b}. The word was {w}.",
+        }
+        for i, (a, b, w) in enumerate(draws)
+    ]
 
 
 def c4_texts(n: int, seed: int) -> list[str]:
     """C4-like documents: a few templated sentences each."""
     rng = random.Random(seed)
-    docs = []
-    for _ in range(n):
-        sentences = []
-        for _ in range(rng.randint(2, 5)):
-            c, s, w = rng.choice(COLORS), rng.choice(SHAPES), rng.choice(WORDS)
-            k = rng.randint(1, 9)
-            sentences.append(f"The {c} {s} number {k} belongs to {w}.")
-        docs.append(" ".join(sentences))
-    return docs
+
+    def sentence() -> str:
+        c, s, w = rng.choice(COLORS), rng.choice(SHAPES), rng.choice(WORDS)
+        return f"The {c} {s} number {rng.randint(1, 9)} belongs to {w}."
+
+    return [" ".join(sentence() for _ in range(rng.randint(2, 5))) for _ in range(n)]
 
 
 def captions(n: int = N_CAPTIONS, seed: int = 2) -> list[tuple[str, str, str]]:
     """(caption, color, shape) triples for the cc12m-like image set."""
     rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        c, s = rng.choice(COLORS), rng.choice(SHAPES)
-        out.append((f"a {c} {s} on a white background", c, s))
-    return out
+    pairs = [(rng.choice(COLORS), rng.choice(SHAPES)) for _ in range(n)]
+    return [(f"a {c} {s} on a white background", c, s) for c, s in pairs]
 
 
 def caption_vocabulary() -> list[str]:
     """Every word a caption can contain, sorted (for the tiny T5 / CLIP vocabularies)."""
-    words = {"a", "on", "white", "background", *COLORS, *SHAPES}
-    return sorted(words)
+    return sorted({"a", "on", "white", "background", *COLORS, *SHAPES})
 
 
 def write_json(path: Path, rows: list[dict]) -> None:
@@ -122,6 +113,5 @@ def write_c4(folder: Path) -> None:
 def training_text() -> str:
     """The text the tiny BPE is trained on."""
     pairs = chat_rows()
-    parts = [json.dumps(sharegpt_records(pairs)), json.dumps(openai_records(pairs)), json.dumps(alpaca_records())]
-    parts += c4_texts(N_C4_TRAIN, seed=3)
-    return "\n".join(parts)
+    records = (sharegpt_records(pairs), openai_records(pairs), alpaca_records())
+    return "\n".join([*map(json.dumps, records), *c4_texts(N_C4_TRAIN, seed=3)])
