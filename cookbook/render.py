@@ -16,7 +16,7 @@ from cookbook.recipes import LOCAL_CPU, get_recipe
 from cookbook.recipes.base import Recipe
 from cookbook.secure_files import make_executable
 from cookbook.slurm.client import SlurmClient, SlurmError
-from cookbook.spec import PROFILES, SHARED_PORT_SPAN, JobSpec, SpecError, check_spec, profile_defaults
+from cookbook.spec import SHARED_PORT_SPAN, JobSpec, SpecError, check_spec, profile_defaults, profiles
 from cookbook.templating import quote, quote_with_vars, render_template, template_env
 
 _BUILTIN_VARS = ("RECIPE_DIR", "RUN_DIR", "SLURM_JOB_NUM_NODES")
@@ -44,7 +44,7 @@ def validate(spec: JobSpec) -> Recipe:
         recipe = get_recipe(spec.recipe)
     except KeyError as e:
         raise SpecError(problems + [str(e.args[0])]) from None
-    if spec.profile in PROFILES:  # recipe checks assume a known profile
+    if spec.profile in profiles():  # recipe checks assume a known profile
         problems += recipe.validate(spec)
     if problems:
         raise SpecError(problems)
@@ -200,7 +200,7 @@ def generated_specs() -> list[JobSpec]:
         if any_model and recipe.name != f"fsdp_{DEFAULT_MODEL}":
             continue
         stem = "fsdp" if any_model else recipe.name
-        for name in PROFILES:
+        for name in profiles(builtin_only=True):  # slurm-recipes/: the profiles shipped with the package
             local = name == LOCAL_CPU
             specs.append(
                 JobSpec(

@@ -1,7 +1,8 @@
-"""The job a user asks for (:class:`JobSpec`) and the cluster profiles it runs under.
+"""The job a user asks for (:class:`JobSpec`) and the cluster profile it runs under.
 
 A profile is the environment a kind of cluster needs (NCCL/EFA/InfiniBand, socket interface,
-backend). Every value says where it comes from; the rendered script carries that as a comment.
+backend), read from data files by :mod:`cookbook.profiles`. Every value says where it comes from; the
+rendered script carries that as a comment.
 :func:`check_spec` lists every problem with a spec at once; recipe-specific checks live in the
 recipe (:meth:`cookbook.recipes.base.Recipe.validate`), and :func:`cookbook.render.validate` runs both.
 """
@@ -13,7 +14,14 @@ import random
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
+
+# Profiles are data (cookbook/profiles/): read only through these two functions, re-exported here.
+from cookbook.profiles import EnvVar as EnvVar
+from cookbook.profiles import Profile as Profile
+from cookbook.profiles import ProfileError as ProfileError
+from cookbook.profiles import get_profile as get_profile
+from cookbook.profiles import profiles as profiles
 
 #: The profile of the embedded local cluster (CPU, tiny models); every other profile is a GPU cluster.
 LOCAL_CPU = "local-cpu"
@@ -65,157 +73,6 @@ class SpecError(ValueError):
             super().__init__(f"invalid job: {self.problems[0]}")
         else:
             super().__init__("invalid job:\n" + "\n".join(f"  - {p}" for p in self.problems))
-
-
-@dataclass(frozen=True)
-class EnvVar:
-    """One environment variable a profile sets, with where its value comes from.
-
-    ``expand``: the value is bash (e.g. ``${TMPDIR:-/tmp}/...``) evaluated on the node, not a literal.
-    """
-
-    name: str
-    value: str
-    source: str
-    expand: bool = False
-
-
-@dataclass(frozen=True)
-class Profile:
-    """What one kind of cluster needs: backend, GPUs or not, its environment and network interface.
-
-    ``interface``: ``"detect"`` sets ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME`` at run time to the
-    interface holding the head node's address (names differ between sites and images: eth0, ens*, enp*,
-    bond0); a pinned value is written as it is; None leaves NCCL's own choice.
-
-    ``gpu``: the GPU kind (a key of :data:`cookbook.gpus.GPU_KINDS`) costs and forecasts assume when the user
-    names none; ``price_per_gpu_hour``: the site's price (None: ``gpu``'s list price in :mod:`cookbook.gpus`);
-    ``fabric``: the inter-node network NCCL should use (``"ib"``, ``"efa"``; None: TCP is all there is).
-    """
-
-    name: str
-    description: str
-    backend: Literal["nccl", "gloo"]
-    env: tuple[EnvVar, ...]
-    uses_gpus: bool = True
-    interface: str | None = None
-    interface_source: str = ""
-    gpu: str | None = None
-    price_per_gpu_hour: float | None = None
-    fabric: str | None = None
-
-    def gpu_hour_price(self, gpu: str | None = None) -> float | None:
-        """Price per GPU-hour (per node-hour without GPUs): the profile's own, else the list price of
-        ``gpu`` (default: the profile's kind); None when neither is known."""
-        if self.price_per_gpu_hour is not None:
-            return self.price_per_gpu_hour
-        from cookbook.gpus import list_price_per_gpu_hour
-
-        kind = gpu or self.gpu
-        return list_price_per_gpu_hour(kind) if kind else None
-
-
-_DETECTED = (
-    "names differ between images (eth0, ens*, enp*): a wrong NCCL_SOCKET_IFNAME fails silently or hangs, "
-    "so the script takes the interface holding the head node's address; export NCCL_SOCKET_IFNAME to pin one"
-)
-
-_COMMON_GPU = (
-    EnvVar(
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-        "1",
-        "https://pytorch.org/docs/stable/torch_nccl_environment_variables.html: a failed collective aborts "
-        "the job instead of hanging it",
-    ),
-    EnvVar(
-        "NCCL_DEBUG",
-        "WARN",
-        "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html; set INFO to see the transport NCCL picked",
-    ),
-    EnvVar(
-        "HF_HUB_ETAG_TIMEOUT",
-        "60",
-        "https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables: the 10 s "
-        "default times out when hundreds of ranks hit the Hub at once",
-    ),
-    EnvVar("HF_HUB_DOWNLOAD_TIMEOUT", "60", "same page, same reason"),
-    EnvVar("OMP_NUM_THREADS", "1", "torchrun's own default per process; avoids CPU oversubscription"),
-    EnvVar(
-        "TRITON_CACHE_DIR",
-        "${TMPDIR:-/tmp}/triton-cache-$SLURM_JOB_ID",
-        "Triton compiles kernels into ~/.triton by default: on a shared home every rank of every node "
-        "writes the same files; a node-local folder avoids the contention",
-        expand=True,
-    ),
-)
-
-PROFILES: dict[str, Profile] = {
-    p.name: p
-    for p in (
-        Profile(
-            "generic", "any Slurm cluster with NVIDIA GPUs; NCCL picks its transport and interface", "nccl", _COMMON_GPU
-        ),
-        Profile(
-            "nebius",
-            "Nebius Soperator: H100/H200 nodes with InfiniBand",
-            "nccl",
-            _COMMON_GPU
-            + (EnvVar("NCCL_IB_HCA", "mlx5", "Nebius GPU hosts: InfiniBand HCAs are mlx5_* (check: `ibv_devices`)"),),
-            interface="detect",
-            gpu="h100",
-            fabric="ib",
-            interface_source="Nebius Soperator sets NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME "
-            "(https://github.com/nebius/ml-cookbook slurm/torchtitan/multinode_flux.sh uses eth0); " + _DETECTED,
-        ),
-        Profile(
-            "crusoe",
-            "Crusoe Cloud Slurm: H100/H200/GB200 nodes with InfiniBand",
-            "nccl",
-            _COMMON_GPU + (EnvVar("NCCL_IB_HCA", "mlx5", "Crusoe IB nodes: HCAs are mlx5_* (check: `ibv_devices`)"),),
-            interface="detect",
-            gpu="h100",
-            fabric="ib",
-            interface_source="Crusoe VM images: the VPC interface; " + _DETECTED,
-        ),
-        Profile(
-            "aws-efa",
-            "AWS ParallelCluster / HyperPod p4d/p5 nodes with EFA",
-            "nccl",
-            _COMMON_GPU
-            + (
-                EnvVar("FI_PROVIDER", "efa", "https://github.com/aws/aws-ofi-nccl: use the EFA libfabric provider"),
-                EnvVar("FI_EFA_USE_DEVICE_RDMA", "1", "AWS EFA docs: GPUDirect RDMA on p4d/p5"),
-                EnvVar("FI_EFA_SET_CUDA_SYNC_MEMOPS", "0", "aws-ofi-nccl README (p5 recommended setting)"),
-                EnvVar(
-                    "FI_EFA_USE_HUGE_PAGE",
-                    "0",
-                    "awsome-distributed-training and the AWS EFA troubleshooting notes: EFA "
-                    "huge pages make os.fork() of data-loader workers fail with 'Cannot allocate memory'",
-                ),
-            ),
-            interface="^docker,lo,veth",
-            gpu="h100",  # p5
-            fabric="efa",
-            interface_source="https://github.com/aws-samples/awsome-distributed-training: "
-            "every interface but loopback/containers (instance interface names differ: ens*, enp*); NCCL_BUFFSIZE "
-            "and NCCL_P2P_NET_CHUNKSIZE stay at NCCL's defaults, as its NCCL cheat sheet advises",
-        ),
-        Profile(
-            "local-cpu",
-            "the embedded local cluster: tiny models on CPU, gloo",
-            "gloo",
-            (
-                EnvVar("OMP_NUM_THREADS", "1", "2-core machine: one thread per rank keeps both ranks responsive"),
-                EnvVar("CUDA_VISIBLE_DEVICES", "", "no GPU: make sure nothing tries one"),
-                EnvVar("HF_HUB_OFFLINE", "1", "tiny assets are local; never wait for the hub"),
-                EnvVar("HF_DATASETS_OFFLINE", "1", "same, for datasets"),
-                EnvVar("TOKENIZERS_PARALLELISM", "false", "no tokenizer thread pool next to the training threads"),
-            ),
-            uses_gpus=False,
-            price_per_gpu_hour=0.0,  # your own machine
-        ),
-    )
-}
 
 
 @dataclass(frozen=True)
@@ -288,7 +145,7 @@ class JobSpec:
 
     @property
     def profile_info(self) -> Profile:
-        return PROFILES[self.profile]
+        return get_profile(self.profile)
 
     @property
     def local_cpu(self) -> bool:
@@ -358,8 +215,16 @@ def time_seconds(text: str) -> int:
 def check_spec(spec: JobSpec) -> list[str]:
     """Every problem with the Slurm/profile side of ``spec``, each saying what to change."""
     p: list[str] = []
-    if spec.profile not in PROFILES:
-        p.append(f"unknown profile {spec.profile!r}: use one of {', '.join(PROFILES)}")
+    try:
+        known = profiles()
+    except ProfileError as e:  # a profile file with a mistake: its one line
+        return [str(e)]
+    prof = known.get(spec.profile)
+    if prof is None:
+        try:
+            get_profile(spec.profile)
+        except ProfileError as e:
+            p.append(str(e))
     if spec.nodes < 1:
         p.append(f"nodes={spec.nodes}: need at least 1 node")
     if spec.gpus_per_node < 0:
@@ -421,15 +286,14 @@ def check_spec(spec: JobSpec) -> list[str]:
             p.append(f"container mount {m!r}: use SRC:DST or SRC:DST:ro")
     if spec.container_mounts and not spec.container_image:
         p.append("container_mounts given without container_image: set --container-image too")
-    prof = PROFILES.get(spec.profile)
     if prof is not None:
         if prof.uses_gpus and spec.gpus_per_node < 1:
             p.append(f"profile {prof.name} trains on GPUs: set gpus_per_node >= 1 (or use profile local-cpu)")
         if not prof.uses_gpus and spec.gpus_per_node != 0:
             p.append(f"profile {prof.name} has no GPUs: set gpus_per_node=0 (one CPU process per node)")
-        if prof.name == "aws-efa" and not spec.exclusive:
-            p.append("profile aws-efa: EFA devices are per node; set exclusive=True so no other job shares them")
-        if prof.name == "local-cpu" and spec.container_image:
+        if prof.fabric == "efa" and not spec.exclusive:
+            p.append(f"profile {prof.name}: EFA devices are per node; set exclusive=True so no other job shares them")
+        if prof.name == LOCAL_CPU and spec.container_image:
             p.append("profile local-cpu runs in the project venv: drop container_image")
     return p
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cookbook.cli import UserError
 from cookbook.planner import GPUS
-from cookbook.spec import PROFILES, JobSpec, SpecError, make_spec, parse_overrides
+from cookbook.spec import JobSpec, SpecError, make_spec, parse_overrides
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--nodes", type=int, default=None)
     r.add_argument("--gpus-per-node", type=int, default=None)
     r.add_argument("--cpus-per-task", type=int, default=None)
-    r.add_argument("--profile", default="generic", choices=sorted(PROFILES))
+    r.add_argument("--profile", default="generic", help="a cluster profile: `cookbook profiles` lists them")
     for opt in ("job-name", "log-dir", "run-dir", "container-image", "venv"):
         r.add_argument(f"--{opt}", default=None)
     slurm = r.add_argument_group("Slurm options", "each written as an #SBATCH line, shell-quoted")
