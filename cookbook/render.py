@@ -16,7 +16,7 @@ from cookbook.recipes import LOCAL_CPU, get_recipe
 from cookbook.recipes.base import Recipe
 from cookbook.secure_files import make_executable
 from cookbook.slurm.client import SlurmClient, SlurmError
-from cookbook.spec import SHARED_PORT_SPAN, JobSpec, SpecError, check_spec, profile_defaults, profiles
+from cookbook.spec import SHARED_PORT_SPAN, JobSpec, ProfileError, SpecError, check_spec, profile_defaults, profiles
 from cookbook.templating import quote, quote_with_vars, render_template, template_env
 
 _BUILTIN_VARS = ("RECIPE_DIR", "RUN_DIR", "SLURM_JOB_NUM_NODES")
@@ -44,7 +44,11 @@ def validate(spec: JobSpec) -> Recipe:
         recipe = get_recipe(spec.recipe)
     except KeyError as e:
         raise SpecError(problems + [str(e.args[0])]) from None
-    if spec.profile in profiles():  # recipe checks assume a known profile
+    try:
+        known = spec.profile in profiles()
+    except ProfileError:  # a profile file with a mistake: check_spec reported it
+        known = False
+    if known:  # recipe checks assume a known profile
         problems += recipe.validate(spec)
     if problems:
         raise SpecError(problems)

@@ -26,7 +26,7 @@ import pandas as pd
 from cookbook import executor
 from cookbook.executor import merge_metrics, tail_text
 from cookbook.slurm.client import JobInfo, SlurmClient, SlurmError
-from cookbook.spec import LOCAL_CPU, JobSpec, get_profile, SpecError, make_spec
+from cookbook.spec import LOCAL_CPU, JobSpec, SpecError, get_profile, make_spec
 
 
 class NotebookStop(Exception):

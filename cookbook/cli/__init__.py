@@ -36,9 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
     args = build_parser().parse_args(argv)
+    from cookbook.profiles import ProfileError  # a profile file with a mistake, wherever profiles are read
+
     try:
         return int(args.func(args) or 0)
-    except UserError as e:
+    except (UserError, ProfileError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -85,7 +85,8 @@ class Profile:
         from cookbook.gpus import GPU_KINDS
 
         if self.gpu is not None and self.gpu not in GPU_KINDS:
-            raise ValueError(f"gpu {self.gpu!r} is not a GPU kind of cookbook/gpus.py: use one of {', '.join(GPU_KINDS)}")
+            kinds = ", ".join(GPU_KINDS)
+            raise ValueError(f"gpu {self.gpu!r} is not a GPU kind of cookbook/gpus.py: use one of {kinds}")
         if self.price_per_gpu_hour is not None and self.price_per_gpu_hour < 0:
             raise ValueError(f"price_per_gpu_hour={self.price_per_gpu_hour}: cannot be negative")
         for label, text in (("description", self.description), ("interface_source", self.interface_source)):
@@ -365,7 +366,8 @@ def _load(stamp: tuple[tuple[str, int, int, bool], ...]) -> tuple[dict[str, Prof
                     f"pick another name and write `extends: {name}`"
                 )
             if not isinstance(body.value, dict):
-                raise ProfileError(f"{body.at()}: profile {name!r}: expected a mapping of keys, got {_kind(body.value)}")
+                got = _kind(body.value)
+                raise ProfileError(f"{body.at()}: profile {name!r}: expected a mapping of keys, got {got}")
             raw[name] = (body, builtin)
     resolved: dict[str, _Node] = {}
 
@@ -384,7 +386,8 @@ def _load(stamp: tuple[tuple[str, int, int, bool], ...]) -> tuple[dict[str, Prof
                 f"{_did_you_mean(str(ext.value), raw)}; known: {', '.join(raw)}"
             )
         if ext.value in (*chain, name):
-            raise ProfileError(f"{ext.at()}: profile {name!r}: extends: {' -> '.join((*chain, name, ext.value))} is a loop")
+            loop = " -> ".join((*chain, name, ext.value))
+            raise ProfileError(f"{ext.at()}: profile {name!r}: extends: {loop} is a loop")
         resolved[name] = _merge(resolve(ext.value, (*chain, name)), rest, True)
         return resolved[name]
 

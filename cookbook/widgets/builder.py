@@ -17,7 +17,7 @@ from typing import Any
 import ipywidgets as W
 
 from cookbook.planner import GPUS, job_fit_warning
-from cookbook.spec import JobSpec, profiles, SpecError, parse_overrides, profile_defaults
+from cookbook.spec import JobSpec, SpecError, parse_overrides, profile_defaults, profiles
 from cookbook.walkthrough import Job, NotebookStop, check_job, job_spec, submit
 from cookbook.widgets.monitor import JobMonitor
 
@@ -52,7 +52,8 @@ class JobBuilder:
         self.job: Job | None = None
         self.monitor: JobMonitor | None = None
         self.recipe = W.Dropdown(options=_recipe_names(), value=recipe, description="recipe", style=style, layout=lay)
-        self.profile = W.Dropdown(options=list(profiles()), value=profile, description="profile", style=style, layout=lay)
+        names = list(profiles())
+        self.profile = W.Dropdown(options=names, value=profile, description="profile", style=style, layout=lay)
         self.nodes = W.BoundedIntText(value=nodes, min=0, max=4096, description="nodes", style=style, layout=lay)
         gpus = gpus_per_node if gpus_per_node is not None else defaults["gpus_per_node"]
         self.gpus = W.BoundedIntText(value=gpus, min=0, max=64, description="GPUs per node", style=style, layout=lay)
