@@ -32,6 +32,11 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MEM = re.compile(r"^\d+[KMGTkmgt]?$")
 _GRES = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*(:[A-Za-z0-9_.-]+)?(:\d+)?$")  # name[:type][:count]
+# --dependency: TYPE:ID[:ID...] items (or singleton), joined by "," (all) or "?" (any); IDs may be array tasks 12_3
+_DEPENDENCY = re.compile(
+    r"^((after|afterany|afterok|afternotok|aftercorr|afterburstbuffer)(:\d+(_\d+)?(\+\d+)?)+|singleton)"
+    r"([,?]((after|afterany|afterok|afternotok|aftercorr|afterburstbuffer)(:\d+(_\d+)?(\+\d+)?)+|singleton))*$"
+)
 _SBATCH_ARG = re.compile(r"^--[A-Za-z][A-Za-z0-9-]*(=.*)?$", re.S)
 
 #: sbatch options every rendered script writes itself -> the JobSpec field (and CLI flag) that sets them;
@@ -60,6 +65,8 @@ SBATCH_OWN: dict[str, str] = {
     "--requeue": "requeue (--no-requeue)",
     "--no-requeue": "requeue (--no-requeue)",
     "--signal": "signal_seconds (--signal-seconds)",
+    "--dependency": "dependency (--dependency)",
+    "--array": "Executor.map_array(..., parallelism=N): one array, a script per task",
 }
 SHARED_PORT_SPAN = 10000  # non-exclusive jobs: rendezvous port = port + job id % SHARED_PORT_SPAN
 
@@ -112,6 +119,7 @@ class JobSpec:
     mem: str | None = None  # --mem per node: 64G, 500000M, 0 (all of it)
     gres: str | None = None  # --gres: generic resources (e.g. gpu:h100:8); GPUs usually via gpus_per_node
     sbatch_extra: list[str] = field(default_factory=list)  # any other sbatch option, one #SBATCH line each
+    dependency: str | None = None  # --dependency: start after other jobs, e.g. afterok:1234 (a data job)
     time: str = GPU_DEFAULTS.time
     exclusive: bool = GPU_DEFAULTS.exclusive
     job_name: str | None = None
@@ -212,8 +220,9 @@ def time_seconds(text: str) -> int:
     return int(days or 0) * 86400 + h * 3600 + m * 60 + s
 
 
-def check_spec(spec: JobSpec) -> list[str]:
-    """Every problem with the Slurm/profile side of ``spec``, each saying what to change."""
+def check_spec(spec: JobSpec, cpu_job: bool = False) -> list[str]:
+    """Every problem with the Slurm/profile side of ``spec``, each saying what to change (``cpu_job``: a
+    job without GPUs under any profile, e.g. data preparation before the training job)."""
     p: list[str] = []
     try:
         known = profiles()
@@ -257,6 +266,7 @@ def check_spec(spec: JobSpec) -> list[str]:
         ("reservation", spec.reservation),
         ("mem", spec.mem),
         ("gres", spec.gres),
+        ("dependency", spec.dependency),
         *(("sbatch_extra", a) for a in spec.sbatch_extra),
         ("log_dir", spec.log_dir),
         ("run_dir", spec.run_dir),
@@ -287,7 +297,7 @@ def check_spec(spec: JobSpec) -> list[str]:
     if spec.container_mounts and not spec.container_image:
         p.append("container_mounts given without container_image: set --container-image too")
     if prof is not None:
-        if prof.uses_gpus and spec.gpus_per_node < 1:
+        if prof.uses_gpus and spec.gpus_per_node < 1 and not cpu_job:
             p.append(f"profile {prof.name} trains on GPUs: set gpus_per_node >= 1 (or use profile local-cpu)")
         if not prof.uses_gpus and spec.gpus_per_node != 0:
             p.append(f"profile {prof.name} has no GPUs: set gpus_per_node=0 (one CPU process per node)")
@@ -329,6 +339,11 @@ def check_slurm_options(spec: JobSpec) -> list[str]:
         p.append(
             f"gres={spec.gres!r}: use NAME[:TYPE][:COUNT], comma-separated (e.g. gpu:8, gpu:h100:8); "
             "GPUs are usually asked for with gpus_per_node"
+        )
+    if spec.dependency is not None and not _CONTROL.search(spec.dependency) and not _DEPENDENCY.match(spec.dependency):
+        p.append(
+            f"dependency={spec.dependency!r}: use Slurm's TYPE:JOBID[:JOBID...] (TYPE after, afterany, afterok, "
+            "afternotok, aftercorr), e.g. afterok:1234, several joined by ',' (all) or '?' (any), or singleton"
         )
     for arg in spec.sbatch_extra:
         if "\n" in arg or "\r" in arg:

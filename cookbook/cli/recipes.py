@@ -33,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("reservation", "reservation to run in"),
         ("mem", "memory per node: 64G, 500000M, 0 (all of it)"),
         ("gres", "generic resources, e.g. gpu:h100:8 (GPUs: prefer --gpus-per-node)"),
+        ("dependency", "start after other jobs, e.g. afterok:1234 (the data job `cookbook data ... --submit` printed)"),
     ):
         slurm.add_argument(f"--{opt}", default=None, help=help)
     slurm.add_argument(
@@ -100,6 +101,7 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
             reservation=args.reservation,
             mem=args.mem,
             gres=args.gres,
+            dependency=args.dependency,
             sbatch_extra=args.sbatch_extra,
             time=args.time,
             job_name=args.job_name,
