@@ -158,7 +158,7 @@ class JobSpec:
     @property
     def local_cpu(self) -> bool:
         """The job runs the tiny CPU variant on the embedded local cluster (profile ``local-cpu``)."""
-        return self.profile == LOCAL_CPU
+        return is_local_cpu(self.profile)
 
     @property
     def procs_per_node(self) -> int:
@@ -170,19 +170,30 @@ class JobSpec:
         return self.nodes * self.procs_per_node
 
 
+def is_local_cpu(profile: str) -> bool:
+    """Whether jobs under ``profile`` run the tiny CPU variant of the local bench: ``local-cpu`` itself or any
+    profile without GPUs (e.g. one that ``extends: local-cpu``); False for an unknown or unreadable profile."""
+    if profile == LOCAL_CPU:
+        return True
+    try:
+        return not get_profile(profile).uses_gpus
+    except ProfileError:
+        return False
+
+
 def profile_defaults(profile: str) -> dict[str, Any]:
     """What a job under ``profile`` gets unless the user says otherwise: the one place the CLI, the
     notebooks, the job builder, the rehearsal and ``slurm-recipes/`` take them from (:data:`GPU_DEFAULTS`,
     :data:`LOCAL_CPU_DEFAULTS`; a bare ``JobSpec`` gets the GPU ones).
     """
-    return dataclasses.asdict(LOCAL_CPU_DEFAULTS if profile == LOCAL_CPU else GPU_DEFAULTS)
+    return dataclasses.asdict(LOCAL_CPU_DEFAULTS if is_local_cpu(profile) else GPU_DEFAULTS)
 
 
 def session_defaults(profile: str) -> dict[str, Any]:
     """:func:`profile_defaults` plus what a job submitted from this process needs: on ``local-cpu`` a
     random rendezvous port (shared nodes: jobs on one node must not collide) and this virtualenv."""
     defaults = profile_defaults(profile)
-    if profile == LOCAL_CPU:
+    if is_local_cpu(profile):
         defaults["port"] = random.randint(20000, 39999)
         if sys.prefix != sys.base_prefix:
             defaults["venv"] = sys.prefix
@@ -303,8 +314,8 @@ def check_spec(spec: JobSpec, cpu_job: bool = False) -> list[str]:
             p.append(f"profile {prof.name} has no GPUs: set gpus_per_node=0 (one CPU process per node)")
         if prof.fabric == "efa" and not spec.exclusive:
             p.append(f"profile {prof.name}: EFA devices are per node; set exclusive=True so no other job shares them")
-        if prof.name == LOCAL_CPU and spec.container_image:
-            p.append("profile local-cpu runs in the project venv: drop container_image")
+        if not prof.uses_gpus and spec.container_image:
+            p.append(f"profile {prof.name} runs in the project venv (no GPUs: the local bench): drop container_image")
     return p
 
 
