@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cookbook.render import test_only, validate, write_job
+from cookbook.render import test_only, validate, write_array, write_job
 from cookbook.slurm.client import TERMINAL_STATES, JobInfo, JobTimeout, SlurmClient, SlurmError, read_output
 from cookbook.slurm.record import JobRecord
 from cookbook.spec import JobSpec, make_spec
@@ -186,18 +186,44 @@ class Executor:
         """Render ``recipe`` with its config ``overrides`` into ``folder/<name>-<time>/`` and sbatch it."""
         return self.submit_spec(self.spec(recipe, **overrides))
 
-    def map_array(self, recipe: str, overrides: list[dict[str, Any]]) -> list[Job]:
-        """One job per override set (a sweep), each in its own folder and job name."""
+    def map_array(
+        self, recipe: str, overrides: list[dict[str, Any]], parallelism: int | None = None, array: bool = True
+    ) -> list[Job]:
+        """A sweep: one task per override set, as ONE Slurm array (``--array=0-N%parallelism``: at most
+        ``parallelism`` tasks run at once; None: all) in ``folder/<name>-array-<time>/``, task N's script in
+        ``task-N/``; each :class:`Job` is one task (``job_id`` ``<array id>_<N>``), requeued on its own.
+        ``array=False``: one separate job per override set instead."""
         base = self.spec(recipe)
-        return [
-            self.submit_spec(replace(self.spec(recipe, **o), job_name=f"{base.name}-{i}"))
-            for i, o in enumerate(overrides)
-        ]
+        specs = [replace(self.spec(recipe, **o), job_name=f"{base.name}-{i}") for i, o in enumerate(overrides)]
+        if not array:
+            return [self.submit_spec(spec) for spec in specs]
+        folder = (self.folder / f"{base.name}-array-{_stamp()}").resolve()
+        script = write_array(specs, folder, base.name, parallelism)
+        log_dir = Path(base.log_dir) if Path(base.log_dir).is_absolute() else folder / base.log_dir
+        log_dir.mkdir(parents=True, exist_ok=True)
+        client = self.client or SlurmClient()
+        array_id = client.submit(script, cwd=folder)
+        jobs = []
+        for i, spec in enumerate(specs):
+            task = folder / f"task-{i}"
+            job = Job(
+                job_id=f"{array_id}_{i}",
+                script=task / "job.sbatch",
+                log=log_dir / f"{base.name}-{array_id}_{i}.out",
+                run_dir=Path(spec.run_dir) if spec.run_dir else task / "runs" / spec.name,
+                recipe=spec.recipe,
+                profile=spec.profile,
+                name=spec.name,
+                submitted=datetime.now().isoformat(timespec="seconds"),
+                client=client,
+            )
+            job.save()
+            jobs.append(job)
+        return jobs
 
     def submit_spec(self, spec: JobSpec) -> Job:
         """Render and sbatch a ready :class:`JobSpec`; :class:`SlurmError` with Slurm's text if refused."""
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
-        folder = (self.folder / f"{spec.name}-{stamp}").resolve()
+        folder = (self.folder / f"{spec.name}-{_stamp()}").resolve()
         script = write_job(spec, folder / "job.sbatch")
         log_dir = Path(spec.log_dir)
         (log_dir if log_dir.is_absolute() else folder / log_dir).mkdir(parents=True, exist_ok=True)
@@ -216,6 +242,10 @@ class Executor:
         )
         job.save()
         return job
+
+
+def _stamp() -> str:
+    return datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
 
 
 def load_job(folder: str | os.PathLike[str], client: SlurmClient | None = None) -> Job:

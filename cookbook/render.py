@@ -16,7 +16,7 @@ from cookbook.recipes import LOCAL_CPU, get_recipe
 from cookbook.recipes.base import Recipe
 from cookbook.secure_files import make_executable
 from cookbook.slurm.client import SlurmClient, SlurmError
-from cookbook.spec import PROFILES, SHARED_PORT_SPAN, JobSpec, SpecError, check_spec, profile_defaults
+from cookbook.spec import SHARED_PORT_SPAN, JobSpec, ProfileError, SpecError, check_spec, profile_defaults, profiles
 from cookbook.templating import quote, quote_with_vars, render_template, template_env
 from cookbook.training import preemption
 
@@ -51,7 +51,11 @@ def validate(spec: JobSpec) -> Recipe:
         recipe = get_recipe(spec.recipe)
     except KeyError as e:
         raise SpecError(problems + [str(e.args[0])]) from None
-    if spec.profile in PROFILES:  # recipe checks assume a known profile
+    try:
+        known = spec.profile in profiles()
+    except ProfileError:  # a profile file with a mistake: check_spec reported it
+        known = False
+    if known:  # recipe checks assume a known profile
         problems += recipe.validate(spec)
     if problems:
         raise SpecError(problems)
@@ -89,9 +93,9 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
         launcher=launcher,
         args=launch.args,
         port_span=SHARED_PORT_SPAN,
-        preflight=spec.profile_info.preflight,
-        max_retries=int(spec.profile_info.preflight.max_retries.value),
-        max_retries_source=spec.profile_info.preflight.max_retries.source,
+        preflight=spec.profile_info.gate(),
+        max_retries=int(spec.profile_info.gate().max_retries.value),
+        max_retries_source=spec.profile_info.gate().max_retries.source,
     )
     warnings = recipe.warnings(spec) + start_path_warnings(spec, recipe) + mount_problems(spec, recipe)
     files = {
@@ -178,6 +182,79 @@ def write_job(spec: JobSpec, script_path: str | Path) -> Path:
     return script_path
 
 
+def write_command_job(
+    spec: JobSpec, command: list[str], script_path: str | Path, workdir: str | Path, description: str
+) -> Path:
+    """Write a CPU job that runs ``command`` (each word shell-quoted) in ``workdir`` on one node: the same
+    ``#SBATCH`` lines and checks as a recipe's job (``spec.recipe`` names the job, e.g. ``data-c4``; GPUs 0).
+    Used for data preparation that a training job then waits for (``dependency="afterok:ID"``)."""
+    problems = check_spec(spec, cpu_job=True)
+    if spec.nodes != 1 or spec.gpus_per_node != 0:
+        problems.append(
+            f"a CPU job runs on 1 node without GPUs (nodes={spec.nodes}, gpus_per_node={spec.gpus_per_node})"
+        )
+    if not command:
+        problems.append("no command to run")
+    if problems:
+        raise SpecError(problems)
+    text = render_template(
+        "command.sbatch.j2",
+        spec=spec,
+        description=re.sub(r"[\x00-\x1f\x7f]", " ", description),
+        log_file=log_file(spec),
+        workdir=quote(str(Path(workdir).resolve())),
+        command=" ".join(quote(word) for word in command),
+    )
+    script = Path(script_path)
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(text)
+    make_executable(script)
+    return script
+
+
+def write_array(specs: list[JobSpec], folder: str | Path, name: str, parallelism: int | None = None) -> Path:
+    """Write one Slurm array for ``specs`` (a sweep: same Slurm settings, different config overrides): each task's
+    full job script in ``folder/task-N/job.sbatch`` (rendered and validated as :func:`write_job` does) and the
+    array script ``folder/job.sbatch`` (job ``name``, ``--array=0-(N-1)[%parallelism]``, the first spec's
+    ``#SBATCH`` lines, log ``<name>-<array id>_<task>.out``) that runs task N's script in task N's allocation.
+    Returns its path."""
+    if not specs:
+        raise SpecError(["an array needs at least one task"])
+    if parallelism is not None and parallelism < 1:
+        raise SpecError([f"parallelism={parallelism}: run at least 1 task at a time (or leave it unset: all)"])
+    first = specs[0]
+    slurm = {f: getattr(first, f) for f in _SLURM_FIELDS}
+    differ = sorted({f for s in specs[1:] for f in _SLURM_FIELDS if getattr(s, f) != slurm[f]})
+    if differ:
+        raise SpecError([f"the tasks of one array share their Slurm settings; these differ: {', '.join(differ)}"])
+    folder = Path(folder).resolve()
+    for i, spec in enumerate(specs):
+        write_job(spec, folder / f"task-{i}" / "job.sbatch")
+    base = replace(first, job_name=name)
+    limit = f"%{parallelism}" if parallelism else ""
+    text = render_template(
+        "array.sbatch.j2",
+        spec=base,
+        recipe=get_recipe(first.recipe),
+        count=len(specs),
+        array=f"0-{len(specs) - 1}{limit}",
+        log_file=log_file(base).replace("%j", "%A_%a"),
+        array_dir=quote(str(folder)),
+        task_script="job.sbatch",
+    )
+    script = folder / "job.sbatch"
+    script.write_text(text)
+    make_executable(script)
+    return script
+
+
+# Settings every task of an array shares: the array script's #SBATCH lines are the first task's.
+_SLURM_FIELDS = (
+    "nodes", "gpus_per_node", "cpus_per_task", "partition", "account", "qos", "exclude", "constraint", "reservation",
+    "mem", "gres", "sbatch_extra", "dependency", "time", "exclusive", "log_dir", "profile", "requeue", "signal_seconds",
+)  # fmt: skip
+
+
 def test_only(spec: JobSpec, client: SlurmClient | None = None) -> str:
     """Ask Slurm whether it would run ``spec``: ``sbatch --test-only`` of the rendered script (nothing queued,
     nothing kept). Returns Slurm's answer (``Job 12 to start at ... on nodes n2 ...``); :class:`SpecError` with
@@ -215,7 +292,7 @@ def generated_specs() -> list[JobSpec]:
         if any_model and recipe.name != f"fsdp_{DEFAULT_MODEL}":
             continue
         stem = "fsdp" if any_model else recipe.name
-        for name in PROFILES:
+        for name in profiles(builtin_only=True):  # slurm-recipes/: the profiles shipped with the package
             local = name == LOCAL_CPU
             specs.append(
                 JobSpec(

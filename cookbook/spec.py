@@ -1,7 +1,8 @@
-"""The job a user asks for (:class:`JobSpec`) and the cluster profiles it runs under.
+"""The job a user asks for (:class:`JobSpec`) and the cluster profile it runs under.
 
 A profile is the environment a kind of cluster needs (NCCL/EFA/InfiniBand, socket interface,
-backend). Every value says where it comes from; the rendered script carries that as a comment.
+backend), read from data files by :mod:`cookbook.profiles`. Every value says where it comes from; the
+rendered script carries that as a comment.
 :func:`check_spec` lists every problem with a spec at once; recipe-specific checks live in the
 recipe (:meth:`cookbook.recipes.base.Recipe.validate`), and :func:`cookbook.render.validate` runs both.
 """
@@ -13,7 +14,14 @@ import random
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
+
+# Profiles are data (cookbook/profiles/): read only through these two functions, re-exported here.
+from cookbook.profiles import EnvVar as EnvVar
+from cookbook.profiles import Profile as Profile
+from cookbook.profiles import ProfileError as ProfileError
+from cookbook.profiles import get_profile as get_profile
+from cookbook.profiles import profiles as profiles
 
 #: The profile of the embedded local cluster (CPU, tiny models); every other profile is a GPU cluster.
 LOCAL_CPU = "local-cpu"
@@ -24,6 +32,11 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MEM = re.compile(r"^\d+[KMGTkmgt]?$")
 _GRES = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*(:[A-Za-z0-9_.-]+)?(:\d+)?$")  # name[:type][:count]
+# --dependency: TYPE:ID[:ID...] items (or singleton), joined by "," (all) or "?" (any); IDs may be array tasks 12_3
+_DEPENDENCY = re.compile(
+    r"^((after|afterany|afterok|afternotok|aftercorr|afterburstbuffer)(:\d+(_\d+)?(\+\d+)?)+|singleton)"
+    r"([,?]((after|afterany|afterok|afternotok|aftercorr|afterburstbuffer)(:\d+(_\d+)?(\+\d+)?)+|singleton))*$"
+)
 _SBATCH_ARG = re.compile(r"^--[A-Za-z][A-Za-z0-9-]*(=.*)?$", re.S)
 
 #: sbatch options every rendered script writes itself -> the JobSpec field (and CLI flag) that sets them;
@@ -52,6 +65,8 @@ SBATCH_OWN: dict[str, str] = {
     "--requeue": "requeue (--no-requeue)",
     "--no-requeue": "requeue (--no-requeue)",
     "--signal": "signal_seconds (--signal-seconds)",
+    "--dependency": "dependency (--dependency)",
+    "--array": "Executor.map_array(..., parallelism=N): one array, a script per task",
 }
 SHARED_PORT_SPAN = 10000  # non-exclusive jobs: rendezvous port = port + job id % SHARED_PORT_SPAN
 
@@ -65,239 +80,6 @@ class SpecError(ValueError):
             super().__init__(f"invalid job: {self.problems[0]}")
         else:
             super().__init__("invalid job:\n" + "\n".join(f"  - {p}" for p in self.problems))
-
-
-@dataclass(frozen=True)
-class EnvVar:
-    """One environment variable a profile sets, with where its value comes from.
-
-    ``expand``: the value is bash (e.g. ``${TMPDIR:-/tmp}/...``) evaluated on the node, not a literal.
-    """
-
-    name: str
-    value: str
-    source: str
-    expand: bool = False
-
-
-@dataclass(frozen=True)
-class Threshold:
-    """One pre-flight threshold and where its value comes from."""
-
-    value: float
-    source: str
-
-
-@dataclass(frozen=True)
-class Preflight:
-    """The pre-flight gate's thresholds on one kind of cluster (``templates/preflight.sh.j2`` runs
-    ``cookbook_preflight.py`` with them on every node before training; ``COOKBOOK_PREFLIGHT=0`` skips it).
-
-    ``matmul_fraction``: GPUs, the floor as a fraction of the GPU kind's dense bf16 peak (``cookbook/gpus.py``);
-    ``matmul_min_tflops``: CPU, an absolute floor; ``max_retries``: how often a job excludes failing nodes and
-    runs again (``COOKBOOK_MAX_RETRIES`` overrides it), for the gate, NODE_FAIL and hangs alike.
-    """
-
-    allreduce_min_busbw_gbps: Threshold
-    min_free_disk_gb: Threshold
-    time_limit_s: Threshold
-    max_retries: Threshold
-    matmul_fraction: Threshold | None = None
-    matmul_min_tflops: Threshold | None = None
-    allreduce_mb: int = 256  # all-reduce payload per rank (MiB): large enough to reach the bandwidth regime
-
-
-_RETRIES = Threshold(2, "two node exclusions per run: a third bad node points at the cluster, not at a node")
-GPU_PREFLIGHT = Preflight(
-    matmul_fraction=Threshold(
-        0.5,
-        "cuBLAS bf16 GEMMs of 8192^3 reach roughly 60-75 % of the dense peak on H100/H200 (NVIDIA's "
-        "matmul performance guide, https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-"
-        "multiplication/); half the peak flags a throttled or faulty GPU (unmeasured here: no GPU on the bench)",
-    ),
-    allreduce_min_busbw_gbps=Threshold(
-        10.0,
-        "busbw as nccl-tests defines it (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md); "
-        "one 400 Gb/s NIC alone gives ~40-50 GB/s, 8 per node several hundred: below 10 GB/s the job is on "
-        "TCP or a broken link (unmeasured here: no GPU on the bench)",
-    ),
-    min_free_disk_gb=Threshold(
-        20.0,
-        "node-local $TMPDIR holds the Triton/Inductor caches (TRITON_CACHE_DIR above) and core dumps; "
-        "a full /tmp fails compiles mid-run",
-    ),
-    time_limit_s=Threshold(60, "issue #16: the gate costs at most a minute of the allocation"),
-    max_retries=_RETRIES,
-)
-_IB_PREFLIGHT = dataclasses.replace(
-    GPU_PREFLIGHT,
-    allreduce_min_busbw_gbps=Threshold(
-        100.0,
-        "8 x 400 Gb/s InfiniBand per node: nccl-tests all_reduce busbw across H100 nodes is ~350-480 GB/s "
-        "(NVIDIA DGX H100 reference numbers); a quarter of that flags a down or slow link "
-        "(unmeasured here: no GPU on the bench)",
-    ),
-)
-
-
-@dataclass(frozen=True)
-class Profile:
-    """What one kind of cluster needs: backend, GPUs or not, its environment and network interface.
-
-    ``interface``: ``"detect"`` sets ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME`` at run time to the
-    interface holding the head node's address (names differ between sites and images: eth0, ens*, enp*,
-    bond0); a pinned value is written as it is; None leaves NCCL's own choice.
-
-    ``gpu``: the GPU kind (a key of :data:`cookbook.gpus.GPU_KINDS`) costs and forecasts assume when the user
-    names none; ``price_per_gpu_hour``: the site's price (None: ``gpu``'s list price in :mod:`cookbook.gpus`);
-    ``fabric``: the inter-node network NCCL should use (``"ib"``, ``"efa"``; None: TCP is all there is).
-    """
-
-    name: str
-    description: str
-    backend: Literal["nccl", "gloo"]
-    env: tuple[EnvVar, ...]
-    uses_gpus: bool = True
-    interface: str | None = None
-    interface_source: str = ""
-    gpu: str | None = None
-    price_per_gpu_hour: float | None = None
-    fabric: str | None = None
-    preflight: Preflight = GPU_PREFLIGHT
-
-    def gpu_hour_price(self, gpu: str | None = None) -> float | None:
-        """Price per GPU-hour (per node-hour without GPUs): the profile's own, else the list price of
-        ``gpu`` (default: the profile's kind); None when neither is known."""
-        if self.price_per_gpu_hour is not None:
-            return self.price_per_gpu_hour
-        from cookbook.gpus import list_price_per_gpu_hour
-
-        kind = gpu or self.gpu
-        return list_price_per_gpu_hour(kind) if kind else None
-
-
-_DETECTED = (
-    "names differ between images (eth0, ens*, enp*): a wrong NCCL_SOCKET_IFNAME fails silently or hangs, "
-    "so the script takes the interface holding the head node's address; export NCCL_SOCKET_IFNAME to pin one"
-)
-
-_COMMON_GPU = (
-    EnvVar(
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-        "1",
-        "https://pytorch.org/docs/stable/torch_nccl_environment_variables.html: a failed collective aborts "
-        "the job instead of hanging it",
-    ),
-    EnvVar(
-        "NCCL_DEBUG",
-        "WARN",
-        "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html; set INFO to see the transport NCCL picked",
-    ),
-    EnvVar(
-        "HF_HUB_ETAG_TIMEOUT",
-        "60",
-        "https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables: the 10 s "
-        "default times out when hundreds of ranks hit the Hub at once",
-    ),
-    EnvVar("HF_HUB_DOWNLOAD_TIMEOUT", "60", "same page, same reason"),
-    EnvVar("OMP_NUM_THREADS", "1", "torchrun's own default per process; avoids CPU oversubscription"),
-    EnvVar(
-        "TRITON_CACHE_DIR",
-        "${TMPDIR:-/tmp}/triton-cache-$SLURM_JOB_ID",
-        "Triton compiles kernels into ~/.triton by default: on a shared home every rank of every node "
-        "writes the same files; a node-local folder avoids the contention",
-        expand=True,
-    ),
-)
-
-PROFILES: dict[str, Profile] = {
-    p.name: p
-    for p in (
-        Profile(
-            "generic", "any Slurm cluster with NVIDIA GPUs; NCCL picks its transport and interface", "nccl", _COMMON_GPU
-        ),
-        Profile(
-            "nebius",
-            "Nebius Soperator: H100/H200 nodes with InfiniBand",
-            "nccl",
-            _COMMON_GPU
-            + (EnvVar("NCCL_IB_HCA", "mlx5", "Nebius GPU hosts: InfiniBand HCAs are mlx5_* (check: `ibv_devices`)"),),
-            interface="detect",
-            gpu="h100",
-            preflight=_IB_PREFLIGHT,
-            fabric="ib",
-            interface_source="Nebius Soperator sets NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME "
-            "(https://github.com/nebius/ml-cookbook slurm/torchtitan/multinode_flux.sh uses eth0); " + _DETECTED,
-        ),
-        Profile(
-            "crusoe",
-            "Crusoe Cloud Slurm: H100/H200/GB200 nodes with InfiniBand",
-            "nccl",
-            _COMMON_GPU + (EnvVar("NCCL_IB_HCA", "mlx5", "Crusoe IB nodes: HCAs are mlx5_* (check: `ibv_devices`)"),),
-            interface="detect",
-            gpu="h100",
-            preflight=_IB_PREFLIGHT,
-            fabric="ib",
-            interface_source="Crusoe VM images: the VPC interface; " + _DETECTED,
-        ),
-        Profile(
-            "aws-efa",
-            "AWS ParallelCluster / HyperPod p4d/p5 nodes with EFA",
-            "nccl",
-            _COMMON_GPU
-            + (
-                EnvVar("FI_PROVIDER", "efa", "https://github.com/aws/aws-ofi-nccl: use the EFA libfabric provider"),
-                EnvVar("FI_EFA_USE_DEVICE_RDMA", "1", "AWS EFA docs: GPUDirect RDMA on p4d/p5"),
-                EnvVar("FI_EFA_SET_CUDA_SYNC_MEMOPS", "0", "aws-ofi-nccl README (p5 recommended setting)"),
-                EnvVar(
-                    "FI_EFA_USE_HUGE_PAGE",
-                    "0",
-                    "awsome-distributed-training and the AWS EFA troubleshooting notes: EFA "
-                    "huge pages make os.fork() of data-loader workers fail with 'Cannot allocate memory'",
-                ),
-            ),
-            interface="^docker,lo,veth",
-            gpu="h100",  # p5
-            preflight=_IB_PREFLIGHT,
-            fabric="efa",
-            interface_source="https://github.com/aws-samples/awsome-distributed-training: "
-            "every interface but loopback/containers (instance interface names differ: ens*, enp*); NCCL_BUFFSIZE "
-            "and NCCL_P2P_NET_CHUNKSIZE stay at NCCL's defaults, as its NCCL cheat sheet advises",
-        ),
-        Profile(
-            "local-cpu",
-            "the embedded local cluster: tiny models on CPU, gloo",
-            "gloo",
-            (
-                EnvVar("OMP_NUM_THREADS", "1", "2-core machine: one thread per rank keeps both ranks responsive"),
-                EnvVar("CUDA_VISIBLE_DEVICES", "", "no GPU: make sure nothing tries one"),
-                EnvVar("HF_HUB_OFFLINE", "1", "tiny assets are local; never wait for the hub"),
-                EnvVar("HF_DATASETS_OFFLINE", "1", "same, for datasets"),
-                EnvVar("TOKENIZERS_PARALLELISM", "false", "no tokenizer thread pool next to the training threads"),
-            ),
-            uses_gpus=False,
-            price_per_gpu_hour=0.0,  # your own machine
-            preflight=Preflight(
-                matmul_min_tflops=Threshold(
-                    0.0005,
-                    "float32 256^3 matmul, one thread: 5-90 GFLOP/s measured on the 2-core bench while other "
-                    "jobs run (benchmarks/README.md); 0.5 GFLOP/s flags only a node that is not computing",
-                ),
-                allreduce_min_busbw_gbps=Threshold(
-                    0.005,
-                    "gloo over the bench's veth pairs, 4 MiB: measured 0.075-0.22 GB/s under load "
-                    "(benchmarks/README.md); 5 MB/s flags a dead link",
-                ),
-                min_free_disk_gb=Threshold(0.5, "tiny models: checkpoints of a few MB; half a GB leaves room"),
-                time_limit_s=Threshold(
-                    90, "measured 8-14 s per node on the loaded 2-core bench (benchmarks/README.md); room for worse"
-                ),
-                max_retries=_RETRIES,
-                allreduce_mb=4,
-            ),
-        ),
-    )
-}
 
 
 @dataclass(frozen=True)
@@ -337,6 +119,7 @@ class JobSpec:
     mem: str | None = None  # --mem per node: 64G, 500000M, 0 (all of it)
     gres: str | None = None  # --gres: generic resources (e.g. gpu:h100:8); GPUs usually via gpus_per_node
     sbatch_extra: list[str] = field(default_factory=list)  # any other sbatch option, one #SBATCH line each
+    dependency: str | None = None  # --dependency: start after other jobs, e.g. afterok:1234 (a data job)
     time: str = GPU_DEFAULTS.time
     exclusive: bool = GPU_DEFAULTS.exclusive
     job_name: str | None = None
@@ -370,12 +153,12 @@ class JobSpec:
 
     @property
     def profile_info(self) -> Profile:
-        return PROFILES[self.profile]
+        return get_profile(self.profile)
 
     @property
     def local_cpu(self) -> bool:
         """The job runs the tiny CPU variant on the embedded local cluster (profile ``local-cpu``)."""
-        return self.profile == LOCAL_CPU
+        return is_local_cpu(self.profile)
 
     @property
     def procs_per_node(self) -> int:
@@ -387,19 +170,30 @@ class JobSpec:
         return self.nodes * self.procs_per_node
 
 
+def is_local_cpu(profile: str) -> bool:
+    """Whether jobs under ``profile`` run the tiny CPU variant of the local bench: ``local-cpu`` itself or any
+    profile without GPUs (e.g. one that ``extends: local-cpu``); False for an unknown or unreadable profile."""
+    if profile == LOCAL_CPU:
+        return True
+    try:
+        return not get_profile(profile).uses_gpus
+    except ProfileError:
+        return False
+
+
 def profile_defaults(profile: str) -> dict[str, Any]:
     """What a job under ``profile`` gets unless the user says otherwise: the one place the CLI, the
     notebooks, the job builder, the rehearsal and ``slurm-recipes/`` take them from (:data:`GPU_DEFAULTS`,
     :data:`LOCAL_CPU_DEFAULTS`; a bare ``JobSpec`` gets the GPU ones).
     """
-    return dataclasses.asdict(LOCAL_CPU_DEFAULTS if profile == LOCAL_CPU else GPU_DEFAULTS)
+    return dataclasses.asdict(LOCAL_CPU_DEFAULTS if is_local_cpu(profile) else GPU_DEFAULTS)
 
 
 def session_defaults(profile: str) -> dict[str, Any]:
     """:func:`profile_defaults` plus what a job submitted from this process needs: on ``local-cpu`` a
     random rendezvous port (shared nodes: jobs on one node must not collide) and this virtualenv."""
     defaults = profile_defaults(profile)
-    if profile == LOCAL_CPU:
+    if is_local_cpu(profile):
         defaults["port"] = random.randint(20000, 39999)
         if sys.prefix != sys.base_prefix:
             defaults["venv"] = sys.prefix
@@ -437,11 +231,20 @@ def time_seconds(text: str) -> int:
     return int(days or 0) * 86400 + h * 3600 + m * 60 + s
 
 
-def check_spec(spec: JobSpec) -> list[str]:
-    """Every problem with the Slurm/profile side of ``spec``, each saying what to change."""
+def check_spec(spec: JobSpec, cpu_job: bool = False) -> list[str]:
+    """Every problem with the Slurm/profile side of ``spec``, each saying what to change (``cpu_job``: a
+    job without GPUs under any profile, e.g. data preparation before the training job)."""
     p: list[str] = []
-    if spec.profile not in PROFILES:
-        p.append(f"unknown profile {spec.profile!r}: use one of {', '.join(PROFILES)}")
+    try:
+        known = profiles()
+    except ProfileError as e:  # a profile file with a mistake: its one line
+        return [str(e)]
+    prof = known.get(spec.profile)
+    if prof is None:
+        try:
+            get_profile(spec.profile)
+        except ProfileError as e:
+            p.append(str(e))
     if spec.nodes < 1:
         p.append(f"nodes={spec.nodes}: need at least 1 node")
     if spec.gpus_per_node < 0:
@@ -474,6 +277,7 @@ def check_spec(spec: JobSpec) -> list[str]:
         ("reservation", spec.reservation),
         ("mem", spec.mem),
         ("gres", spec.gres),
+        ("dependency", spec.dependency),
         *(("sbatch_extra", a) for a in spec.sbatch_extra),
         ("log_dir", spec.log_dir),
         ("run_dir", spec.run_dir),
@@ -503,16 +307,15 @@ def check_spec(spec: JobSpec) -> list[str]:
             p.append(f"container mount {m!r}: use SRC:DST or SRC:DST:ro")
     if spec.container_mounts and not spec.container_image:
         p.append("container_mounts given without container_image: set --container-image too")
-    prof = PROFILES.get(spec.profile)
     if prof is not None:
-        if prof.uses_gpus and spec.gpus_per_node < 1:
+        if prof.uses_gpus and spec.gpus_per_node < 1 and not cpu_job:
             p.append(f"profile {prof.name} trains on GPUs: set gpus_per_node >= 1 (or use profile local-cpu)")
         if not prof.uses_gpus and spec.gpus_per_node != 0:
             p.append(f"profile {prof.name} has no GPUs: set gpus_per_node=0 (one CPU process per node)")
-        if prof.name == "aws-efa" and not spec.exclusive:
-            p.append("profile aws-efa: EFA devices are per node; set exclusive=True so no other job shares them")
-        if prof.name == "local-cpu" and spec.container_image:
-            p.append("profile local-cpu runs in the project venv: drop container_image")
+        if prof.fabric == "efa" and not spec.exclusive:
+            p.append(f"profile {prof.name}: EFA devices are per node; set exclusive=True so no other job shares them")
+        if not prof.uses_gpus and spec.container_image:
+            p.append(f"profile {prof.name} runs in the project venv (no GPUs: the local bench): drop container_image")
     return p
 
 
@@ -547,6 +350,11 @@ def check_slurm_options(spec: JobSpec) -> list[str]:
         p.append(
             f"gres={spec.gres!r}: use NAME[:TYPE][:COUNT], comma-separated (e.g. gpu:8, gpu:h100:8); "
             "GPUs are usually asked for with gpus_per_node"
+        )
+    if spec.dependency is not None and not _CONTROL.search(spec.dependency) and not _DEPENDENCY.match(spec.dependency):
+        p.append(
+            f"dependency={spec.dependency!r}: use Slurm's TYPE:JOBID[:JOBID...] (TYPE after, afterany, afterok, "
+            "afternotok, aftercorr), e.g. afterok:1234, several joined by ',' (all) or '?' (any), or singleton"
         )
     for arg in spec.sbatch_extra:
         if "\n" in arg or "\r" in arg:

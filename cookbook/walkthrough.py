@@ -26,7 +26,7 @@ import pandas as pd
 from cookbook import executor
 from cookbook.executor import merge_metrics, tail_text
 from cookbook.slurm.client import JobInfo, SlurmClient, SlurmError
-from cookbook.spec import LOCAL_CPU, PROFILES, JobSpec, SpecError, make_spec
+from cookbook.spec import LOCAL_CPU, JobSpec, SpecError, get_profile, make_spec
 
 
 class NotebookStop(Exception):
@@ -371,7 +371,7 @@ def setup_checks(profile: str, partition: str | None = None, probe: bool = True,
             + "\n".join(f"- {c.name}: {c.detail}" + (f" -> {c.fix}" if c.fix else "") for c in failed)
         )
     gpus = next((c for c in checks if c.name == "gpus"), None)
-    if PROFILES[profile].uses_gpus and (gpus is None or gpus.status != "pass"):
+    if get_profile(profile).uses_gpus and (gpus is None or gpus.status != "pass"):
         raise NotebookStop(
             f"profile {profile!r} trains on GPUs, but {gpus.detail if gpus else 'no GPU was found'}.\n"
             "On the embedded local cluster use profile='local-cpu' (`make demo` does that)."

@@ -88,10 +88,11 @@ class Explanation:
 def expects_fabric(profile: str | None, on_gpus: bool = True) -> bool:
     """Whether NCCL should find InfiniBand/EFA: the run's profile says (``Profile.fabric``; ``generic`` and
     ``local-cpu`` name none); a run of no known profile is expected to have one when it runs on GPUs."""
-    from cookbook.spec import PROFILES
+    from cookbook.spec import profiles
 
-    if profile in PROFILES:
-        return PROFILES[profile].fabric is not None
+    known = profiles()
+    if profile in known:
+        return known[profile].fabric is not None
     return on_gpus
 
 

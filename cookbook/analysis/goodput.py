@@ -58,10 +58,11 @@ def price_per_gpu_hour(gpu: str | None, override: float | None = None, profile: 
     list price of ``gpu`` (:data:`cookbook.gpus.LIST_PRICE_PER_GPU_HOUR`); 0 if none is known."""
     if override is not None:
         return float(override)
-    from cookbook.spec import PROFILES
+    from cookbook.spec import profiles
 
-    if profile in PROFILES:
-        price = PROFILES[profile].gpu_hour_price(gpu)
+    known = profiles()
+    if profile in known:
+        price = known[profile].gpu_hour_price(gpu)
     else:
         from cookbook.gpus import list_price_per_gpu_hour
 
@@ -482,7 +483,7 @@ def run_ledger(
     ``gpu`` and ``price`` default to the run's profile (its GPU kind and price), see :func:`price_per_gpu_hour`.
     """
     from cookbook.slurm.client import SlurmClient
-    from cookbook.spec import PROFILES
+    from cookbook.spec import profiles
 
     if ref.job_id is None:
         raise ValueError(f"{ref.log}: cannot tell the job id (name the log JOB-ID.out or pass the job id)")
@@ -491,7 +492,7 @@ def run_ledger(
         raise ValueError(f"job {ref.job_id}: no start recorded by sacct or the job-completion log (still queued?)")
     if not ref.log.exists():
         raise FileNotFoundError(f"{ref.log} does not exist")
-    profile = PROFILES.get(ref.profile or "")
+    profile = profiles().get(ref.profile or "")
     planned_gpu = gpu or (profile.gpu if profile else None)
     return goodput_ledger(
         ref.log,

@@ -35,10 +35,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # the command line as given (`cookbook data ... --submit` runs it again as a job)
+    from cookbook.profiles import ProfileError  # a profile file with a mistake, wherever profiles are read
+
     try:
         return int(args.func(args) or 0)
-    except UserError as e:
+    except (UserError, ProfileError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -3,9 +3,33 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from datetime import datetime
 from pathlib import Path
 
 from cookbook.cli import UserError
+
+# `--submit` and the Slurm options of the CPU job it submits: (flag, takes a value, help)
+_JOB_OPTIONS = (
+    ("--submit", False, "run this as a CPU Slurm job instead (prints its id: train with --dependency afterok:ID)"),
+    ("--partition", True, "the job's partition (default: the cluster's)"),
+    ("--account", True, "account to charge"),
+    ("--qos", True, "quality of service"),
+    ("--time", True, "time limit (default 01:00:00)"),
+    ("--cpus-per-task", True, "CPUs for the job"),
+    ("--mem", True, "memory: 64G, 0 (all of the node's)"),
+    ("--dependency", True, "start after other jobs, e.g. afterok:1234"),
+    ("--log-dir", True, "folder of the job's script and log (default .cookbook-jobs)"),
+)
+
+
+def _job_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("as a Slurm job", "--submit: the same command as a CPU job, on one node")
+    for flag, value, help in _JOB_OPTIONS:
+        if value:
+            g.add_argument(flag, default=None, help=help, dest=f"job_{flag[2:].replace('-', '_')}")
+        else:
+            g.add_argument(flag, action="store_true", help=help)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,25 +59,83 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--packed", action="store_true", help="write packed: true (and tokenizer.max_seq_len)")
     c.add_argument("--plot", type=Path, help="save the token-length histogram here (.png/.svg)")
     c.add_argument("--format", choices=("yaml", "overrides"), default="yaml")
+    _job_options(c)
     c.set_defaults(func=_check)
 
     w = verbs.add_parser("c4", help="lay out text/jsonl files as a local C4 `en` folder for torchtitan")
     w.add_argument("files", nargs="+", type=Path)
     w.add_argument("--output-dir", required=True, type=Path)
     w.add_argument("--column", default="text")
+    _job_options(w)
     w.set_defaults(func=_c4)
 
     cc = verbs.add_parser("cc12m", help="write image+caption pairs (IMG.jpg/png + IMG.txt) as webdataset shards")
     cc.add_argument("images", type=Path, help="folder with images and same-named .txt captions")
     cc.add_argument("--output-dir", required=True, type=Path)
     cc.add_argument("--shard-size", type=int, default=1000)
+    _job_options(cc)
     cc.set_defaults(func=_cc12m)
 
     lay = verbs.add_parser("layout", help="check a torchtitan data folder as its loader reads it")
     lay.add_argument("kind", choices=("c4", "cc12m"))
     lay.add_argument("path", type=Path)
     lay.add_argument("--output-size", type=int, default=256, help="cc12m: training image size")
+    _job_options(lay)
     lay.set_defaults(func=_layout)
+
+
+def submitted(args: argparse.Namespace) -> bool:
+    """With ``--submit``: render and sbatch this same command (without the job flags) as a CPU job; True."""
+    if not args.submit:
+        return False
+    from cookbook.render import log_file, write_command_job
+    from cookbook.slurm.client import SlurmClient, SlurmError
+    from cookbook.spec import JobSpec, SpecError
+
+    command, words = [], list(args.argv)
+    while words:
+        word = words.pop(0)
+        flag = next((f for f, v, _ in _JOB_OPTIONS if word == f or (v and word.startswith(f + "="))), None)
+        if flag is None:
+            command.append(word)
+        elif word == flag and flag != "--submit":
+            words.pop(0)  # its value
+    name = f"data-{args.verb}"
+    folder = Path(args.job_log_dir or ".cookbook-jobs") / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
+    try:
+        spec = JobSpec(
+            recipe=name,
+            nodes=1,
+            gpus_per_node=0,
+            cpus_per_task=int(args.job_cpus_per_task) if args.job_cpus_per_task else None,
+            partition=args.job_partition,
+            account=args.job_account,
+            qos=args.job_qos,
+            mem=args.job_mem,
+            dependency=args.job_dependency,
+            time=args.job_time or "01:00:00",
+            exclusive=False,
+            requeue=False,
+            log_dir=str(folder.resolve()),
+            venv=sys.prefix if sys.prefix != sys.base_prefix else None,
+        )
+        script = write_command_job(
+            spec,
+            [sys.executable, "-m", "cookbook", *command],
+            folder / "job.sbatch",
+            Path.cwd(),
+            "cookbook " + " ".join(command),
+        )
+    except (SpecError, ValueError) as e:
+        raise UserError(str(e)) from None
+    try:
+        job_id = SlurmClient().submit(script, cwd=folder)
+    except SlurmError as e:
+        raise UserError(e.stderr or str(e)) from None
+    log = log_file(spec).replace("%x", name).replace("%j", job_id)
+    print(f"submitted {name} job {job_id} (script {script}, log {log})")
+    print(f"train after it: cookbook render ... --dependency afterok:{job_id}  (Python: dependency='afterok:{job_id}')")
+    return True
 
 
 def _column_map(items: list[str]) -> dict[str, str]:
@@ -67,6 +149,8 @@ def _column_map(items: list[str]) -> dict[str, str]:
 
 
 def _check(args: argparse.Namespace) -> int:
+    if submitted(args):
+        return 0
     from cookbook.data import DataError, DatasetSpec, TokenizerSpec, check_dataset, dataset_overrides, dataset_yaml
     from cookbook.data.recipe import overrides_text
 
@@ -100,6 +184,8 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _c4(args: argparse.Namespace) -> int:
+    if submitted(args):
+        return 0
     from cookbook.data import DataError
     from cookbook.data.titan import check_c4, texts_from_files, write_c4
 
@@ -116,6 +202,8 @@ def _c4(args: argparse.Namespace) -> int:
 
 
 def _cc12m(args: argparse.Namespace) -> int:
+    if submitted(args):
+        return 0
     from cookbook.data.titan import check_cc12m, write_cc12m
 
     pairs = []
@@ -134,6 +222,8 @@ def _cc12m(args: argparse.Namespace) -> int:
 
 
 def _layout(args: argparse.Namespace) -> int:
+    if submitted(args):
+        return 0
     from cookbook.data.titan import check_c4, check_cc12m
 
     report = check_c4(args.path) if args.kind == "c4" else check_cc12m(args.path, output_size=args.output_size)

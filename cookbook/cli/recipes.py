@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cookbook.cli import UserError
 from cookbook.planner import GPUS
-from cookbook.spec import PROFILES, JobSpec, SpecError, make_spec, parse_overrides
+from cookbook.spec import JobSpec, SpecError, make_spec, parse_overrides
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--nodes", type=int, default=None)
     r.add_argument("--gpus-per-node", type=int, default=None)
     r.add_argument("--cpus-per-task", type=int, default=None)
-    r.add_argument("--profile", default="generic", choices=sorted(PROFILES))
+    r.add_argument("--profile", default="generic", help="a cluster profile: `cookbook profiles` lists them")
     for opt in ("job-name", "log-dir", "run-dir", "container-image", "venv"):
         r.add_argument(f"--{opt}", default=None)
     slurm = r.add_argument_group("Slurm options", "each written as an #SBATCH line, shell-quoted")
@@ -33,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("reservation", "reservation to run in"),
         ("mem", "memory per node: 64G, 500000M, 0 (all of it)"),
         ("gres", "generic resources, e.g. gpu:h100:8 (GPUs: prefer --gpus-per-node)"),
+        ("dependency", "start after other jobs, e.g. afterok:1234 (the data job `cookbook data ... --submit` printed)"),
     ):
         slurm.add_argument(f"--{opt}", default=None, help=help)
     slurm.add_argument(
@@ -100,6 +101,7 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
             reservation=args.reservation,
             mem=args.mem,
             gres=args.gres,
+            dependency=args.dependency,
             sbatch_extra=args.sbatch_extra,
             time=args.time,
             job_name=args.job_name,

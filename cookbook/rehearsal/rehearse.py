@@ -23,7 +23,7 @@ from pathlib import Path
 from cookbook.recipes import Recipe, get_recipe
 from cookbook.secure_files import make_executable
 from cookbook.slurm.client import SlurmClient, SlurmError, read_output
-from cookbook.spec import PROFILES, JobSpec, profile_defaults
+from cookbook.spec import JobSpec, get_profile, profile_defaults, profiles
 from cookbook.templating import render_template, script_header
 
 HOOK = "COOKBOOK_REHEARSE"
@@ -143,7 +143,7 @@ def manifest(text: str, env: dict[str, str] | None = None) -> dict:
         model = (env or {}).get("MODEL") or (default[1] if default else "")
         try:
             recipe = get_recipe(header[0].replace("${MODEL}", model))
-            profile = header[1] if header[1] in PROFILES else profile
+            profile = header[1] if header[1] in profiles() else profile
         except KeyError:
             recipe = None
     paths: dict[str, list[dict]] = {}
@@ -156,7 +156,7 @@ def manifest(text: str, env: dict[str, str] | None = None) -> dict:
         ]
         paths[recipe.framework] = entries
         expect_config[recipe.framework] = {k: list(v) for k, v in recipe.expected_config(spec).items()}
-    expect_env = {v.name: [v.value, v.source] for v in PROFILES[profile].env if not v.expand} if header else {}
+    expect_env = {v.name: [v.value, v.source] for v in get_profile(profile).env if not v.expand} if header else {}
     return {
         "recipe": recipe.name if recipe else None,
         "profile": profile,

@@ -141,11 +141,11 @@ def test_the_rehearsal_manifest_takes_the_profile_defaults(monkeypatch):
 
 def test_prices_are_facts_of_the_gpu_table_and_profiles_name_known_kinds():
     from cookbook.analysis import goodput
-    from cookbook.spec import PROFILES
+    from cookbook.spec import profiles
 
     assert set(gpus.LIST_PRICE_PER_GPU_HOUR) <= set(gpus.GPU_KINDS)
     assert not [name for name in vars(goodput) if "PRICE" in name]  # no second price table
-    for profile in PROFILES.values():
+    for profile in profiles().values():
         assert profile.gpu is None or profile.gpu in gpus.GPU_KINDS, profile.name
         assert profile.gpu_hour_price() == (
             profile.price_per_gpu_hour

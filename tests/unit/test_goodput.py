@@ -98,9 +98,9 @@ def test_resolve_run_and_cli_errors(tmp_path, capsys):
 
 def test_price_comes_from_the_profile_and_the_gpu_table():
     from cookbook.gpus import LIST_PRICE_PER_GPU_HOUR
-    from cookbook.spec import PROFILES
+    from cookbook.spec import profiles
 
-    assert price_per_gpu_hour(None, profile="nebius") == LIST_PRICE_PER_GPU_HOUR[PROFILES["nebius"].gpu]
+    assert price_per_gpu_hour(None, profile="nebius") == LIST_PRICE_PER_GPU_HOUR[profiles()["nebius"].gpu]
     assert price_per_gpu_hour("h200", profile="aws-efa") == LIST_PRICE_PER_GPU_HOUR["h200"]  # --gpu names the kind
     assert price_per_gpu_hour("NVIDIA H100 80GB HBM3") == LIST_PRICE_PER_GPU_HOUR["h100"]
     assert price_per_gpu_hour(None, profile="generic") == 0.0  # no GPU kind: no price

@@ -16,7 +16,7 @@ import pytest
 
 from cookbook.analysis.node_health import node_events, node_report
 from cookbook.render import PREFLIGHT_NAME, render_job
-from cookbook.spec import PROFILES, JobSpec, profile_defaults
+from cookbook.spec import JobSpec, profile_defaults, profiles
 from cookbook.training import preflight
 
 SCRIPT = Path(preflight.__file__)
@@ -87,8 +87,8 @@ def test_check_runs_as_one_cpu_process_and_the_injection_fails_only_its_node(tmp
 
 
 def test_every_profile_has_sourced_thresholds_and_the_script_carries_them():
-    for profile in PROFILES.values():
-        pf = profile.preflight
+    for profile in profiles().values():
+        pf = profile.gate()
         thresholds = [pf.allreduce_min_busbw_gbps, pf.min_free_disk_gb, pf.time_limit_s, pf.max_retries]
         thresholds += [t for t in (pf.matmul_fraction, pf.matmul_min_tflops) if t]
         assert all(t.source and t.value >= 0 for t in thresholds), profile.name

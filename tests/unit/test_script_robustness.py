@@ -17,7 +17,7 @@ import pytest
 from cookbook.recipes import get_recipe, list_recipes
 from cookbook.rehearsal.rehearse import manifest, possibly_empty_arrays, static_problems
 from cookbook.render import generated_files, render_job, write_job
-from cookbook.spec import PROFILES, JobSpec, make_spec
+from cookbook.spec import JobSpec, make_spec, profiles
 
 SCRIPTS = {name: text for name, text in generated_files().items() if name.endswith(".sbatch")}
 GPU_SCRIPTS = {n: t for n, t in SCRIPTS.items() if ".local-cpu." not in n}
@@ -26,8 +26,9 @@ GPU_SCRIPTS = {n: t for n, t in SCRIPTS.items() if ".local-cpu." not in n}
 def test_every_recipe_and_profile_is_generated():
     """One script per recipe and profile; the FSDP recipes share one per profile (``MODEL`` picks the model)."""
     others = [r for r in list_recipes() if r.framework != "fsdp"]
-    assert len(SCRIPTS) == (len(others) + 1) * len(PROFILES)
-    assert {n for n in SCRIPTS if n.startswith("fsdp/")} == {f"fsdp/fsdp.{p}.sbatch" for p in PROFILES}
+    shipped = profiles(builtin_only=True)
+    assert len(SCRIPTS) == (len(others) + 1) * len(shipped)
+    assert {n for n in SCRIPTS if n.startswith("fsdp/")} == {f"fsdp/fsdp.{p}.sbatch" for p in shipped}
 
 
 def _model_block(text: str) -> str:
@@ -164,13 +165,13 @@ def test_cpus_reach_the_launcher(name):
 
 def test_profiles_settings_with_sources():
     """Problem 9."""
-    efa = {v.name: v for v in PROFILES["aws-efa"].env}
+    efa = {v.name: v for v in profiles()["aws-efa"].env}
     assert efa["FI_EFA_USE_HUGE_PAGE"].value == "0"
     assert "NCCL_BUFFSIZE" not in efa and "NCCL_P2P_NET_CHUNKSIZE" not in efa
     for name in ("nebius", "crusoe"):
-        assert PROFILES[name].interface == "detect"
-        assert "NCCL_SOCKET_IFNAME" not in {v.name for v in PROFILES[name].env}
-    for prof in PROFILES.values():
+        assert profiles()[name].interface == "detect"
+        assert "NCCL_SOCKET_IFNAME" not in {v.name for v in profiles()[name].env}
+    for prof in profiles().values():
         assert all(v.source for v in prof.env)
         assert "seed" not in " ".join(v.source for v in prof.env).lower()
     nebius = GPU_SCRIPTS["torchtune/llama3_3_70b_lora.nebius.sbatch"]

@@ -1,0 +1,125 @@
+"""Issue 19, item 7 without Slurm: `dependency` validated, the array script and the CPU data job rendered with the
+same #SBATCH lines and checks (shellcheck-clean), and an array task's USR1 trap requeuing that task only."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from cookbook.render import render_job, write_array, write_command_job
+from cookbook.spec import JobSpec, SpecError, check_spec, make_spec
+
+
+@pytest.mark.parametrize(
+    "value", ["afterok:12", "afterok:12:13,afterany:14", "afternotok:7_3", "singleton", "after:5?afterok:6"]
+)
+def test_dependency_accepts_slurms_forms(value):
+    spec = make_spec("llama3_3_70b_lora", "nebius", dependency=value)
+    assert check_spec(spec) == []
+    assert f"#SBATCH --dependency={value}" in render_job(spec).script.replace("'", "")
+
+
+@pytest.mark.parametrize("value", ["afterok12", "afterok:", "ok:12", "afterok:12;rm -rf /", "afterok:x"])
+def test_dependency_refuses_anything_else_in_one_line(value):
+    (problem,) = check_spec(make_spec("llama3_3_70b_lora", "nebius", dependency=value))
+    assert problem.startswith(f"dependency={value!r}: use Slurm's TYPE:JOBID")
+
+
+def test_dependency_is_never_an_sbatch_arg():
+    (problem,) = check_spec(make_spec("llama3_3_70b_lora", "nebius", sbatch_extra=["--dependency=afterok:3"]))
+    assert "set dependency (--dependency) instead" in problem
+
+
+def _specs(n: int = 2, **fields) -> list[JobSpec]:
+    return [
+        replace(
+            make_spec("llama3_3_70b_lora", "nebius", overrides={"model.lora_rank": str(8 * (i + 1))}, **fields),
+            job_name=f"sw-{i}",
+        )
+        for i in range(n)
+    ]
+
+
+def test_array_script_runs_each_task_script_with_a_limit(tmp_path):
+    script = write_array(_specs(3, dependency="afterok:9"), tmp_path / "a", "sw", parallelism=2)
+    text = script.read_text()
+    assert (
+        "#SBATCH --job-name=sw" in text and "#SBATCH --array=0-2%2" in text and "#SBATCH --dependency=afterok:9" in text
+    )
+    assert "#SBATCH --output=%x-%A_%a.out" in text and "#SBATCH --signal=B:USR1@120" in text
+    assert 'exec bash "$ARRAY_DIR/task-${SLURM_ARRAY_TASK_ID}/job.sbatch"' in text
+    for i in range(3):
+        task = (tmp_path / "a" / f"task-{i}" / "job.sbatch").read_text()
+        assert f"#SBATCH --job-name=sw-{i}" in task
+    assert "--array" not in (tmp_path / "a" / "task-0" / "job.sbatch").read_text()
+    assert "%" not in write_array(_specs(2), tmp_path / "b", "sw").read_text().split("--array=")[1].split("\n")[0]
+    if shutil.which("shellcheck"):
+        r = subprocess.run(
+            ["shellcheck", str(script), str(tmp_path / "a/task-1/job.sbatch")], capture_output=True, text=True
+        )
+        assert r.returncode == 0, r.stdout
+
+
+def test_array_refuses_what_one_array_cannot_be(tmp_path):
+    with pytest.raises(SpecError, match="parallelism=0"):
+        write_array(_specs(), tmp_path / "a", "sw", parallelism=0)
+    mixed = _specs()
+    mixed[1] = replace(mixed[1], time="01:00:00")
+    with pytest.raises(SpecError, match="share their Slurm settings; these differ: time"):
+        write_array(mixed, tmp_path / "b", "sw")
+    with pytest.raises(SpecError, match="no_such_key"):  # each task is validated as a job of its own
+        write_array(_specs(1) + [replace(_specs(1)[0], overrides={"no_such_key": "1"})], tmp_path / "c", "sw")
+
+
+def test_an_array_task_requeues_itself_not_the_array(tmp_path):
+    """The USR1 trap of a rendered script under bash, with a stand-in scontrol that records its arguments."""
+    text = render_job(make_spec("llama3_3_70b_lora", "nebius")).script
+    trap = text[text.index("on_usr1() {") : text.index("trap on_usr1 USR1")]
+    fake = tmp_path / "scontrol"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/calls\n')
+    fake.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:{os.environ['PATH']}", "SLURM_JOB_ID": "41"}
+    for extra in ({}, {"SLURM_ARRAY_JOB_ID": "41", "SLURM_ARRAY_TASK_ID": "3"}):
+        subprocess.run(["bash", "-c", f"set -euo pipefail\n{trap}\non_usr1"], env={**env, **extra}, check=True)
+    assert (tmp_path / "calls").read_text().splitlines() == ["requeue 41", "requeue 41_3"]
+
+
+def test_cpu_job_runs_one_quoted_command(tmp_path):
+    spec = JobSpec(
+        recipe="data-c4",
+        nodes=1,
+        gpus_per_node=0,
+        exclusive=False,
+        requeue=False,
+        time="00:05:00",
+        dependency="afterok:4",
+    )
+    script = write_command_job(
+        spec, ["python", "-m", "cookbook", "data", "c4", "my file.txt"], tmp_path / "j.sbatch", tmp_path, "data c4"
+    )
+    text = script.read_text()
+    assert (
+        "#SBATCH --dependency=afterok:4" in text and "#SBATCH --gpus-per-node" not in text and "--requeue" not in text
+    )
+    assert text.rstrip().endswith("python -m cookbook data c4 'my file.txt'")
+    with pytest.raises(SpecError, match="1 node without GPUs"):
+        write_command_job(replace(spec, nodes=2), ["true"], tmp_path / "k.sbatch", tmp_path, "x")
+    with pytest.raises(SpecError, match="time="):
+        write_command_job(replace(spec, time="soon"), ["true"], tmp_path / "k.sbatch", tmp_path, "x")
+    if shutil.which("shellcheck"):
+        assert subprocess.run(["shellcheck", str(script)], capture_output=True).returncode == 0
+
+
+def test_data_submit_flags_are_refused_in_one_line(capsys, tmp_path, monkeypatch):
+    from cookbook.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    Path("a.txt").write_text("x\n")
+    assert main(["data", "c4", "a.txt", "--output-dir", "o", "--submit", "--dependency", "afterok12"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: invalid job: dependency='afterok12'") and err.count("\n") == 1
