@@ -18,6 +18,8 @@ from cookbook.secure_files import make_executable
 from cookbook.slurm.client import SlurmClient, SlurmError
 from cookbook.spec import PROFILES, SHARED_PORT_SPAN, JobSpec, SpecError, check_spec, profile_defaults
 from cookbook.templating import quote, quote_with_vars, render_template, template_env
+from cookbook.tracking import VARIABLES as TRACKER_VARIABLES
+from cookbook.tracking import tracker_block, tracker_problems
 
 _BUILTIN_VARS = ("RECIPE_DIR", "RUN_DIR", "SLURM_JOB_NUM_NODES")
 
@@ -46,6 +48,7 @@ def validate(spec: JobSpec) -> Recipe:
         raise SpecError(problems + [str(e.args[0])]) from None
     if spec.profile in PROFILES:  # recipe checks assume a known profile
         problems += recipe.validate(spec)
+    problems += tracker_problems(spec)
     if problems:
         raise SpecError(problems)
     return recipe
@@ -59,6 +62,8 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
         validate(spec)
     launch = recipe.command(spec)
     names = (*_BUILTIN_VARS, *launch.prelude_variables, *launch.variables)
+    if spec.tracker != "none":
+        names += TRACKER_VARIABLES
     env = template_env(names)
     launcher = "tune run" if launch.launcher == "tune" else "torchrun"  # bash words of the LAUNCHER array
     srun_args: list[str] = []
@@ -78,6 +83,7 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
         prelude=launch.prelude.rstrip(),
         variables=variables,
         resume=recipe.resume(spec).rstrip(),
+        tracker=tracker_block(spec),
         srun_args=srun_args,
         launcher=launcher,
         args=launch.args,

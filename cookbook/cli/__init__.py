@@ -35,7 +35,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    passthrough = None  # after `--`: the program's own arguments (`cookbook render script train.py -- ARGS`)
+    if "--" in argv:
+        at = argv.index("--")
+        argv, passthrough = argv[:at], argv[at + 1 :]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if passthrough is not None:
+        if not hasattr(args, "program_args"):
+            parser.error(f"unrecognized arguments: -- {' '.join(passthrough)}")
+        args.program_args = passthrough
     try:
         return int(args.func(args) or 0)
     except UserError as e:
