@@ -2,7 +2,8 @@
 
 The process that validates a job (the login node's shell, the notebook's kernel) never imports torchtitan,
 which imports triton and a GPU stack; nothing is patched there. The child reads one JSON request per line
-on stdin, ``{"args": [...]}`` (torchtitan's ``--module M --config F --a.b v`` flags), and writes one JSON
+on stdin, ``{"args": [...], "path": [folders]}`` (torchtitan's ``--module M --config F --a.b v`` flags; ``path``,
+optional: folders searched first for the config module), and writes one JSON
 line: ``{"config": <the parsed config as plain data> | null, "fields": [dotted field names], "error": ""}``.
 
 Before torchtitan is imported, each ``module:function`` named in ``COOKBOOK_PRELOAD`` (comma-separated) is
@@ -81,7 +82,12 @@ def parse(args: list[str]) -> dict[str, Any]:
 def main() -> int:
     preload()
     for line in sys.stdin:
-        print(json.dumps(parse(json.loads(line)["args"])), flush=True)
+        request = json.loads(line)
+        for folder in request.get("path", []):  # a config module of one's own: its folder
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
+                importlib.invalidate_caches()
+        print(json.dumps(parse(request["args"])), flush=True)
     return 0
 
 
