@@ -49,6 +49,11 @@ def validate(spec: JobSpec) -> Recipe:
     if spec.profile in PROFILES:  # recipe checks assume a known profile
         problems += recipe.validate(spec)
     problems += tracker_problems(spec)
+    if spec.program_args and recipe.framework != "script":
+        problems.append(
+            f"program arguments ({' '.join(spec.program_args)}) are for the script recipe; {spec.recipe} takes --set "
+            "KEY=VALUE"
+        )
     if problems:
         raise SpecError(problems)
     return recipe
