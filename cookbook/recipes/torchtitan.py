@@ -79,7 +79,7 @@ class _ParserProcess:
                     self._proc = self._start()
                 assert self._proc.stdin and self._proc.stdout
                 try:
-                    self._proc.stdin.write(json.dumps({"args": args, "path": list(path)}) + "\n")
+                    self._proc.stdin.write(json.dumps({"args": args, "modules": list(path)}) + "\n")
                     self._proc.stdin.flush()
                     line = self._proc.stdout.readline()
                 except BrokenPipeError:
@@ -125,7 +125,7 @@ def parse_config(
     config: str, overrides: dict[str, str], module: str = CONFIG_MODULE, path: tuple[str, ...] = ()
 ) -> tuple[Any, str]:
     """Run torchtitan's own parser on ``--module MODULE --config CONFIG`` + overrides, in a child process
-    (:mod:`cookbook.recipes.titan_parse`; ``path``: folders with a config module of one's own). Returns
+    (:mod:`cookbook.recipes.titan_parse`; ``path``: files of config modules of one's own). Returns
     ``(config as attributes or None, error text)``."""
     answer = _parsed(("--module", module, "--config", config, *cli_args(overrides)), path)
     return (_namespace(answer["config"]) if answer["config"] is not None else None), answer["error"]
@@ -214,7 +214,7 @@ class TorchtitanRecipe(Recipe):
     intent: dict[str, str] = INTENT
     config_fn: str  # function in cookbook_titan.py
     config_module: str = CONFIG_MODULE  # --module
-    module_path: tuple[str, ...] = ()  # folders the parser searches first for it (a module of one's own)
+    module_path: tuple[str, ...] = ()  # a module of one's own: its file, imported by the parser first
     planner_base_settings = PLANNER_SETTINGS
 
     def profiling_overrides(
@@ -494,7 +494,7 @@ class TitanModule(TorchtitanRecipe):
 
     def __init__(self, module: str, config: str, path: Path | None):
         self.config_module, self.config_fn, self.path = module, config, path
-        self.module_path = (str(path.parent),) if path else ()
+        self.module_path = (str(path),) if path else ()
         self.name = f"titan:{path or module}:{config}"  # the registry sets the name as typed
         self.description = f"{f'your module {path}' if path else f'torchtitan module {module}'}, config {config}"
 
