@@ -37,9 +37,9 @@ launcher flags and everything else stay the same.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from cookbook.spec import LOCAL_CPU as LOCAL_CPU  # re-exported (notebook_runner imports it here)

@@ -59,7 +59,11 @@ class ScriptRecipe(Recipe):
         return Launch("torchrun", (f"$RECIPE_DIR/{self.path.name}", *spec.program_args), variables)
 
     def warnings(self, spec: JobSpec) -> list[str]:
-        if spec.requeue and "RUN_DIR" not in self.path.read_text() and not any("$RUN_DIR" in a for a in spec.program_args):
+        if (
+            spec.requeue
+            and "RUN_DIR" not in self.path.read_text()
+            and not any("$RUN_DIR" in a for a in spec.program_args)
+        ):
             return [
                 f"{self.path.name} does not mention RUN_DIR: after a requeue it starts again from the beginning unless "
                 "it checkpoints into the run folder ($RUN_DIR) and resumes from there"

@@ -296,8 +296,8 @@ class TorchtitanRecipe(Recipe):
         name = self.config_name(spec)
         if spec.tracker == "mlflow":
             problems.append(
-                f"torchtitan {tested_version('torchtitan')} logs to TensorBoard and W&B only (metrics.enable_tensorboard, "
-                "metrics.enable_wandb): use --tracker tensorboard or wandb"
+                f"torchtitan {tested_version('torchtitan')} logs to TensorBoard and W&B only "
+                "(metrics.enable_tensorboard, metrics.enable_wandb): use --tracker tensorboard or wandb"
             )
         mine = [k for k in spec.overrides if k in self.tracker_overrides(spec)]
         if mine:
@@ -358,7 +358,9 @@ class TorchtitanRecipe(Recipe):
     def command(self, spec: JobSpec) -> Launch:
         args = ["--module", self.config_module, "--config", self.config_name(spec), "--dump_folder", "$RUN_DIR"]
         user = {k: v for k, v in spec.overrides.items() if k not in self.start_args(spec)}
-        args += cli_args({**self.launch_overrides(spec), **self.tracker_overrides(spec), **self.start_args(spec), **user})
+        args += cli_args(
+            {**self.launch_overrides(spec), **self.tracker_overrides(spec), **self.start_args(spec), **user}
+        )
         if spec.local_cpu:
             from cookbook.paths import cache_dir
 

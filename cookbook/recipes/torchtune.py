@@ -13,7 +13,7 @@ import functools
 import inspect
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from cookbook.profiling.enable import schedule
 from cookbook.recipes.base import Launch, Recipe, StartPath, path_problem, register_factory, register_recipe
@@ -176,7 +176,7 @@ def metric_logger(tracker: str) -> dict[str, Any] | None:
     """torchtune's ``metric_logger`` section for ``tracker`` (None: the config's own, DiskLogger). Run names,
     ids, folders and credentials come from the environment the script's tracker block sets (``cookbook.tracking``):
     the loggers read ``MLFLOW_*`` themselves, wandb.init reads ``WANDB_RUN_ID``/``WANDB_NAME``/``WANDB_RESUME``."""
-    return {
+    loggers: dict[str, dict[str, Any]] = {
         "tensorboard": {
             "_component_": _LOGGING + "TensorBoardLogger",
             "log_dir": "${oc.env:COOKBOOK_TB_DIR}",
@@ -188,7 +188,8 @@ def metric_logger(tracker: str) -> dict[str, Any] | None:
             "log_dir": "${oc.env:WANDB_DIR}",
         },
         "mlflow": {"_component_": _LOGGING + "MLFlowLogger"},
-    }.get(tracker)
+    }
+    return loggers.get(tracker)
 
 
 def _scalar(value: Any) -> str:
@@ -510,9 +511,6 @@ class TorchtuneConfig(TorchtuneRecipe):
     against the config and its components, parallel sizes, batch sizes. The config's own paths are used as
     they are (``--set checkpointer.checkpoint_dir=...``); ``local-cpu`` runs it as it is (a tiny config)."""
 
-    planner_model = None
-    planner_settings: ClassVar[dict[str, Any]] = {}
-
     def __init__(self, recipe_file: str, config: str, path: Path | None):
         self.recipe_file, self.config_name, self.path = recipe_file, config, path
         self.name = f"tune:{recipe_file}:{config}"  # the registry sets the name as typed
@@ -524,6 +522,9 @@ class TorchtuneConfig(TorchtuneRecipe):
 
     def base_config(self, spec: JobSpec) -> DictConfig:
         return _load_dict(self.path) if self.path else builtin_config(self.config_name)
+
+    def planner_defaults(self) -> dict[str, Any] | None:
+        return None  # the planner knows the named recipes' models only
 
     def start_paths(self, spec: JobSpec) -> list[StartPath]:
         return []  # the config's own paths (checked by `cookbook rehearse` through config_paths)
@@ -545,8 +546,9 @@ class TorchtuneConfig(TorchtuneRecipe):
         out = [] if spec.local_cpu else super().warnings(spec)
         if spec.requeue and self.resume_model_from_output and not self._resumable_weights(spec):
             out.append(
-                "checkpoint_files is a list: a requeued full finetune starts over (torchtune reloads the weights of "
-                "the newest epoch through checkpoint_files.filename_format; write it as {filename_format, max_filename})"
+                "checkpoint_files is a list: a requeued full finetune starts over (torchtune reloads the weights "
+                "of the newest epoch through checkpoint_files.filename_format; write it as "
+                "{filename_format, max_filename})"
             )
         return out
 
@@ -563,7 +565,8 @@ def own_config(rest: str) -> TorchtuneConfig:
             raise KeyError(f"tune:{rest}: no such config file {config}")
         if not sep:
             raise KeyError(
-                f"tune:{rest}: name the torchtune recipe that runs your config, e.g. tune:full_finetune_distributed:{config}"
+                f"tune:{rest}: name the torchtune recipe that runs your config, "
+                f"e.g. tune:full_finetune_distributed:{config}"
             )
         try:
             _load_dict(path)

@@ -716,7 +716,7 @@ class Tracker:
                 project=os.environ.get("WANDB_PROJECT", "cookbook"),
                 id=os.environ.get("WANDB_RUN_ID", name),
                 name=os.environ.get("WANDB_NAME", name),
-                resume=os.environ.get("WANDB_RESUME", "allow"),
+                resume="allow",
                 dir=os.environ.get("WANDB_DIR"),
                 config=config,
             )
@@ -922,7 +922,12 @@ def _train_steps(
             log.info(format_step(state.step, total.item() / world, samples, lr, tps, mfu))
             tracker.log(
                 state.step,
-                {"loss": total.item() / world, "lr": lr, "samples_per_second": samples, "tokens_per_second_per_gpu": tps},
+                {
+                    "loss": total.item() / world,
+                    "lr": lr,
+                    "samples_per_second": samples,
+                    "tokens_per_second_per_gpu": tps,
+                },
             )
         if state.step % args.checkpoint_freq == 0 or state.step == args.max_steps:
             path = save_checkpoint(ckpt_dir, state, data.state_dict(), rank, world, args.keep_checkpoints)

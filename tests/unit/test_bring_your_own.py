@@ -15,7 +15,7 @@ from cookbook.render import render_job, validate, write_job
 from cookbook.spec import SpecError, make_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-TITAN_MODULE = '''
+TITAN_MODULE = """
 import os
 
 
@@ -26,7 +26,7 @@ def tiny():
     cfg.hf_assets_path = os.environ.get("TINY_DIR", ".") + "/hf_tokenizer"
     cfg.training.steps = 3
     return cfg
-'''
+"""
 
 
 def _one_line_error(capsys, argv: list[str]) -> str:

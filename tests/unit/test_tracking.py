@@ -37,7 +37,9 @@ def test_torchtune_logs_through_its_metric_logger(tmp_path, tracker):
 
 def test_torchtitan_switches_its_metrics_and_refuses_mlflow():
     script = render_job(make_spec("llama3_8b_c4", "local-cpu", tracker="tensorboard")).script
-    assert "--metrics.enable_tensorboard \\\n  --metrics.save_tb_folder \\\n  tensorboard/\"${COOKBOOK_RUN_NAME}\"" in script
+    assert (
+        '--metrics.enable_tensorboard \\\n  --metrics.save_tb_folder \\\n  tensorboard/"${COOKBOOK_RUN_NAME}"' in script
+    )
     assert "--metrics.enable_wandb" in render_job(make_spec("llama3_8b_c4", "local-cpu", tracker="wandb")).script
     with pytest.raises(SpecError, match="logs to TensorBoard and W&B only"):
         render_job(make_spec("llama3_8b_c4", "local-cpu", tracker="mlflow"))
