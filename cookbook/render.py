@@ -22,6 +22,8 @@ from cookbook.training import preemption
 
 # the rank side of the stop protocol, written beside every script (the script puts $RECIPE_DIR on PYTHONPATH)
 PREEMPTION_FILE = f"{preemption.SHIPPED_NAME}.py"
+from cookbook.tracking import VARIABLES as TRACKER_VARIABLES
+from cookbook.tracking import tracker_block, tracker_problems
 
 _BUILTIN_VARS = ("RECIPE_DIR", "RUN_DIR", "SLURM_JOB_NUM_NODES")
 # the pre-flight gate's check (standard library + torch), written beside every script as PREFLIGHT_NAME
@@ -57,6 +59,12 @@ def validate(spec: JobSpec) -> Recipe:
         known = False
     if known:  # recipe checks assume a known profile
         problems += recipe.validate(spec)
+    problems += tracker_problems(spec)
+    if spec.program_args and recipe.framework != "script":
+        problems.append(
+            f"program arguments ({' '.join(spec.program_args)}) are for the script recipe; {spec.recipe} takes --set "
+            "KEY=VALUE"
+        )
     if problems:
         raise SpecError(problems)
     return recipe
@@ -70,6 +78,8 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
         validate(spec)
     launch = recipe.command(spec)
     names = (*_BUILTIN_VARS, *launch.prelude_variables, *launch.variables)
+    if spec.tracker != "none":
+        names += TRACKER_VARIABLES
     env = template_env(names)
     launcher = "tune run" if launch.launcher == "tune" else "torchrun"  # bash words of the LAUNCHER array
     srun_args: list[str] = []
@@ -89,6 +99,7 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
         prelude=launch.prelude.rstrip(),
         variables=variables,
         resume=recipe.resume(spec).rstrip(),
+        tracker=tracker_block(spec),
         srun_args=srun_args,
         launcher=launcher,
         args=launch.args,

@@ -14,7 +14,8 @@ import random
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import PurePath
+from typing import Any, Literal
 
 # Profiles are data (cookbook/profiles/): read only through these two functions, re-exported here.
 from cookbook.profiles import EnvVar as EnvVar
@@ -26,7 +27,15 @@ from cookbook.profiles import profiles as profiles
 #: The profile of the embedded local cluster (CPU, tiny models); every other profile is a GPU cluster.
 LOCAL_CPU = "local-cpu"
 
-SECRET_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")
+SECRET_NAMES = (
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "WANDB_API_KEY",
+    "MLFLOW_TRACKING_PASSWORD",
+    "MLFLOW_TRACKING_TOKEN",
+)
+#: experiment trackers a job can log to (``tracker``); "none" keeps each framework's own default logging
+TRACKERS = ("none", "tensorboard", "wandb", "mlflow")
 _TIME = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -138,10 +147,12 @@ class JobSpec:
     venv: str | None = None  # a virtualenv to activate on every node (may use $RECIPE_DIR)
     assets_dir: str | None = None  # local-cpu: tiny assets root (default .cache/tiny; may use $RECIPE_DIR)
     port: int = 29500  # rendezvous port on the head node
+    tracker: str = "none"  # experiment tracking (TRACKERS); run name <job name>-<first job id>, see cookbook.tracking
+    program_args: list[str] = field(default_factory=list)  # the script recipe's program arguments (after --)
 
     @property
     def name(self) -> str:
-        return self.job_name or self.recipe.replace("_", "-")
+        return self.job_name or recipe_slug(self.recipe).replace("_", "-")
 
     @property
     def script_stem(self) -> str:
@@ -149,7 +160,7 @@ class JobSpec:
         if self.script_name:
             name = self.script_name.rsplit("/", 1)[-1]
             return name[: -len(".sbatch")] if name.endswith(".sbatch") else name.rsplit(".", 1)[0] or name
-        return f"{self.recipe}.{self.profile}"
+        return f"{recipe_slug(self.recipe)}.{self.profile}"
 
     @property
     def profile_info(self) -> Profile:
@@ -179,6 +190,13 @@ def is_local_cpu(profile: str) -> bool:
         return not get_profile(profile).uses_gpus
     except ProfileError:
         return False
+
+
+def recipe_slug(recipe: str) -> str:
+    """A recipe name fit for a file or job name: bring-your-own names (``tune:llama3_1/8B_lora``,
+    ``script:/home/me/train.py``) lose their ``:`` and ``/``, and a file counts by its stem."""
+    parts = [PurePath(p).stem if p.endswith((".py", ".yaml", ".yml")) else p for p in recipe.split(":")]
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", "-".join(parts)).strip("-.") or "job"
 
 
 def profile_defaults(profile: str) -> dict[str, Any]:
@@ -245,6 +263,8 @@ def check_spec(spec: JobSpec, cpu_job: bool = False) -> list[str]:
             get_profile(spec.profile)
         except ProfileError as e:
             p.append(str(e))
+    if spec.tracker not in TRACKERS:
+        p.append(f"unknown tracker {spec.tracker!r}: use one of {', '.join(TRACKERS)}")
     if spec.nodes < 1:
         p.append(f"nodes={spec.nodes}: need at least 1 node")
     if spec.gpus_per_node < 0:
@@ -288,6 +308,7 @@ def check_spec(spec: JobSpec, cpu_job: bool = False) -> list[str]:
         *(("container_mounts", m) for m in spec.container_mounts),
         *((f"env {k}", v) for k, v in spec.env.items()),
         *((f"override {k}", v) for k, v in spec.overrides.items()),
+        *(("program argument", a) for a in spec.program_args),
     ):
         if value is not None and _CONTROL.search(value):
             p.append(f"{label}={value!r} contains a newline or control character: remove it")

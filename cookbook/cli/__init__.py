@@ -36,8 +36,17 @@ def main(argv: list[str] | None = None) -> int:
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    args.argv = argv  # the command line as given (`cookbook data ... --submit` runs it again as a job)
+    passthrough = None  # after `--`: the program's own arguments (`cookbook render script train.py -- ARGS`)
+    if "--" in argv:
+        at = argv.index("--")
+        argv, passthrough = argv[:at], argv[at + 1 :]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if passthrough is not None:
+        if not hasattr(args, "program_args"):
+            parser.error(f"unrecognized arguments: -- {' '.join(passthrough)}")
+        args.program_args = passthrough
+    args.argv = argv if passthrough is None else [*argv, "--", *passthrough]  # `cookbook data ... --submit` runs it again
     from cookbook.profiles import ProfileError  # a profile file with a mistake, wherever profiles are read
 
     try:

@@ -9,13 +9,20 @@ from pathlib import Path
 
 from cookbook.cli import UserError
 from cookbook.planner import GPUS
-from cookbook.spec import JobSpec, SpecError, make_spec, parse_overrides
+from cookbook.spec import TRACKERS, JobSpec, SpecError, make_spec, parse_overrides
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     sub.add_parser("recipes", help="list the recipes").set_defaults(func=_list)
     r = sub.add_parser("render", help="validate a job and write its sbatch script + configs")
-    r.add_argument("recipe")
+    r.add_argument(
+        "recipe",
+        help="a recipe of `cookbook recipes`; or bring your own: tune:CONFIG (a torchtune built-in, `tune ls`), "
+        "tune:RECIPE:FILE.yaml, titan:MODULE:CONFIG (MODULE a torchtitan module or a .py file), "
+        "script PROGRAM.py [-- ARGS] (your own torchrun script)",
+    )
+    r.add_argument("program", nargs="?", default=None, help="script: the program torchrun starts on every node")
+    r.set_defaults(program_args=[])
     r.add_argument("--nodes", type=int, default=None)
     r.add_argument("--gpus-per-node", type=int, default=None)
     r.add_argument("--cpus-per-task", type=int, default=None)
@@ -58,6 +65,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="USR1 this long before the time limit (default 120; 30 on local-cpu)",
     )
+    r.add_argument(
+        "--tracker",
+        default=None,
+        choices=TRACKERS,
+        help="experiment tracking (default none: the framework's own logs); run name <job name>-<first job id>",
+    )
     r.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
     r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     r.add_argument(
@@ -86,9 +99,16 @@ def _list(args: argparse.Namespace) -> int:
 
 def spec_from_args(args: argparse.Namespace) -> JobSpec:
     """The JobSpec the ``render`` flags describe (the profile's defaults where a flag is not given)."""
+    recipe = args.recipe
+    if recipe == "script":
+        if not args.program:
+            raise UserError("script: name the program, e.g. `cookbook render script train.py --nodes 2 -- --lr 0.1`")
+        recipe = f"script:{args.program}"
+    elif args.program:
+        raise UserError(f"{args.program!r}: only the script recipe takes a program (`cookbook render script PROGRAM`)")
     try:
         return make_spec(
-            args.recipe,
+            recipe,
             args.profile,
             nodes=args.nodes,
             gpus_per_node=args.gpus_per_node,
@@ -115,6 +135,8 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
             venv=args.venv,
             env=parse_overrides(args.env),
             overrides=parse_overrides(args.overrides),
+            tracker=args.tracker,
+            program_args=args.program_args or None,
         )
     except SpecError as e:
         raise UserError(str(e)) from e

@@ -37,6 +37,7 @@ launcher flags and everything else stay the same.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -218,6 +219,14 @@ class Recipe(ABC):
 
 
 _REGISTRY: dict[str, Recipe] = {}
+# bring your own: ``PREFIX:REST`` names a recipe made on demand (``tune:llama3_1/8B_lora``, ``titan:my.py:tiny``,
+# ``script:train.py``) by the factory its framework module registers; a factory raises KeyError with the reason
+_FACTORIES: dict[str, tuple[Callable[[str], Recipe], str]] = {}
+
+
+def register_factory(prefix: str, factory: Callable[[str], Recipe], usage: str) -> None:
+    """Make ``PREFIX:REST`` names resolve to ``factory(REST)`` (``usage``: the form, for error messages)."""
+    _FACTORIES[prefix] = (factory, usage)
 
 
 def register_recipe(recipe: Recipe) -> Recipe:
@@ -230,10 +239,15 @@ def register_recipe(recipe: Recipe) -> Recipe:
 
 def registered(name: str) -> Recipe:
     """The registered recipe called ``name`` (``cookbook.recipes.get_recipe`` imports every recipe first)."""
-    try:
+    if name in _REGISTRY:
         return _REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown recipe {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+    prefix, sep, rest = name.partition(":")
+    if sep and prefix in _FACTORIES:
+        recipe = _FACTORIES[prefix][0](rest)
+        recipe.name = name  # the name as the user typed it: a spec's recipe and its recipe's name agree
+        return recipe
+    own = "; or bring your own: " + ", ".join(usage for _, usage in _FACTORIES.values()) if _FACTORIES else ""
+    raise KeyError(f"unknown recipe {name!r}; known: {', '.join(sorted(_REGISTRY))}{own}")
 
 
 def all_registered() -> list[Recipe]:

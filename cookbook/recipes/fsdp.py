@@ -46,6 +46,8 @@ FSDP_MODELS: tuple[tuple[str, str, int], ...] = (
 _FIXED = {
     "model": "pick the recipe fsdp_<model> instead (cookbook recipes lists them)",
     "backend": "the profile decides (nccl on GPUs, gloo on local-cpu)",
+    "tracker": "use --tracker (it also names the run and sets up the tracker's environment)",
+    "tracker_dir": "use --tracker tensorboard (the folder is $COOKBOOK_TB_DIR, set by the script)",
 }
 _GATED = ("meta-llama/", "mistralai/")
 
@@ -142,7 +144,8 @@ class FsdpRecipe(Recipe):
         }
 
     def train_args(self, spec: JobSpec) -> dict[str, str]:
-        return {**self.base_args(spec), **spec.overrides}
+        tracker = {"tracker": spec.tracker} if spec.tracker != "none" else {}
+        return {**self.base_args(spec), **tracker, **spec.overrides}
 
     # -- asked by the notebooks, planner and profiler --------------------------------------------------
     def profiling_overrides(

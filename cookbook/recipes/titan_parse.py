@@ -2,7 +2,8 @@
 
 The process that validates a job (the login node's shell, the notebook's kernel) never imports torchtitan,
 which imports triton and a GPU stack; nothing is patched there. The child reads one JSON request per line
-on stdin, ``{"args": [...]}`` (torchtitan's ``--module M --config F --a.b v`` flags), and writes one JSON
+on stdin, ``{"args": [...], "modules": [files]}`` (torchtitan's ``--module M --config F --a.b v`` flags;
+``modules``, optional: config modules of one's own, imported from their files first), and writes one JSON
 line: ``{"config": <the parsed config as plain data> | null, "fields": [dotted field names], "error": ""}``.
 
 Before torchtitan is imported, each ``module:function`` named in ``COOKBOOK_PRELOAD`` (comma-separated) is
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import importlib.util
 import io
 import json
 import os
@@ -78,10 +80,29 @@ def parse(args: list[str]) -> dict[str, Any]:
     return {"config": plain(cfg), "fields": field_paths(cfg), "error": ""}
 
 
+def load_module(file: str) -> None:
+    """A config module of one's own, imported from its file under its stem (``--module STEM`` then finds it)."""
+    name = os.path.splitext(os.path.basename(file))[0]
+    if getattr(sys.modules.get(name), "__file__", None) == file:
+        return
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        return  # torchtitan's import then names the module it cannot find
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception:  # noqa: BLE001  (torchtitan's own import reports it again, with its message)
+        del sys.modules[name]
+
+
 def main() -> int:
     preload()
     for line in sys.stdin:
-        print(json.dumps(parse(json.loads(line)["args"])), flush=True)
+        request = json.loads(line)
+        for file in request.get("modules", []):
+            load_module(file)
+        print(json.dumps(parse(request["args"])), flush=True)
     return 0
 
 

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from cookbook.profiling.enable import schedule
-from cookbook.recipes.base import Launch, Recipe, StartPath, path_problem, register_recipe
+from cookbook.recipes.base import Launch, Recipe, StartPath, path_problem, register_factory, register_recipe
 from cookbook.spec import JobSpec
 from cookbook.templating import render_template
 from cookbook.versions import tested_version
@@ -74,14 +74,14 @@ class _ParserProcess:
             env={**os.environ, "PYTHONPATH": path},
         )
 
-    def ask(self, args: list[str]) -> dict[str, Any]:
+    def ask(self, args: list[str], path: tuple[str, ...] = ()) -> dict[str, Any]:
         with self._lock:
             for _ in range(2):  # a child that died (killed, out of memory) is started again once
                 if self._proc is None or self._proc.poll() is not None:
                     self._proc = self._start()
                 assert self._proc.stdin and self._proc.stdout
                 try:
-                    self._proc.stdin.write(json.dumps({"args": args}) + "\n")
+                    self._proc.stdin.write(json.dumps({"args": args, "modules": list(path)}) + "\n")
                     self._proc.stdin.flush()
                     line = self._proc.stdout.readline()
                 except BrokenPipeError:
@@ -97,8 +97,8 @@ _PARSER = _ParserProcess()
 
 
 @functools.lru_cache(maxsize=256)
-def _parsed(args: tuple[str, ...]) -> dict[str, Any]:
-    return _PARSER.ask(list(args))
+def _parsed(args: tuple[str, ...], path: tuple[str, ...] = ()) -> dict[str, Any]:
+    return _PARSER.ask(list(args), path)
 
 
 def _namespace(value: Any) -> Any:
@@ -123,10 +123,13 @@ def cli_args(overrides: dict[str, str]) -> list[str]:
     return args
 
 
-def parse_config(config: str, overrides: dict[str, str]) -> tuple[Any, str]:
-    """Run torchtitan's own parser on ``--module cookbook_titan --config CONFIG`` + overrides, in a child
-    process (:mod:`cookbook.recipes.titan_parse`). Returns ``(config as attributes or None, error text)``."""
-    answer = _parsed(("--module", CONFIG_MODULE, "--config", config, *cli_args(overrides)))
+def parse_config(
+    config: str, overrides: dict[str, str], module: str = CONFIG_MODULE, path: tuple[str, ...] = ()
+) -> tuple[Any, str]:
+    """Run torchtitan's own parser on ``--module MODULE --config CONFIG`` + overrides, in a child process
+    (:mod:`cookbook.recipes.titan_parse`; ``path``: files of config modules of one's own). Returns
+    ``(config as attributes or None, error text)``."""
+    answer = _parsed(("--module", module, "--config", config, *cli_args(overrides)), path)
     return (_namespace(answer["config"]) if answer["config"] is not None else None), answer["error"]
 
 
@@ -177,8 +180,8 @@ def tyro_reason(err: str, overrides: dict[str, str] | None = None) -> str:
 
 
 @functools.cache
-def _known_fields(config: str) -> tuple[str, ...]:
-    return tuple(_parsed(("--module", CONFIG_MODULE, "--config", config))["fields"])
+def _known_fields(config: str, module: str = CONFIG_MODULE, path: tuple[str, ...] = ()) -> tuple[str, ...]:
+    return tuple(_parsed(("--module", module, "--config", config), path)["fields"])
 
 
 # why the GPU configs in cookbook_titan.py depart from torchtitan's defaults (values: the config functions)
@@ -212,6 +215,8 @@ class TorchtitanRecipe(Recipe):
     }
     intent: dict[str, str] = INTENT
     config_fn: str  # function in cookbook_titan.py
+    config_module: str = CONFIG_MODULE  # --module
+    module_path: tuple[str, ...] = ()  # a module of one's own: its file, imported by the parser first
     planner_base_settings = PLANNER_SETTINGS
 
     def profiling_overrides(
@@ -254,7 +259,7 @@ class TorchtitanRecipe(Recipe):
     def expected_config(self, spec: JobSpec) -> dict[str, tuple[object, str]]:
         if spec.local_cpu:
             return {}
-        cfg, _ = parse_config(self.config_name(spec), {})
+        cfg, _ = self.parse(spec, {})
         launch = self.launch_overrides(spec)
         out: dict[str, tuple[object, str]] = {}
         for key, why in self.intent.items():
@@ -264,12 +269,26 @@ class TorchtitanRecipe(Recipe):
             out[key] = (launch.get(key, value), why)
         return out
 
+    def parse(self, spec: JobSpec, overrides: dict[str, str]) -> tuple[Any, str]:
+        """torchtitan's parser on this recipe's module and config plus ``overrides`` (see :func:`parse_config`)."""
+        return parse_config(self.config_name(spec), overrides, self.config_module, self.module_path)
+
+    def tracker_overrides(self, spec: JobSpec) -> dict[str, str]:
+        """torchtitan 0.3.0's metrics options for ``spec.tracker`` (TensorBoard and W&B; W&B reads its run id,
+        name and project from the environment the script's tracker block sets)."""
+        if spec.tracker == "tensorboard":
+            # torchtitan adds a folder per start (time stamp) under it: the run's starts side by side
+            return {"metrics.enable_tensorboard": "true", "metrics.save_tb_folder": "tensorboard/$COOKBOOK_RUN_NAME"}
+        if spec.tracker == "wandb":
+            return {"metrics.enable_wandb": "true", "metrics.save_tb_folder": "wandb"}
+        return {}
+
     def effective_overrides(self, spec: JobSpec) -> dict[str, str]:
         """What torchtitan's parser sees at validation: the launch flags with this job's node count, the
-        start paths, then the user's overrides."""
+        tracker's options, the start paths, then the user's overrides."""
         launch = {k: v.replace("$SLURM_JOB_NUM_NODES", str(spec.nodes)) for k, v in self.launch_overrides(spec).items()}
         paths = {k: v for k, v in self.start_path_values(spec).items()}
-        return {**launch, **paths, **spec.overrides}
+        return {**launch, **self.tracker_overrides(spec), **paths, **spec.overrides}
 
     def config_name(self, spec: JobSpec) -> str:
         return self.config_fn + ("_tiny" if spec.local_cpu else "")
@@ -277,7 +296,15 @@ class TorchtitanRecipe(Recipe):
     def validate(self, spec: JobSpec) -> list[str]:
         problems = []
         name = self.config_name(spec)
-        known = _known_fields(name)
+        if spec.tracker == "mlflow":
+            problems.append(
+                f"torchtitan {tested_version('torchtitan')} logs to TensorBoard and W&B only "
+                "(metrics.enable_tensorboard, metrics.enable_wandb): use --tracker tensorboard or wandb"
+            )
+        mine = [k for k in spec.overrides if k in self.tracker_overrides(spec)]
+        if mine:
+            problems.append(f"--tracker {spec.tracker} sets {', '.join(mine)} itself: drop it (or use --tracker none)")
+        known = _known_fields(name, self.config_module, self.module_path)
         for key in spec.overrides:
             if known and key not in known:
                 leaf = key.rsplit(".", 1)[-1]
@@ -288,7 +315,7 @@ class TorchtitanRecipe(Recipe):
                 )
         if problems:
             return problems
-        cfg, err = parse_config(name, self.effective_overrides(spec))
+        cfg, err = self.parse(spec, self.effective_overrides(spec))
         if cfg is None:
             return [f"torchtitan rejects the overrides: {tyro_reason(err, spec.overrides)}"]
         par = cfg.parallelism
@@ -331,9 +358,11 @@ class TorchtitanRecipe(Recipe):
         return {f"{CONFIG_MODULE}.py": _MODULE_FILE.read_text(), _TRAINER_FILE.name: _TRAINER_FILE.read_text()}
 
     def command(self, spec: JobSpec) -> Launch:
-        args: list[str] = ["--module", CONFIG_MODULE, "--config", self.config_name(spec), "--dump_folder", "$RUN_DIR"]
+        args = ["--module", self.config_module, "--config", self.config_name(spec), "--dump_folder", "$RUN_DIR"]
         user = {k: v for k, v in spec.overrides.items() if k not in self.start_args(spec)}
-        args += cli_args({**self.launch_overrides(spec), **self.start_args(spec), **user})
+        args += cli_args(
+            {**self.launch_overrides(spec), **self.tracker_overrides(spec), **self.start_args(spec), **user}
+        )
         if spec.local_cpu:
             from cookbook.paths import cache_dir
 
@@ -455,3 +484,68 @@ class FluxSchnell(TorchtitanRecipe):
 
 register_recipe(Llama3_8BC4())
 register_recipe(FluxSchnell())
+
+
+# ---------------------------------------------------------------- bring your own model/config module
+class TitanModule(TorchtitanRecipe):
+    """Any torchtitan model/config module, ``titan:MODULE:CONFIG`` as torchtitan's ``--module/--config``:
+    MODULE a torchtitan module (``llama3``, ``deepseek_v3``, a dotted path) or a ``.py`` file of one's own
+    (copied next to the script; it may import torchtitan's registries and change what it needs), CONFIG a
+    function in it returning the ``Trainer.Config``. Validated by torchtitan's own parser like the named
+    recipes; ``local-cpu`` runs the config as it is (a tiny one)."""
+
+    intent: dict[str, str] = {}
+
+    def __init__(self, module: str, config: str, path: Path | None):
+        self.config_module, self.config_fn, self.path = module, config, path
+        self.module_path = (str(path),) if path else ()
+        self.name = f"titan:{path or module}:{config}"  # the registry sets the name as typed
+        self.description = f"{f'your module {path}' if path else f'torchtitan module {module}'}, config {config}"
+
+    def config_name(self, spec: JobSpec) -> str:
+        return self.config_fn
+
+    def expected_config(self, spec: JobSpec) -> dict[str, tuple[object, str]]:
+        return {}
+
+    def validate(self, spec: JobSpec) -> list[str]:
+        cfg, err = self.parse(spec, {})
+        if cfg is None:
+            return [
+                f"torchtitan cannot load --module {self.config_module} --config {self.config_fn}: {tyro_reason(err)}"
+            ]
+        return super().validate(spec)
+
+    def warnings(self, spec: JobSpec) -> list[str]:
+        cfg, _ = self.parse(spec, self.effective_overrides(spec))
+        if spec.requeue and cfg is not None and not cfg.checkpoint.enable:
+            return [
+                "checkpoint.enable is off in this config: a requeued job starts again from step 0 "
+                "(--set checkpoint.enable=true --set checkpoint.interval=N to resume)"
+            ]
+        return []
+
+    def files(self, spec: JobSpec) -> dict[str, str]:
+        return {self.path.name: self.path.read_text()} if self.path else {}
+
+
+@functools.cache
+def own_module(rest: str) -> TitanModule:
+    """``titan:MODULE:CONFIG``; KeyError with one line naming what to change."""
+    module, sep, config = rest.rpartition(":")
+    if not sep or not module or not config.isidentifier():
+        raise KeyError(
+            f"titan:{rest}: use titan:MODULE:CONFIG, MODULE a torchtitan module (e.g. llama3) or a .py file, "
+            "CONFIG the function returning its config (e.g. titan:llama3:llama3_debugmodel)"
+        )
+    if not module.endswith(".py"):
+        return TitanModule(module, config, None)
+    path = Path(module).expanduser().resolve()
+    if not path.is_file():
+        raise KeyError(f"titan:{rest}: no such config module {module}")
+    if not path.stem.isidentifier() or path.stem in (CONFIG_MODULE, "torchtitan", "torch"):
+        raise KeyError(f"titan:{rest}: rename {path.name}: its name must be a Python module name of its own")
+    return TitanModule(path.stem, config, path)
+
+
+register_factory("titan", own_module, "titan:MODULE:CONFIG (MODULE a torchtitan module or a .py file)")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cookbook.profiling.enable import schedule
-from cookbook.recipes.base import Launch, Recipe, StartPath, path_problem, register_recipe
+from cookbook.recipes.base import Launch, Recipe, StartPath, path_problem, register_factory, register_recipe
 from cookbook.spec import JobSpec, SpecError
 from cookbook.templating import render_template
 from cookbook.versions import requirement, tested_version
@@ -175,6 +175,29 @@ def dataset_block(dataset: DatasetSpec, *, packed: bool = False, train_on_input:
     return block
 
 
+_LOGGING = "torchtune.training.metric_logging."
+
+
+def metric_logger(tracker: str) -> dict[str, Any] | None:
+    """torchtune's ``metric_logger`` section for ``tracker`` (None: the config's own, DiskLogger). Run names,
+    ids, folders and credentials come from the environment the script's tracker block sets (``cookbook.tracking``):
+    the loggers read ``MLFLOW_*`` themselves, wandb.init reads ``WANDB_RUN_ID``/``WANDB_NAME``/``WANDB_RESUME``."""
+    loggers: dict[str, dict[str, Any]] = {
+        "tensorboard": {
+            "_component_": _LOGGING + "TensorBoardLogger",
+            "log_dir": "${oc.env:COOKBOOK_TB_DIR}",
+            "organize_logs": False,  # one folder per tracker run: a requeue appends to it
+        },
+        "wandb": {
+            "_component_": _LOGGING + "WandBLogger",
+            "project": "${oc.env:WANDB_PROJECT}",
+            "log_dir": "${oc.env:WANDB_DIR}",
+        },
+        "mlflow": {"_component_": _LOGGING + "MLFlowLogger"},
+    }
+    return loggers.get(tracker)
+
+
 def _scalar(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
@@ -318,6 +341,8 @@ class TorchtuneRecipe(Recipe):
         assert isinstance(merged, DictConfig)  # a mapping merged with a dot-list stays a mapping
         for key, value in self.start_args(spec).items():  # start-up paths read the script's variables
             OmegaConf.update(merged, key, env_interpolation(value), force_add=True)
+        if (logger := metric_logger(spec.tracker)) is not None:
+            OmegaConf.update(merged, "metric_logger", logger, merge=False)
         tp = int(merged.get("tensor_parallel_dim", 1) or 1)
         if tp > 1 and merged.get("tensor_parallel_plan") is None:
             merged.tensor_parallel_plan = {"_component_": TP_PLAN}
@@ -333,6 +358,10 @@ class TorchtuneRecipe(Recipe):
     def validate(self, spec: JobSpec) -> list[str]:
         base = self.base_config(spec)
         problems = check_override_keys(base, spec.overrides, self.recipe_file)
+        if spec.tracker != "none" and (keys := [k for k in spec.overrides if k.split(".")[0] == "metric_logger"]):
+            problems.append(
+                f"--tracker {spec.tracker} writes metric_logger itself: drop {', '.join(keys)} (or use --tracker none)"
+            )
         if problems:
             return problems
         try:
@@ -470,3 +499,112 @@ class Llama33_70BLora(TorchtuneRecipe):
 
 register_recipe(Llama33_70BFull())
 register_recipe(Llama33_70BLora())
+
+
+# ---------------------------------------------------------------- bring your own config
+@functools.cache
+def _builtin_recipes() -> dict[str, tuple[str, bool]]:
+    """``{config name: (recipe, supports distributed)}`` of every torchtune built-in config (``tune ls``)."""
+    from torchtune._recipe_registry import get_all_recipes
+
+    return {c.name: (r.name, r.supports_distributed) for r in get_all_recipes() for c in r.configs}
+
+
+@functools.cache
+def _recipe_kinds() -> dict[str, bool]:
+    """``{recipe: supports distributed}`` of torchtune's built-in recipes."""
+    from torchtune._recipe_registry import get_all_recipes
+
+    return {r.name: r.supports_distributed for r in get_all_recipes()}
+
+
+class TorchtuneConfig(TorchtuneRecipe):
+    """Any torchtune built-in config (``tune:llama3_1/8B_lora``) or a YAML file of one's own with the recipe
+    that runs it (``tune:full_finetune_distributed:my.yaml``), validated like the named recipes: override keys
+    against the config and its components, parallel sizes, batch sizes. The config's own paths are used as
+    they are (``--set checkpointer.checkpoint_dir=...``); ``local-cpu`` runs it as it is (a tiny config)."""
+
+    def __init__(self, recipe_file: str, config: str, path: Path | None):
+        self.recipe_file, self.config_name, self.path = recipe_file, config, path
+        self.name = f"tune:{recipe_file}:{config}"  # the registry sets the name as typed
+        self.tiny_config = config  # no tiny variant: the config itself (named in the YAML's header)
+        self.model_folder = None
+        self.resume_model_from_output = recipe_file.startswith("full_")
+        source = f"your config {path}" if path else f"torchtune's built-in {config}"
+        self.description = f"{source}, torchtune {recipe_file}"
+
+    def base_config(self, spec: JobSpec) -> DictConfig:
+        return _load_dict(self.path) if self.path else builtin_config(self.config_name)
+
+    def planner_defaults(self) -> dict[str, Any] | None:
+        return None  # the planner knows the named recipes' models only
+
+    def start_paths(self, spec: JobSpec) -> list[StartPath]:
+        return []  # the config's own paths (checked by `cookbook rehearse` through config_paths)
+
+    def _resumable_weights(self, spec: JobSpec) -> bool:
+        """A full finetune reloads its weights from the newest epoch: that needs checkpoint_files as a pattern."""
+        try:
+            self.checkpoint_filename_format(spec)
+        except SpecError:
+            return False
+        return True
+
+    def resume(self, spec: JobSpec) -> str:
+        if self.resume_model_from_output and not self._resumable_weights(spec):
+            return ""  # a requeue starts over (warned): resuming would pair the recipe state with the base weights
+        return super().resume(spec)
+
+    def warnings(self, spec: JobSpec) -> list[str]:
+        out = [] if spec.local_cpu else super().warnings(spec)
+        if spec.requeue and self.resume_model_from_output and not self._resumable_weights(spec):
+            out.append(
+                "checkpoint_files is a list: a requeued full finetune starts over (torchtune reloads the weights "
+                "of the newest epoch through checkpoint_files.filename_format; write it as "
+                "{filename_format, max_filename})"
+            )
+        return out
+
+
+@functools.cache
+def own_config(rest: str) -> TorchtuneConfig:
+    """``tune:CONFIG`` (a built-in, its recipe from torchtune's registry) or ``tune:RECIPE:CONFIG`` (CONFIG a
+    built-in name or a YAML file). KeyError with one line naming what to change."""
+    recipe, sep, config = rest.rpartition(":")
+    is_file = config.endswith((".yaml", ".yml")) or "/" in config and Path(config).exists()
+    path = Path(config).expanduser().resolve() if is_file else None
+    if path is not None:
+        if not path.is_file():
+            raise KeyError(f"tune:{rest}: no such config file {config}")
+        if not sep:
+            raise KeyError(
+                f"tune:{rest}: name the torchtune recipe that runs your config, "
+                f"e.g. tune:full_finetune_distributed:{config}"
+            )
+        try:
+            _load_dict(path)
+        except Exception as e:  # noqa: BLE001  (YAML's own message names line and column)
+            raise KeyError(f"tune:{rest}: {config} is not a YAML mapping: {' '.join(str(e).split())}") from None
+    elif config not in _builtin_recipes():
+        hint = difflib.get_close_matches(config, list(_builtin_recipes()), n=3, cutoff=0.6)
+        raise KeyError(
+            f"tune:{rest}: {config!r} is not a torchtune {tested_version('torchtune')} built-in config (`tune ls` "
+            f"lists them{'; did you mean ' + ' or '.join(hint) + '?' if hint else ''}), nor a .yaml file"
+        )
+    recipe = recipe or _builtin_recipes()[config][0]
+    kinds = _recipe_kinds()
+    if recipe not in kinds:
+        hint = difflib.get_close_matches(recipe, list(kinds), n=2, cutoff=0.6)
+        raise KeyError(
+            f"tune:{rest}: {recipe!r} is not a torchtune recipe"
+            + (f"; did you mean {' or '.join(hint)}?" if hint else f" (`tune ls`: {', '.join(kinds)})")
+        )
+    if not kinds[recipe]:
+        raise KeyError(
+            f"tune:{rest}: {recipe} is a single-device recipe; a Slurm job runs a distributed one "
+            "(pick a config of full_finetune_distributed, lora_finetune_distributed ...: `tune ls`)"
+        )
+    return TorchtuneConfig(recipe, str(path) if path else config, path)
+
+
+register_factory("tune", own_config, "tune:CONFIG (`tune ls`), tune:RECIPE:FILE.yaml")

@@ -26,6 +26,11 @@ Log lines (rank 0; the format ``cookbook.metrics`` parses):
 ``Batch N`` counts optimizer steps from 1; ``Speed`` is global samples/s; ``mfu`` is N/A on CPU or an
 unknown GPU (set ``--peak_tflops``).
 
+Tracking (``--tracker tensorboard|wandb|mlflow``): rank 0 logs loss, lr and throughput per logged step to the
+tracker run the sbatch script names in ``COOKBOOK_RUN_NAME`` (W&B: ``WANDB_RUN_ID`` with resume "allow";
+MLflow: the run ``MLFLOW_RUN_ID`` names; TensorBoard: ``--tracker_dir``, default ``$COOKBOOK_TB_DIR``), so a
+restart continues the same run. Keys and credentials are the trackers' own environment, never flags.
+
 Profiling (``--profile_steps=N``): the PyTorch profiler traces steps ``--profile_start_step`` ..
 ``+N-1`` after ``--profile_warmup`` warm-up steps, once, on every rank, and writes
 ``PROFILE_DIR/iteration_<last traced step>/rank<R>_trace.json.gz`` (torchtitan's layout).
@@ -616,6 +621,8 @@ OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
     ("--resume", int, 1, "1: resume from the newest complete checkpoint"),
     ("--logging_freq", int, 1, ""),
     ("--backend", str, "auto", ""),
+    ("--tracker", str, "none", "rank 0 logs"),
+    ("--tracker_dir", str, None, "TensorBoard folder (default $COOKBOOK_TB_DIR or ./tensorboard)"),
     ("--peak_tflops", float, None, "GPU bf16 peak for MFU if not in the table"),
     ("--throttle_seconds", float, 0.0, "sleep after each step (demos, tests)"),
     ("--profile_steps", int, 0, "steps the PyTorch profiler traces (0: off)"),
@@ -623,7 +630,11 @@ OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
     ("--profile_start_step", int, 3, "first traced step (1-based)"),
     ("--profile_dir", str, "./profiling/traces", "iteration_N/rank<R>_trace.json.gz go here"),
 )
-CHOICES = {"--model": sorted(SHAPES), "--backend": ["auto", "nccl", "gloo"]}
+CHOICES = {
+    "--model": sorted(SHAPES),
+    "--backend": ["auto", "nccl", "gloo"],
+    "--tracker": ["none", "tensorboard", "wandb", "mlflow"],
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -678,6 +689,60 @@ def make_profiler(args: argparse.Namespace, rank: int, first_step: int):
         on_trace_ready=save,
         schedule=torch.profiler.schedule(wait=wait, warmup=args.profile_warmup, active=args.profile_steps, repeat=1),
     )
+
+
+class Tracker:
+    """Rank 0's experiment tracker (``--tracker``); the other ranks' is a no-op. The run is the one the
+    environment names (``COOKBOOK_RUN_NAME``, ``WANDB_RUN_ID``, ``MLFLOW_RUN_ID``), so a restart continues it."""
+
+    def __init__(self, kind: str, tb_dir: str | None, rank: int, config: dict[str, Any]):
+        self.kind = kind if rank == 0 else "none"
+        name = os.environ.get("COOKBOOK_RUN_NAME") or "fsdp-train"
+        self._sink: Any = None
+        if self.kind == "tensorboard":
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._sink = SummaryWriter(tb_dir or os.environ.get("COOKBOOK_TB_DIR") or f"./tensorboard/{name}")
+        elif self.kind == "wandb":
+            import wandb
+
+            self._sink = wandb.init(
+                project=os.environ.get("WANDB_PROJECT", "cookbook"),
+                id=os.environ.get("WANDB_RUN_ID", name),
+                name=os.environ.get("WANDB_NAME", name),
+                resume="allow",
+                dir=os.environ.get("WANDB_DIR"),
+                config=config,
+            )
+        elif self.kind == "mlflow":
+            import mlflow
+
+            run_id = os.environ.get("MLFLOW_RUN_ID")
+            self._sink = mlflow.start_run(run_id=run_id, run_name=None if run_id else name)
+            if not run_id:
+                mlflow.log_params(config)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        if self.kind == "tensorboard":
+            for key, value in metrics.items():
+                self._sink.add_scalar(key, value, step)
+            self._sink.flush()
+        elif self.kind == "wandb":
+            self._sink.log(metrics, step=step)
+        elif self.kind == "mlflow":
+            import mlflow
+
+            mlflow.log_metrics(metrics, step=step)
+
+    def close(self) -> None:
+        if self.kind == "tensorboard":
+            self._sink.close()
+        elif self.kind == "wandb":
+            self._sink.finish()
+        elif self.kind == "mlflow":
+            import mlflow
+
+            mlflow.end_run()
 
 
 def train(args: argparse.Namespace) -> int:
@@ -773,6 +838,7 @@ def train(args: argparse.Namespace) -> int:
     profiler = make_profiler(args, rank, state.step + 1)
     start = state.step
     stop = stop_request()
+    tracker = Tracker(args.tracker, args.tracker_dir, rank, {k: v for k, v in vars(args).items() if v is not None})
     stopped = False
     with profiler if profiler is not None else contextlib.nullcontext():
         while state.step < args.max_steps:
@@ -803,8 +869,16 @@ def train(args: argparse.Namespace) -> int:
                 dt = time.perf_counter() - t0
                 tps = args.train_batch_size * seq_len / dt
                 mfu = 100.0 * tps * fpt / (peak * 1e12) if peak and bf16 else None
-                log.info(
-                    format_step(state.step, total.item() / world, args.train_batch_size * world / dt, lr, tps, mfu)
+                samples = args.train_batch_size * world / dt
+                log.info(format_step(state.step, total.item() / world, samples, lr, tps, mfu))
+                tracker.log(
+                    state.step,
+                    {
+                        "loss": total.item() / world,
+                        "lr": lr,
+                        "samples_per_second": samples,
+                        "tokens_per_second_per_gpu": tps,
+                    },
                 )
             path = None
             if state.step % args.checkpoint_freq == 0 or state.step == args.max_steps:
@@ -821,6 +895,7 @@ def train(args: argparse.Namespace) -> int:
                 break
             if args.throttle_seconds:
                 time.sleep(args.throttle_seconds)
+    tracker.close()
     log.info("%s at step %d", "Stopped for preemption" if stopped else "Training finished", state.step)
     dist.barrier()
     dist.destroy_process_group()
