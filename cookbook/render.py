@@ -18,12 +18,12 @@ from cookbook.secure_files import make_executable
 from cookbook.slurm.client import SlurmClient, SlurmError
 from cookbook.spec import SHARED_PORT_SPAN, JobSpec, ProfileError, SpecError, check_spec, profile_defaults, profiles
 from cookbook.templating import quote, quote_with_vars, render_template, template_env
+from cookbook.tracking import VARIABLES as TRACKER_VARIABLES
+from cookbook.tracking import tracker_block, tracker_problems
 from cookbook.training import preemption
 
 # the rank side of the stop protocol, written beside every script (the script puts $RECIPE_DIR on PYTHONPATH)
 PREEMPTION_FILE = f"{preemption.SHIPPED_NAME}.py"
-from cookbook.tracking import VARIABLES as TRACKER_VARIABLES
-from cookbook.tracking import tracker_block, tracker_problems
 
 _BUILTIN_VARS = ("RECIPE_DIR", "RUN_DIR", "SLURM_JOB_NUM_NODES")
 # the pre-flight gate's check (standard library + torch), written beside every script as PREFLIGHT_NAME

@@ -15,7 +15,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any, Literal
+from typing import Any
 
 # Profiles are data (cookbook/profiles/): read only through these two functions, re-exported here.
 from cookbook.profiles import EnvVar as EnvVar

@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, "program_args"):
             parser.error(f"unrecognized arguments: -- {' '.join(passthrough)}")
         args.program_args = passthrough
-    args.argv = argv if passthrough is None else [*argv, "--", *passthrough]  # `cookbook data ... --submit` runs it again
+    # the command line as given (`cookbook data ... --submit` runs it again as a job)
+    args.argv = argv if passthrough is None else [*argv, "--", *passthrough]
     from cookbook.profiles import ProfileError  # a profile file with a mistake, wherever profiles are read
 
     try:

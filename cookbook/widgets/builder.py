@@ -50,7 +50,9 @@ class JobBuilder:
         self.recipe = W.Dropdown(
             options=[r.name for r in list_recipes()], value=recipe, description="recipe", style=style, layout=lay
         )
-        self.profile = W.Dropdown(options=list(profiles()), value=profile, description="profile", style=style, layout=lay)
+        self.profile = W.Dropdown(
+            options=list(profiles()), value=profile, description="profile", style=style, layout=lay
+        )
         self.nodes = W.BoundedIntText(value=nodes, min=0, max=4096, description="nodes", style=style, layout=lay)
         gpus = gpus_per_node if gpus_per_node is not None else defaults["gpus_per_node"]
         self.gpus = W.BoundedIntText(value=gpus, min=0, max=64, description="GPUs per node", style=style, layout=lay)

@@ -384,7 +384,9 @@ def test_rendered_script_runs_train_py_with_the_recipe_arguments():
     assert job.files == {
         "train.py": (ROOT / "cookbook" / "training" / "fsdp_train.py").read_text(),
         "cookbook_preemption.py": (ROOT / "cookbook" / "training" / "preemption.py").read_text(),
-        "cookbook_preflight.py": (ROOT / "cookbook" / "training" / "preflight.py").read_text(),  # tests/unit/test_preflight.py
+        "cookbook_preflight.py": (
+            ROOT / "cookbook" / "training" / "preflight.py"
+        ).read_text(),  # tests/unit/test_preflight.py
     }
     assert '"${RECIPE_DIR}"/train.py' in job.script and "--model=llama3_1_8b" in job.script
     assert "--container-image=/fsx/pytorch-fsdp.sqsh" in job.script and "FI_PROVIDER=efa" in job.script
