@@ -20,6 +20,8 @@ from cookbook.spec import PROFILES, SHARED_PORT_SPAN, JobSpec, SpecError, check_
 from cookbook.templating import quote, quote_with_vars, render_template, template_env
 
 _BUILTIN_VARS = ("RECIPE_DIR", "RUN_DIR", "SLURM_JOB_NUM_NODES")
+#: the ranks' hang forensics (cookbook/training/hang.py), written beside every script: its folder is on PYTHONPATH
+HANG_FILE = "cookbook_hang.py"
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,8 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
         port_span=SHARED_PORT_SPAN,
     )
     warnings = recipe.warnings(spec) + start_path_warnings(spec, recipe) + mount_problems(spec, recipe)
-    return RenderedJob(script, recipe.files(spec), warnings)
+    files = {**recipe.files(spec), HANG_FILE: (Path(__file__).parent / "training" / "hang.py").read_text()}
+    return RenderedJob(script, files, warnings)
 
 
 def resolve_here(value: str, spec: JobSpec, variables: dict[str, str]) -> str | None:
