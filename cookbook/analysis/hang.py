@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from cookbook.training.hang import TRIGGER, TRACE_PREFIX, culprit, describe, load, mask
+from cookbook.training.hang import TRACE_PREFIX, TRIGGER, culprit, describe, load, mask
 
 HANG_FOLDER = Path(".cookbook") / "hang"  # in the run folder; the job script's COOKBOOK_HANG_DIR, one per attempt
 _RUN_DIR = re.compile(r"^job \d+: .* run dir (.+)$", re.M)  # the job script's start line

@@ -41,7 +41,8 @@ def _diagnose(args: argparse.Namespace) -> int:
     findings = diagnose(log) if log is not None and log.is_file() else []
     for finding in findings:
         print(finding)
-    hang = hang_report(target if target.exists() else log) if target.exists() or log is not None else []
+    source = target if target.exists() else log
+    hang = hang_report(source) if source is not None else []
     for line in hang:
         print(line)
     if not findings and not hang:

@@ -181,6 +181,10 @@ def _watch(args: argparse.Namespace) -> int:
     for finding in diagnose(out) if Path(out).exists() else []:
         print(finding)
     if Path(out).exists():
+        from cookbook.analysis.hang import hang_report
+
+        for line in hang_report(out):  # a hang: which rank and host never joined the collective, its stack
+            print(line)
         from cookbook.analysis.stragglers import job_hosts, straggler_lines
 
         hosts = job_hosts(out, args.job_id, client, nodelist=info.nodes or None)

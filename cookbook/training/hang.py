@@ -12,7 +12,7 @@ counts too. The first rank that sees one writes ``HANG`` in that folder; every r
 - ``stack_rank_R.txt``: every thread's Python stack (faulthandler, registered on SIGUSR2 in each rank, so
   ``kill -USR2 PID`` dumps a rank by hand too; ``py-spy dump``'s native view appended when py-spy is installed),
 - ``nccl_trace_rank_R``: PyTorch's flight recorder (the last collectives with their sequence numbers; on NCCL
-  torch also writes it itself on a timeout: ``TORCH_NCCL_DUMP_ON_TIMEOUT=1``, ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``),
+  torch also writes it itself on a timeout: ``TORCH_NCCL_DUMP_ON_TIMEOUT=1``, ``TORCH_FR_DUMP_TEMP_FILE``),
 - ``rank_R.json``: host, pid, last step.
 
 Then the rank that wrote ``HANG`` ends itself, which ends the job (torchrun and ``srun --kill-on-bad-exit``)
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 TRIGGER = "HANG"
-TRACE_PREFIX = "nccl_trace_rank_"  # = TORCH_NCCL_DEBUG_INFO_TEMP_FILE's file part: torch's dumps and ours alike
+TRACE_PREFIX = "nccl_trace_rank_"  # = TORCH_FR_DUMP_TEMP_FILE's file part: torch's dumps and ours alike
 HANG_EXIT = 75  # the exit status of the rank that ends a hung job
 _SECRET = re.compile(r"TOKEN|KEY|PASSWORD|PASSWD|SECRET|CREDENTIAL", re.I)
 _TIMEOUT = re.compile(r"Timed out waiting|collective operation timeout|timed out|Timeout", re.I)
@@ -145,8 +145,11 @@ class HangWatch:
             return False
         with os.fdopen(fd, "w") as f:
             json.dump(mask({"rank": self.rank, "host": self.host, "reason": reason, "time": time.time()}), f)
-        print(f"cookbook: hang on rank {self.rank} ({self.host}): {mask(reason)}; dumping every rank's stack and "
-              f"flight recorder to {self.folder}", flush=True)
+        print(
+            f"cookbook: hang on rank {self.rank} ({self.host}): {mask(reason)}; dumping every rank's stack and "
+            f"flight recorder to {self.folder}",
+            flush=True,
+        )
         return True
 
     def dump(self) -> None:
@@ -210,7 +213,7 @@ class HangWatch:
 
 def _flight_recorder() -> dict[str, Any] | None:
     """PyTorch's flight recorder of this process (NCCL's when CUDA is in use, else the generic one gloo
-    records into); None when torch has none or its buffer is off (TORCH_NCCL_TRACE_BUFFER_SIZE=0)."""
+    records into); None when torch has none or its buffer is off (TORCH_FR_BUFFER_SIZE=0)."""
     try:
         import torch
         import torch._C._distributed_c10d as c10d
@@ -295,9 +298,9 @@ def culprit(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """Which rank never entered the collective the others wait in: ``{"ranks": [...], "hosts": [...],
     "seq": N, "op": "gloo:all_reduce", "pg": "0", "waiting": [...], "how": "...", "reason": ...}``.
 
-    From the flight recorders: per process group, the ranks with a collective enqueued but not completed wait
-    in sequence number ``last completed + 1``; a member whose last enqueued collective is below it never
-    entered it (a member with no dump is named too). Without recorder dumps: the ranks behind the others' step."""
+    From the flight recorders (as torch's fr_trace does): per process group, the first collective sequence number
+    that not every member entered; the members whose last entered collective is below it never entered it (a member
+    with no dump is named too), the others wait in it. Without recorder dumps: the ranks behind the others' step."""
     data = load(folder)
     hosts = {r: m.get("host", "?") for r, m in data["ranks"].items()}
     world = max([m.get("world_size", 0) for m in data["ranks"].values()] + [len(data["traces"])])
@@ -305,21 +308,20 @@ def culprit(folder: str | os.PathLike[str]) -> dict[str, Any]:
                               "how": "", "reason": (data["trigger"] or {}).get("reason")}  # fmt: skip
     traces = data["traces"]
     for pg in sorted({pg for t in traces.values() for pg in t.get("pg_status", {})}):
-        status = {r: t["pg_status"][pg] for r, t in traces.items() if pg in t.get("pg_status", {})}
-        waiting = [r for r, s in status.items() if s["last_enqueued_collective"] > s["last_completed_collective"]]
-        if not waiting:
-            continue
-        seq = min(status[r]["last_completed_collective"] + 1 for r in waiting)
-        members = set(status) | (set(range(world)) if pg == "0" else set())
-        behind = sorted(r for r in members if r not in status or status[r]["last_enqueued_collective"] < seq)
-        if not behind:
+        entered = {r: t["pg_status"][pg]["last_enqueued_collective"] for r, t in traces.items()
+                   if pg in t.get("pg_status", {})}  # fmt: skip
+        members = set(entered) | (set(range(world)) if pg == "0" else set())
+        seq = min(entered.values()) + 1  # the first collective of this group that not every member entered
+        behind = sorted(r for r in members if entered.get(r, -1) < seq)
+        waiting = sorted(r for r, n in entered.items() if n >= seq)
+        if not behind or not waiting:
             continue
         op = next(
             (e.get("profiling_name") for e in traces[waiting[0]].get("entries", [])
              if str(e.get("pg_id")) == pg and e.get("collective_seq_id") == seq and not e.get("is_p2p")),
             None,
         )  # fmt: skip
-        result.update(ranks=behind, seq=seq, op=op, pg=pg, waiting=sorted(waiting), how="flight recorder")
+        result.update(ranks=behind, seq=seq, op=op, pg=pg, waiting=waiting, how="flight recorder")
         break
     if not result["ranks"] and data["ranks"]:
         steps = {r: m.get("step", 0) for r, m in data["ranks"].items()}
