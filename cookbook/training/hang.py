@@ -6,7 +6,7 @@
 
 The watch (a daemon thread per rank, on when the job script exports ``COOKBOOK_HANG_DIR``) calls it a hang when no
 step ended for ``COOKBOOK_HANG_K`` (default 10) x the median step time, and at least ``COOKBOOK_HANG_MIN_S``
-seconds (default 300: a checkpoint save is no hang); an uncaught collective timeout (gloo's "Timed out waiting")
+seconds (default 600: a long checkpoint save is no hang); an uncaught collective timeout (gloo's "Timed out waiting")
 counts too. The first rank that sees one writes ``HANG`` in that folder; every rank then writes there:
 
 - ``stack_rank_R.txt``: every thread's Python stack (faulthandler, registered on SIGUSR2 in each rank, so
@@ -45,7 +45,9 @@ TRIGGER = "HANG"
 TRACE_PREFIX = "nccl_trace_rank_"  # = TORCH_FR_DUMP_TEMP_FILE's file part: torch's dumps and ours alike
 HANG_EXIT = 75  # the exit status of the rank that ends a hung job
 _SECRET = re.compile(r"TOKEN|KEY|PASSWORD|PASSWD|SECRET|CREDENTIAL", re.I)
-_TIMEOUT = re.compile(r"Timed out waiting|collective operation timeout|timed out|Timeout", re.I)
+# a collective that timed out (gloo: "Timed out waiting 6000ms for recv operation to complete"; NCCL's watchdog),
+# not any timeout (a hub download timing out is no hang and no reason to exclude a node)
+_TIMEOUT = re.compile(r"Timed out waiting \d+ms for (?:recv|send)|collective operation timeout|Watchdog caught")
 
 
 def _env_float(name: str, default: float) -> float:
@@ -91,7 +93,7 @@ class HangWatch:
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
         self.k = _env_float("COOKBOOK_HANG_K", 10.0)
-        self.min_seconds = _env_float("COOKBOOK_HANG_MIN_S", 300.0)
+        self.min_seconds = _env_float("COOKBOOK_HANG_MIN_S", 600.0)
         self.poll = _env_float("COOKBOOK_HANG_POLL_S", 2.0)
         inject = os.environ.get("COOKBOOK_HANG_INJECT", "")
         self.inject = tuple(int(x) for x in inject.split(":")[:2]) if re.fullmatch(r"\d+:\d+", inject) else None
