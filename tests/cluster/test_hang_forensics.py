@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from cookbook.cli import main
 from cookbook.render import write_job
 from cookbook.slurm.client import SlurmClient, read_output
 from cookbook.spec import JobSpec
@@ -26,7 +27,7 @@ STALL_RANK, STALL_STEP = 1, 4
 
 
 def test_a_rank_that_never_enters_the_collective_is_named_with_its_host_seq_and_stack(
-    slurm, tiny_assets, job_dir: Path
+    slurm, tiny_assets, job_dir: Path, capsys
 ):
     spec = JobSpec(
         recipe="fsdp_llama3_1_8b",
@@ -88,21 +89,16 @@ def test_a_rank_that_never_enters_the_collective_is_named_with_its_host_seq_and_
     assert op.startswith("gloo:"), op
     assert re.search(rf"cookbook: excluding {host} \(hang: rank {STALL_RANK} on {host} never entered", log), log[-3000:]
 
-    # cookbook diagnose RUN: the same verdict, with the stalled rank's stack
+    # cookbook diagnose RUN (and the log as the target): the same verdict, with the stalled rank's stack
     run_dir = job_dir / "run"
-    out = subprocess.run(
-        [sys.executable, "-m", "cookbook", "diagnose", str(run_dir)], capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0, out.stderr
-    report = out.stdout
+    assert main(["diagnose", str(run_dir)]) == 0
+    report = capsys.readouterr().out
     assert f"hang: rank {STALL_RANK} on {host} never entered collective #{seq} ({op}, process group 0)" in report
     stack = report.split(f"rank {STALL_RANK} ({host}) stack")[1]
     assert "in _train_steps" in stack and "train.py" in stack, report
-    # the log works as the target too
-    by_log = subprocess.run(
-        [sys.executable, "-m", "cookbook", "diagnose", str(log_path)], capture_output=True, text=True, timeout=120
-    )
-    assert f"never entered collective #{seq}" in by_log.stdout, by_log.stdout + by_log.stderr
+    assert main(["diagnose", str(log_path)]) == 0
+    by_log = capsys.readouterr().out
+    assert f"never entered collective #{seq}" in by_log, by_log
 
     # torch's own analyzer reads the dumps and agrees
     (folder,) = (run_dir / ".cookbook" / "hang").glob(f"{job}-*")
@@ -118,5 +114,5 @@ def test_a_rank_that_never_enters_the_collective_is_named_with_its_host_seq_and_
     # no secret in any dump, the report or the log
     for f in folder.iterdir():
         assert KNOWN_TOKEN.encode() not in f.read_bytes(), f
-    assert KNOWN_TOKEN not in report + by_log.stdout + log
+    assert KNOWN_TOKEN not in report + by_log + log
     print(f"hang test: {elapsed:.0f} s, rank {STALL_RANK} on {host}, collective #{seq} {op}")
