@@ -381,7 +381,10 @@ def test_rendered_script_runs_train_py_with_the_recipe_arguments():
     from cookbook.render import render_job
 
     job = render_job(_spec(profile="aws-efa", container_image="/fsx/pytorch-fsdp.sqsh", container_mounts=["/fsx:/fsx"]))
-    assert job.files == {"train.py": (ROOT / "cookbook" / "training" / "fsdp_train.py").read_text()}
+    assert job.files == {
+        "train.py": (ROOT / "cookbook" / "training" / "fsdp_train.py").read_text(),
+        "cookbook_hang.py": (ROOT / "cookbook" / "training" / "hang.py").read_text(),
+    }
     assert '"${RECIPE_DIR}"/train.py' in job.script and "--model=llama3_1_8b" in job.script
     assert "--container-image=/fsx/pytorch-fsdp.sqsh" in job.script and "FI_PROVIDER=efa" in job.script
     assert '--checkpoint_dir="${RUN_DIR}"/checkpoints' in job.script
