@@ -58,6 +58,23 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fsdp_train")
 
+
+def _hang_watch() -> Any:
+    """The hang forensics module (``cookbook_hang.py``, written beside this file by the cookbook; else the
+    package's ``cookbook.training.hang``); None without either (a bare copy of this file runs without it)."""
+    try:
+        import cookbook_hang  # type: ignore[import-not-found]  # exists beside the generated scripts only
+
+        return cookbook_hang
+    except ImportError:
+        try:
+            from cookbook.training import hang
+
+            return hang
+        except ImportError:
+            return None
+
+
 # --------------------------------------------------------------------------------------------- shapes
 
 
@@ -823,7 +840,7 @@ def _train_steps(
     profiler,
 ) -> None:
     """The training loop, from the current step to ``--max_steps``."""
-    first = True
+    first, hang = True, _hang_watch()
     while state.step < args.max_steps:
         t0 = time.perf_counter()
         batch = data.next_batch()
@@ -861,6 +878,8 @@ def _train_steps(
             profiler.step()
         if args.throttle_seconds:
             time.sleep(args.throttle_seconds)
+        if hang is not None:
+            hang.step(state.step)  # no step for K x the median step time: every rank's stack, see cookbook_hang.py
 
 
 def main(argv: list[str] | None = None) -> int:
