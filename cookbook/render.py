@@ -22,13 +22,21 @@ from cookbook.tracking import VARIABLES as TRACKER_VARIABLES
 from cookbook.tracking import tracker_block, tracker_problems
 from cookbook.training import preemption
 
-# the rank side of the stop protocol, written beside every script (the script puts $RECIPE_DIR on PYTHONPATH)
-PREEMPTION_FILE = f"{preemption.SHIPPED_NAME}.py"
-
 _BUILTIN_VARS = ("RECIPE_DIR", "RUN_DIR", "SLURM_JOB_NUM_NODES")
-# the pre-flight gate's check (standard library + torch), written beside every script as PREFLIGHT_NAME
-PREFLIGHT_FILE = Path(__file__).resolve().parent / "training" / "preflight.py"
-PREFLIGHT_NAME = "cookbook_preflight.py"
+_TRAINING = Path(__file__).resolve().parent / "training"
+# the ranks' side of the pre-flight gate, the stop protocol and the hang forensics (standard library + torch),
+# written beside every script under these names ($RECIPE_DIR is on PYTHONPATH)
+PREFLIGHT_NAME, PREEMPTION_FILE, HANG_FILE = (
+    "cookbook_preflight.py",
+    f"{preemption.SHIPPED_NAME}.py",
+    "cookbook_hang.py",
+)
+SHIPPED = {
+    PREFLIGHT_NAME: _TRAINING / "preflight.py",
+    PREEMPTION_FILE: _TRAINING / "preemption.py",
+    HANG_FILE: _TRAINING / "hang.py",
+}
+PREFLIGHT_FILE = SHIPPED[PREFLIGHT_NAME]
 
 
 @dataclass(frozen=True)
@@ -109,11 +117,7 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
         max_retries_source=spec.profile_info.gate().max_retries.source,
     )
     warnings = recipe.warnings(spec) + start_path_warnings(spec, recipe) + mount_problems(spec, recipe)
-    files = {
-        **recipe.files(spec),
-        PREFLIGHT_NAME: PREFLIGHT_FILE.read_text(),
-        PREEMPTION_FILE: Path(preemption.__file__).read_text(),
-    }
+    files = {**recipe.files(spec), **{name: path.read_text() for name, path in SHIPPED.items()}}
     return RenderedJob(script, files, warnings)
 
 

@@ -191,6 +191,10 @@ def _watch(args: argparse.Namespace) -> int:
         print(finding)
     if Path(out).exists():
         _print_node_report(out)
+        from cookbook.analysis.hang import hang_report
+
+        for line in hang_report(out):  # a hang: which rank and host never joined the collective, its stack
+            print(line)
         from cookbook.analysis.stragglers import job_hosts, straggler_lines
 
         hosts = job_hosts(out, args.job_id, client, nodelist=info.nodes or None)

@@ -67,6 +67,23 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fsdp_train")
 
+
+def _hang_watch() -> Any:
+    """The hang forensics module (``cookbook_hang.py``, written beside this file by the cookbook; else the
+    package's ``cookbook.training.hang``); None without either (a bare copy of this file runs without it)."""
+    try:
+        import cookbook_hang  # type: ignore[import-not-found]  # exists beside the generated scripts only
+
+        return cookbook_hang
+    except ImportError:
+        try:
+            from cookbook.training import hang
+
+            return hang
+        except ImportError:
+            return None
+
+
 # --------------------------------------------------------------------------------------------- shapes
 
 
@@ -837,7 +854,7 @@ def train(args: argparse.Namespace) -> int:
 
     profiler = make_profiler(args, rank, state.step + 1)
     start = state.step
-    stop = stop_request()
+    stop, hang = stop_request(), _hang_watch()
     tracker = Tracker(args.tracker, args.tracker_dir, rank, {k: v for k, v in vars(args).items() if v is not None})
     stopped = False
     with profiler if profiler is not None else contextlib.nullcontext():
@@ -895,6 +912,8 @@ def train(args: argparse.Namespace) -> int:
                 break
             if args.throttle_seconds:
                 time.sleep(args.throttle_seconds)
+            if hang is not None:
+                hang.step(state.step)  # no step for K x the median step time: every rank's stack, see cookbook_hang.py
     tracker.close()
     log.info("%s at step %d", "Stopped for preemption" if stopped else "Training finished", state.step)
     dist.barrier()

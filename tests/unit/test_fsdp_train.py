@@ -387,6 +387,7 @@ def test_rendered_script_runs_train_py_with_the_recipe_arguments():
         "cookbook_preflight.py": (
             ROOT / "cookbook" / "training" / "preflight.py"
         ).read_text(),  # tests/unit/test_preflight.py
+        "cookbook_hang.py": (ROOT / "cookbook" / "training" / "hang.py").read_text(),
     }
     assert '"${RECIPE_DIR}"/train.py' in job.script and "--model=llama3_1_8b" in job.script
     assert "--container-image=/fsx/pytorch-fsdp.sqsh" in job.script and "FI_PROVIDER=efa" in job.script

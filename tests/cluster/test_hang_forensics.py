@@ -1,0 +1,122 @@
+"""Hang forensics on the real local cluster: a 2-node FSDP job (local-cpu, gloo) where one rank stalls after a
+step (COOKBOOK_HANG_INJECT) so the other waits in the next collective. The ranks' watch (cookbook_hang.py beside
+the script) sees no step for K x the median step time, every rank dumps its stack and flight recorder, the job
+ends at once instead of at its time limit, the job script names the node at fault and calls
+cookbook_exclude_and_retry, and `cookbook diagnose RUN` names that rank, its host (told apart here by srun's node
+label, not by the watch), the collective's sequence number and the stack. A known HF_TOKEN is in no dump."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cookbook.cli import main
+from cookbook.render import write_job
+from cookbook.slurm.client import SlurmClient, read_output
+from cookbook.spec import JobSpec
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+KNOWN_TOKEN = "hf_hangForensicsKnownValue4242"
+STALL_RANK, STALL_STEP = 1, 4
+
+
+def test_a_rank_that_never_enters_the_collective_is_named_with_its_host_seq_and_stack(
+    slurm, tiny_assets, job_dir: Path, capsys
+):
+    spec = JobSpec(
+        recipe="fsdp_llama3_1_8b",
+        profile="local-cpu",
+        nodes=2,
+        gpus_per_node=0,
+        exclusive=False,
+        time="00:10:00",
+        log_dir=str(job_dir / "logs"),
+        run_dir=str(job_dir / "run"),
+        assets_dir=str(tiny_assets.root),
+        job_name="hang-forensics-test",
+        venv=sys.prefix,
+        env={
+            "COOKBOOK_HANG_INJECT": f"{STALL_RANK}:{STALL_STEP}",
+            "COOKBOOK_HANG_K": "3",
+            "COOKBOOK_HANG_MIN_S": "3",
+            "COOKBOOK_HANG_POLL_S": "0.5",
+            "COOKBOOK_MAX_RETRIES": "1",
+        },
+        overrides={"max_steps": "60", "checkpoint_freq": "1000", "keep_checkpoints": "0", "throttle_seconds": "0.2"},
+    )
+    script = write_job(spec, job_dir / "job.sbatch")
+    assert (job_dir / "cookbook_hang.py").is_file()
+    (job_dir / "logs").mkdir()
+    client = SlurmClient({**slurm.env, "HF_TOKEN": KNOWN_TOKEN})
+    started = time.monotonic()
+    job = client.submit(script, cwd=job_dir)
+    log_path = job_dir / "logs" / f"hang-forensics-test-{job}.out"
+    resubmitted: list[str] = []
+    try:
+        info = slurm.wait(job, timeout=300)
+        log = read_output(log_path)
+        # a retry of our own job (a 2-node job cannot run without a node of this 2-node cluster): cancelled below
+        resubmitted = re.findall(r"(?:Submitted batch job |by resubmission with --exclude\S* .*?: job )(\d+)", log)
+    finally:
+        for other in resubmitted:
+            slurm.cancel(other)
+    elapsed = time.monotonic() - started
+    assert info.state != "COMPLETED", log[-3000:]
+    assert elapsed < 240, f"the hung job was not ended early ({elapsed:.0f} s)\n{log[-3000:]}"
+
+    # the host of the stalled rank, from srun's node label ("1: [rank1]:...") and the job's node list
+    nodelist = re.search(r"node\(s\) \[(.+?)\], rendezvous", log)
+    assert nodelist, log[-3000:]
+    hosts = slurm.run("scontrol", "show", "hostnames", nodelist.group(1)).stdout.split()
+    label = re.search(rf"^(\d+): \[rank{STALL_RANK}\]:rank {STALL_RANK} first batch", log, re.M)
+    assert label and int(label.group(1)) < len(hosts), f"{hosts}\n{log[-3000:]}"
+    host = hosts[int(label.group(1))]
+
+    assert f"cookbook: injected stall on rank {STALL_RANK} ({host}) after step {STALL_STEP}" in log
+    assert re.search(r"cookbook: hang on rank \d \(\S+\): no step for \d+ s after step \d+", log), log[-3000:]
+    verdict = re.search(
+        rf"cookbook: hang: rank {STALL_RANK} on {host} never entered collective #(\d+) \((\S+), process group 0\) "
+        rf"that rank\(s\) {1 - STALL_RANK} wait in",
+        log,
+    )
+    assert verdict, log[-3000:]
+    seq, op = int(verdict.group(1)), verdict.group(2)
+    assert op.startswith("gloo:"), op
+    # cookbook_exclude_and_retry was called for that node (here Slurm cannot run 2 nodes without it: the retry is
+    # refused, or queued and cancelled above)
+    excluded = rf"cookbook: (?:excluding|could not exclude) {host} \(hang: rank {STALL_RANK} on {host} never entered"
+    assert re.search(excluded, log), log[-3000:]
+
+    # cookbook diagnose RUN (and the log as the target): the same verdict, with the stalled rank's stack
+    run_dir = job_dir / "run"
+    assert main(["diagnose", str(run_dir)]) == 0
+    report = capsys.readouterr().out
+    assert f"hang: rank {STALL_RANK} on {host} never entered collective #{seq} ({op}, process group 0)" in report
+    stack = report.split(f"rank {STALL_RANK} ({host}) stack")[1]
+    assert "in _train_steps" in stack and "train.py" in stack, report
+    assert main(["diagnose", str(log_path)]) == 0
+    by_log = capsys.readouterr().out
+    assert f"never entered collective #{seq}" in by_log, by_log
+
+    # torch's own analyzer reads the dumps and agrees
+    (folder,) = (run_dir / ".cookbook" / "hang").glob(f"{job}-*")
+    fr = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", "-p", "nccl_trace_rank_", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    said = fr.stdout + fr.stderr  # its findings go through logging (stderr)
+    assert f"sequence number: {seq}" in said and f"missing ranks: {{{STALL_RANK}}}" in said, said
+
+    # no secret in any dump, the report or the log
+    for f in folder.iterdir():
+        assert KNOWN_TOKEN.encode() not in f.read_bytes(), f
+    assert KNOWN_TOKEN not in report + by_log + log
+    print(f"hang test: {elapsed:.0f} s, rank {STALL_RANK} on {host}, collective #{seq} {op}")
