@@ -99,6 +99,7 @@ def stoppable_trainer(owner: Any) -> Any:
             print("cookbook: checkpoint.enable is off: a stop request cannot save; training goes on", flush=True)
 
     def should_continue_training(self: Any) -> bool:
+        _hang_step(self.step)
         if not owner.should_continue_training(self):
             return False  # the last step: torchtitan has saved it (interval or last step)
         if self._cookbook_first_step is None:
@@ -154,6 +155,28 @@ def _stop_request() -> Any:
     except ImportError:
         from cookbook.training.preemption import StopRequest
     return StopRequest()
+
+
+@functools.cache
+def _hang() -> Any:
+    """The hang forensics module (``cookbook_hang.py`` beside the script, else the package's); None without it."""
+    try:
+        import cookbook_hang  # type: ignore[import-not-found]  # beside the generated scripts only
+
+        return cookbook_hang
+    except ImportError:
+        try:
+            from cookbook.training import hang
+
+            return hang
+        except ImportError:
+            return None
+
+
+def _hang_step(n: int) -> None:
+    """A step boundary for the hang watch (no step for K x the median step time: every rank's stack)."""
+    if (hang := _hang()) is not None:
+        hang.step(n)
 
 
 def _rank() -> int:
