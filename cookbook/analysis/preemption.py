@@ -2,7 +2,7 @@
 the same log), how it began (afresh, or resumed from which checkpoint), what stopped it (the signal, the
 step the ranks saved at) and the steps it trained; and the steps trained twice (redone).
 
-The lines read are the stop protocol's (``cookbook: job N got USR1``, ``cookbook: saved at step N for
+The lines read are the stop protocol's (``cookbook: got USR1: ...``, ``cookbook: saved at step N for
 preemption: PATH``), the resume blocks' ``resuming from PATH`` and the steps of the metrics parser
 (:func:`cookbook.analysis.goodput.log_segments`).
 """
@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-_SIGNAL = re.compile(r"cookbook: job \d+ got (\w+)")
+_SIGNAL = re.compile(r"cookbook: got (\w+)")
 _SAVED = re.compile(r"cookbook: saved at step (\d+) for preemption: (\S+)")
 _RESUMING = re.compile(r"resuming from (\S+)")
 

@@ -50,7 +50,7 @@ def test_data_job_then_a_sweep_array_that_waits_on_it(slurm, tiny_assets, tmp_pa
     # 2. the sweep: one array, one task at a time, after the data job, under the user's profile
     executor = Executor(tmp_path / "sweep", profile="cpusite", client=slurm)
     executor.update_parameters(nodes=1, time="00:10:00", dependency=f"afterok:{data_id}")
-    jobs = executor.map_array("llama3_8b_c4", [{"training.steps": 3}, {"training.steps": 2}], parallelism=1)
+    jobs = executor.map_array("llama3_8b_c4", [{"training.steps": 3}, {"training.steps": 4}], parallelism=1)
     array_id = jobs[0].job_id.split("_")[0]
     assert [j.job_id for j in jobs] == [f"{array_id}_0", f"{array_id}_1"]
     array_script = (jobs[0].script.parent.parent / "job.sbatch").read_text()
@@ -72,9 +72,10 @@ def test_data_job_then_a_sweep_array_that_waits_on_it(slurm, tiny_assets, tmp_pa
     assert [i.state for i in infos] == ["COMPLETED", "COMPLETED"], [j.tail(30) for j in jobs]
     starts = [re.findall(r"(?m)^job \d+: 1 node\(s\)", j.stdout()) for j in jobs]
     assert len(starts[0]) == 1 and "got USR1" not in jobs[0].stdout()  # task 0 ran once, never requeued
-    assert len(starts[1]) == 2 and f"job {array_id}: got USR1, requeueing" in last.stdout()
+    # the stop-save (issue 16): the ranks save at their next step boundary, then the task requeues itself
+    assert len(starts[1]) == 2 and f"cookbook: requeueing job {array_id} after the stop-save" in last.stdout()
     assert list(jobs[0].metrics()["step"]) == [1, 2, 3]
-    assert list(last.metrics()["step"])[-1] == 2
+    assert list(last.metrics()["step"])[-1] == 4
 
     # 4. the chain: the data job ended COMPLETED before the first task started; its output is there
     def show(job_id: str) -> dict[str, str]:

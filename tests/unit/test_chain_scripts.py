@@ -77,15 +77,18 @@ def test_array_refuses_what_one_array_cannot_be(tmp_path):
 
 
 def test_an_array_task_requeues_itself_not_the_array(tmp_path):
-    """The USR1 trap of a rendered script under bash, with a stand-in scontrol that records its arguments."""
+    """The script's own id for scontrol ($SELF) under bash, with a stand-in scontrol that records its arguments:
+    every requeue of the script (after a stop-save, a node exclusion) names $SELF, never the bare job id."""
     text = render_job(make_spec("llama3_3_70b_lora", "nebius")).script
-    trap = text[text.index("on_usr1() {") : text.index("trap on_usr1 USR1")]
+    assert 'scontrol requeue "$SLURM_JOB_ID"' not in text and text.count('scontrol requeue "$SELF"') >= 2
+    self_lines = "\n".join(line for line in text.splitlines() if line.startswith("SELF="))
     fake = tmp_path / "scontrol"
     fake.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/calls\n')
     fake.chmod(0o755)
     env = {"PATH": f"{tmp_path}:{os.environ['PATH']}", "SLURM_JOB_ID": "41"}
     for extra in ({}, {"SLURM_ARRAY_JOB_ID": "41", "SLURM_ARRAY_TASK_ID": "3"}):
-        subprocess.run(["bash", "-c", f"set -euo pipefail\n{trap}\non_usr1"], env={**env, **extra}, check=True)
+        script = f'set -euo pipefail\n{self_lines}\nscontrol requeue "$SELF"'
+        subprocess.run(["bash", "-c", script], env={**env, **extra}, check=True)
     assert (tmp_path / "calls").read_text().splitlines() == ["requeue 41", "requeue 41_3"]
 
 

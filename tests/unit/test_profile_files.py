@@ -79,7 +79,7 @@ def test_user_and_project_files_extend_a_builtin(home):
     script = render_job(make_spec("llama3_3_70b_lora", profile="mysite")).script
     assert "# --- cluster profile mysite: my cluster" in script
     assert "export NCCL_IB_HCA=mlx5_0,mlx5_1  # our admins" in script
-    assert "NCCL_DEBUG" not in script
+    assert "export NCCL_DEBUG=" not in script
     assert "export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-ib0}" in script
 
 
