@@ -387,7 +387,7 @@ def run(
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--run", required=True, help="the training run folder (torchtune_config.yaml, epoch_N/)")
+    p.add_argument("--trained", required=True, help="the training run folder (torchtune_config.yaml, epoch_N/)")
     p.add_argument("--out", required=True, help="where use.json (and --merge's default) go")
     p.add_argument("--base", default=None, help="the base model (default: the training config's checkpoint_dir)")
     p.add_argument("--checkpoint", default=None, help="an epoch_N folder (default: the newest)")
@@ -419,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0  # one process does the work, with every GPU of its node
     try:
         result = run(
-            Path(args.run),
+            Path(args.trained),
             Path(args.out),
             base=Path(args.base) if args.base else None,
             checkpoint=Path(args.checkpoint) if args.checkpoint else None,
