@@ -59,6 +59,7 @@ class TorchtuneUse(Recipe):
 
     framework = "use"
     script_nodes: ClassVar[int] = 1
+    trained_key: ClassVar[str] = "trained"  # the override naming the training run folder
 
     def __init__(self, train: str, kind: str, model_folder: str):
         self.train, self.kind, self.model_folder = train, kind, model_folder
@@ -149,6 +150,7 @@ class FluxSchnellUse(FluxSchnell):
     name = "flux_schnell_use"
     description = "use the flux_schnell output: images sampled from its newest checkpoint (torchtitan's FLUX sampling)"
     script_nodes: ClassVar[int] = 1
+    trained_key: ClassVar[str] = "dump_folder"  # torchtitan finds the checkpoints under it
     model_folder = "FLUX.1-schnell"
     planner_model = None
 

@@ -16,6 +16,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ADAPTER = "adapter_model.safetensors"
 
@@ -37,6 +38,12 @@ class Outputs:
     adapter_rank: int | None = None
     serve: dict[str, str] = field(default_factory=dict)  # {server: command or code line}
     others: list[Path] = field(default_factory=list)  # older checkpoints
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(self.render())
 
     def render(self) -> str:
         lines = [
