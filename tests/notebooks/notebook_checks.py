@@ -134,8 +134,7 @@ def check_use_section(name: str, executed, jobs: list) -> None:
     gens = result.generations()
     assert len(gens) >= 2 and (gens["base"] != gens["fine-tuned"]).any(), gens
     assert re.search(r"fine-tuned\s+[\d.]+\s+[\d.]+", text), "the held-out table (before/after) is not shown"
-    for g in gens["fine-tuned"]:
-        assert repr(g)[1:-1][:20] in text or g == "", "a generation is not printed"
+    assert re.search(r"^\s+prompt\s+reference\s+base\s+fine-tuned", text, re.M), "the generations are not shown"
     h = result.data["heldout"]
     assert h["tuned_loss"] < h["base_loss"], h
     if name.startswith("03_"):
