@@ -64,9 +64,8 @@ class TorchtuneUse(Recipe):
     def __init__(self, train: str, kind: str, model_folder: str):
         self.train, self.kind, self.model_folder = train, kind, model_folder
         self.name = f"{train}_use"
-        self.description = (
-            f"use the {train} output: base vs fine-tuned generations, held-out loss before/after"
-            + (", optional merge into an HF folder" if kind == "lora" else "")
+        self.description = f"use the {train} output: base vs fine-tuned generations, held-out loss before/after" + (
+            ", optional merge into an HF folder" if kind == "lora" else ""
         )
 
     def start_paths(self, spec: JobSpec) -> list[StartPath]:
@@ -152,7 +151,6 @@ class FluxSchnellUse(FluxSchnell):
     script_nodes: ClassVar[int] = 1
     trained_key: ClassVar[str] = "dump_folder"  # torchtitan finds the checkpoints under it
     model_folder = "FLUX.1-schnell"
-    planner_model = None
 
     def start_paths(self, spec: JobSpec) -> list[StartPath]:
         trained = StartPath(
@@ -178,6 +176,9 @@ class FluxSchnellUse(FluxSchnell):
 
     def expected_config(self, spec: JobSpec) -> dict[str, tuple[object, str]]:
         return {}
+
+    def planner_defaults(self) -> None:
+        return None  # sampling: nothing for the training planner to plan
 
     def files(self, spec: JobSpec) -> dict[str, str]:
         return {**super().files(spec), FLUX_PROMPTS: "\n".join(CAPTIONS) + "\n"}

@@ -102,7 +102,21 @@ def _base_of(run: Path) -> str | None:
     m = re.search(r"^checkpointer:\n(?:[ \t].*\n)*?[ \t]+checkpoint_dir:\s*(\S+)", cfg.read_text(), re.M)
     if not m:
         return None
-    return re.sub(r"\$\{oc\.env:(\w+)\}", lambda v: os.environ.get(v[1], v[0]), m[1].strip("'\""))
+    return re.sub(
+        r"\$\{oc\.env:(\w+)\}", lambda v: os.environ.get(v[1]) or _script_value(run, v[1]) or v[0], m[1].strip("'\"")
+    )
+
+
+def _script_value(run: Path, name: str) -> str | None:
+    """The default the job's script gives variable ``name`` (``NAME=${NAME:-value}``), for a run folder inside the
+    folder ``submit`` made (``<job folder>/runs/<name>``); ``$RECIPE_DIR`` is the script's folder."""
+    for script in sorted(run.parent.parent.glob("*.sbatch")):
+        m = re.search(rf"^{name}=\$\{{{name}:-(.+)\}}$", script.read_text(), re.M)
+        if m:
+            value = m[1].replace('"', "").replace("${RECIPE_DIR}", "$RECIPE_DIR")
+            value = value.replace("$RECIPE_DIR", str(script.parent))
+            return None if "$" in value else value
+    return None
 
 
 def _tp(size: int) -> int:
@@ -125,6 +139,7 @@ def describe(target: str | os.PathLike[str]) -> Outputs:
             base = _base_of(run) or "BASE_MODEL_DIR"
             b = shlex.quote(base)
             size = (ckpt / ADAPTER).stat().st_size
+            tp = _tp(folder_size(Path(base)) if Path(base).is_dir() else 10**12)  # unknown base: a node's GPUs
             return Outputs(
                 run,
                 "lora",
@@ -136,7 +151,7 @@ def describe(target: str | os.PathLike[str]) -> Outputs:
                 adapter_rank=int(cfg.get("r", 0)) or None,
                 serve={
                     "vLLM": f"vllm serve {b} --enable-lora --lora-modules tuned={q} --max-lora-rank "
-                    f"{max(int(cfg.get('r', 8)), 8)} --tensor-parallel-size {_tp(folder_size(Path(base)) if Path(base).is_dir() else int(1e12))}",
+                    f"{max(int(cfg.get('r', 8)), 8)} --tensor-parallel-size {tp}",
                     "TGI": f"text-generation-launcher --model-id {b} --lora-adapters tuned={q}",
                     "transformers": f"PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({base!r}, "
                     f"torch_dtype='auto', device_map='auto'), {str(ckpt)!r})",

@@ -71,17 +71,17 @@ class UseResult:
 
     def plot(self) -> Figure:
         """Bars: held-out loss and perplexity, base vs fine-tuned."""
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
 
         df = self.heldout()
-        fig, axes = plt.subplots(1, 2, figsize=(8, 3))
+        fig = Figure(figsize=(8, 3), layout="constrained")  # no pyplot state: a cell shows it once
+        axes = fig.subplots(1, 2)
         for ax, col in zip(axes, df.columns):
             ax.bar(df.index, df[col], color=["#999999", "#1f77b4"])
             ax.set_title(col)
             for i, v in enumerate(df[col]):
                 ax.annotate(f"{v:.3g}", (i, v), ha="center", va="bottom")
         fig.suptitle(f"held-out {df.attrs['split']}: before vs after")
-        fig.tight_layout()
         return fig
 
     def summary(self) -> str:
@@ -99,7 +99,9 @@ class UseResult:
 def loads_with_transformers(folder: str | Path) -> str:
     """Load ``folder`` with ``AutoModelForCausalLM`` (on CPU, its own dtype) and say what came back."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # the notebook shows the answer, not a loading bar
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype="auto")
     n = sum(p.numel() for p in model.parameters())
     return f"{folder}: transformers loads it as {type(model).__name__}, {n:,} parameters"
@@ -117,12 +119,13 @@ def sampled_images(run_dir: str | Path) -> list[Path]:
 def image_grid(run_dir: str | Path, captions: list[str] | None = None, columns: int = 4) -> Figure:
     """The sampled images as a grid, each titled with its caption (torchtitan writes the caption into the
     image's EXIF ImageDescription); the figure is also saved as ``images/grid.png``."""
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
     from PIL import ExifTags, Image
 
     paths = sampled_images(run_dir)
     rows = (len(paths) + columns - 1) // columns
-    fig, axes = plt.subplots(rows, columns, figsize=(3 * columns, 3 * rows), squeeze=False)
+    fig = Figure(figsize=(3 * columns, 3 * rows), layout="constrained")
+    axes = fig.subplots(rows, columns, squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
     for i, (ax, path) in enumerate(zip(axes.flat, paths)):
@@ -131,6 +134,5 @@ def image_grid(run_dir: str | Path, captions: list[str] | None = None, columns: 
             caption = caption or str(img.getexif().get(ExifTags.Base.ImageDescription, "")).strip()
             ax.imshow(img.convert("RGB"))
         ax.set_title(caption[:40], fontsize=8)
-    fig.tight_layout()
     fig.savefig(Path(run_dir) / IMAGES / "grid.png", dpi=80)
     return fig

@@ -134,7 +134,9 @@ def check_use_section(name: str, executed, jobs: list) -> None:
     gens = result.generations()
     assert len(gens) >= 2 and (gens["base"] != gens["fine-tuned"]).any(), gens
     assert re.search(r"fine-tuned\s+[\d.]+\s+[\d.]+", text), "the held-out table (before/after) is not shown"
-    assert re.search(r"^\s+prompt\s+reference\s+base\s+fine-tuned", text, re.M), "the generations are not shown"
+    shown = all(p[:30] in text for p in gens["prompt"]) and "reference" in text and "fine-tuned" in text
+    assert shown, "the generations (prompt, reference, base, fine-tuned) are not shown"
+    assert "/llama3 (LoRA rank" in text or not name.startswith("03_"), "the base model is not named"
     h = result.data["heldout"]
     assert h["tuned_loss"] < h["base_loss"], h
     if name.startswith("03_"):
