@@ -158,3 +158,16 @@ def test_use_recipes_validate_their_overrides_and_render_one_node_scripts():
     ):
         with pytest.raises(SpecError, match=said):
             validate(make_spec(recipe, "generic", nodes=1, overrides=overrides))
+
+
+def test_the_rehearsal_knows_the_use_program_by_the_name_the_recipe_writes():
+    """node_check.py (standard library only, runs on the nodes) names the program file: the same as the recipe's."""
+    from cookbook.recipes.use import FLUX_INFER, PROGRAM
+    from cookbook.rehearsal import node_check
+
+    assert node_check.program_of(["torchrun"], [f"/x/{PROGRAM}", "--trained=/r"]) == (
+        "use",
+        [f"/x/{PROGRAM}", "--trained=/r"],
+    )
+    assert node_check.program_of(["torchrun"], ["-m", FLUX_INFER, "--module", "m"]) == ("torchtitan", ["--module", "m"])
+    assert node_check.program_of(["torchrun"], ["/x/train.py"])[0] == "fsdp"
