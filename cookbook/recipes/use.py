@@ -124,7 +124,7 @@ class TorchtuneUse(Recipe):
                 ns: argparse.Namespace = parser.parse_args([f"--{k}={v}" for k, v in self.program_args(spec).items()])
         except SystemExit:
             return [f"{PROGRAM} rejects the overrides: {(err.getvalue().strip().splitlines() or ['?'])[-1]}"]
-        for flag in ("rows", "max_new_tokens"):
+        for flag in ("rows", "max_new_tokens", "eval_rows"):
             if getattr(ns, flag) < 1:
                 problems.append(f"{flag}={getattr(ns, flag)}: use a positive integer")
         return problems

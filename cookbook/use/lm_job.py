@@ -311,12 +311,14 @@ def run(
     heldout: str | None = None,
     rows: int = 4,
     max_new_tokens: int = 24,
+    eval_rows: int = 256,
     merge: Path | None = None,
     config: Path | None = None,
 ) -> dict[str, Any]:
     """Generate and evaluate with the base and the fine-tuned model; write and return ``OUT/use.json``:
     ``{"base", "checkpoint", "kind" (full|lora), "generations": [{prompt, reference, base, tuned}],
-    "heldout": {split, trained_on, rows, tokens?, base_loss, tuned_loss, base_ppl, tuned_ppl}, "merged"}``."""
+    "heldout": {split, trained_on, rows (scored, at most ``eval_rows``), split_rows, base_loss, tuned_loss,
+    base_ppl, tuned_ppl}, "merged"}``."""
     from omegaconf import OmegaConf
     from torchtune import config as tt_config
     from torchtune.data import Message
@@ -336,7 +338,7 @@ def run(
     if heldout:
         trained_on = False
     ds = heldout_rows(cfg, tokenizer, split)
-    samples = [ds[i] for i in range(len(ds))]
+    samples = [ds[i] for i in range(min(len(ds), eval_rows))]  # a 70B forward per row: a capped sample
     if user_prompts:
         chats = [([Message("user", p)], "") for p in user_prompts]
     else:
@@ -373,6 +375,7 @@ def run(
             "split": split,
             "trained_on": trained_on,
             "rows": len(samples),
+            "split_rows": len(ds),
             "base_loss": base_loss,
             "tuned_loss": tuned_loss,
             "base_ppl": math.exp(base_loss),
@@ -396,6 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heldout", default=None, help="held-out split, e.g. train[90%%:] (default: after training's)")
     p.add_argument("--rows", type=int, default=4, help="held-out rows to prompt with")
     p.add_argument("--max_new_tokens", type=int, default=24)
+    p.add_argument("--eval_rows", type=int, default=256, help="held-out rows the loss is computed on (the first N)")
     p.add_argument("--merge", default=None, help="LoRA: write the merged model in HF layout here")
     return p
 
@@ -427,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
             heldout=args.heldout,
             rows=args.rows,
             max_new_tokens=args.max_new_tokens,
+            eval_rows=args.eval_rows,
             merge=Path(args.merge) if args.merge else None,
             config=Path(args.config) if args.config else None,
         )
