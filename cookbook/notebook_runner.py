@@ -292,7 +292,8 @@ class SweepRun:
 
     @property
     def job(self) -> Any:
-        jobs = jobs_in(self.work)
+        """The run's training job (the notebook's "use the model" job, ``<recipe>_use``, comes after it)."""
+        jobs = [j for j in jobs_in(self.work) if not j.recipe.endswith("_use")]
         return jobs[-1] if jobs else None
 
 

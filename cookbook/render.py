@@ -296,7 +296,8 @@ def log_dir_of(script: str | Path) -> Path | None:
 
 
 def generated_specs() -> list[JobSpec]:
-    """The spec of every script in ``slurm-recipes/``: each recipe x profile, 2 nodes, portable paths."""
+    """The spec of every script in ``slurm-recipes/``: each recipe x profile, on the recipe's ``script_nodes``
+    (2 for training), portable paths."""
     from cookbook.recipes import list_recipes
     from cookbook.recipes.fsdp import DEFAULT_MODEL
 
@@ -313,7 +314,7 @@ def generated_specs() -> list[JobSpec]:
                 JobSpec(
                     recipe=recipe.name,
                     profile=name,
-                    nodes=2,
+                    nodes=recipe.script_nodes,
                     **profile_defaults(name),
                     job_name=f"{stem}-{name}".replace("_", "-"),
                     script_name=f"{stem}.{name}.sbatch",

@@ -497,6 +497,79 @@ def run_summary(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------------------ use it
+def use_spec(spec: JobSpec, job: executor.Job, **overrides: Any) -> JobSpec:
+    """The job that uses what ``job`` (trained from ``spec``) produced: recipe ``<recipe>_use`` (see
+    :mod:`cookbook.recipes.use`) on one node with the same profile and cluster settings, pointed at the run
+    folder and at the model the training started from; ``overrides`` are the use recipe's (e.g. ``merge``)."""
+    from dataclasses import replace
+
+    from cookbook.recipes import get_recipe
+
+    name = f"{spec.recipe}_use"
+    try:
+        recipe = get_recipe(name)
+    except KeyError:
+        raise NotebookStop(f"{spec.recipe}: no recipe uses its output yet (`cookbook recipes` lists *_use)") from None
+    keys = {sp.key for sp in recipe.start_paths(replace(spec, recipe=name, overrides={}))}
+    carried = {k: v for k, v in spec.overrides.items() if k in keys}
+    if "checkpointer.checkpoint_dir" in spec.overrides and "base" in keys:  # torchtune: the base model
+        carried["base"] = spec.overrides["checkpointer.checkpoint_dir"]
+    trained = getattr(recipe, "trained_key", "trained")
+    return replace(
+        spec,
+        recipe=name,
+        nodes=1,
+        job_name=f"{spec.name}-use",
+        run_dir=None,
+        script_name=None,
+        overrides={**carried, trained: str(job.run_dir), **{str(k): str(v) for k, v in overrides.items()}},
+    )
+
+
+def use_model(
+    spec: JobSpec,
+    job: executor.Job,
+    root: str | os.PathLike[str] = "runs",
+    client: SlurmClient | None = None,
+    **overrides: Any,
+) -> Any:
+    """Submit the use job of ``job`` (:func:`use_spec`), wait for it and return its
+    :class:`cookbook.use.report.UseResult`: generations of the base and the fine-tuned model, held-out loss
+    before/after, the merged folder (LoRA, ``merge="$RUN_DIR/merged"``)."""
+    from cookbook.use.report import UseResult
+
+    use = submit(use_spec(spec, job, **overrides), root, client or job.client)
+    use.wait()
+    return UseResult.load(use.run_dir)
+
+
+def sample_images(
+    spec: JobSpec,
+    job: executor.Job,
+    root: str | os.PathLike[str] = "runs",
+    client: SlurmClient | None = None,
+    **overrides: Any,
+) -> Any:
+    """Submit ``flux_schnell_use`` on ``job``'s newest checkpoint (torchtitan's FLUX sampling), wait, and return
+    the images as a grid figure (also saved as ``images/grid.png`` in the use job's run folder)."""
+    from cookbook.use.report import image_grid
+
+    use = submit(use_spec(spec, job, **overrides), root, client or job.client)
+    use.wait()
+    return image_grid(use.run_dir)
+
+
+def outputs(job: executor.Job) -> Any:
+    """Where ``job``'s weights are, their format and size, and how to serve them (``cookbook outputs RUN``)."""
+    from cookbook.use.outputs import NoOutputs, describe
+
+    try:
+        return describe(job.run_dir)
+    except NoOutputs as e:
+        raise NotebookStop(str(e)) from None
+
+
 def require(condition: bool, message: str) -> None:
     """Stop the notebook with ``message`` unless ``condition`` holds."""
     if not condition:
@@ -512,14 +585,18 @@ __all__ = [
     "job_spec",
     "merge_metrics",
     "model_overrides",
+    "outputs",
     "plan_for",
     "prepare_model",
     "profiling_overrides",
     "progress_line",
     "require",
     "run_summary",
+    "sample_images",
     "setup_checks",
     "slurm_client",
     "submit",
     "tail_text",
+    "use_model",
+    "use_spec",
 ]

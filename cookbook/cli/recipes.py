@@ -93,7 +93,7 @@ def _list(args: argparse.Namespace) -> int:
     from cookbook.recipes import list_recipes
 
     for r in list_recipes():
-        print(f"{r.name:20} {r.framework:11} {r.description}")
+        print(f"{r.name:22} {r.framework:11} {r.description}")
     return 0
 
 

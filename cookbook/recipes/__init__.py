@@ -10,7 +10,7 @@ from cookbook.recipes.base import all_registered as list_recipes
 from cookbook.recipes.base import registered as get_recipe
 from cookbook.spec import LOCAL_CPU
 
-for _name in ("torchtune", "torchtitan", "fsdp", "script"):
+for _name in ("torchtune", "torchtitan", "fsdp", "script", "use"):
     if (Path(__file__).parent / f"{_name}.py").exists():
         importlib.import_module(f"{__name__}.{_name}")
 

@@ -120,6 +120,7 @@ class Recipe(ABC):
     planner_base_settings: ClassVar[dict[str, Any]] = {}
     planner_settings: ClassVar[dict[str, Any]] = {}
     planner_source: ClassVar[str] = ""
+    script_nodes: ClassVar[int] = 2  # nodes of its slurm-recipes/ scripts (a job using a trained model: 1)
 
     @abstractmethod
     def validate(self, spec: JobSpec) -> list[str]:

@@ -76,11 +76,12 @@ def program_of(words: list[str], args: list[str]) -> tuple[str, list[str]]:
         return "torchtune", args
     if args[:2] == ["-m", "cookbook.local.compat.cpu"] and len(args) > 2:
         os.environ["COOKBOOK_REHEARSE_LOCAL_CPU"] = "1"  # seen by the --parse child (see parse_in_training_env)
-        return args[2], args[3:]  # local-cpu: torchtune RECIPE ... / torchtitan ...
-    if args[:2] == ["-m", "torchtitan.train"]:
-        return "torchtitan", args[2:]
-    if args and args[0].endswith(".py"):
-        return "fsdp", args
+        # local-cpu: torchtune RECIPE ... / torchtitan ... / torchtitan-flux-infer ... (FLUX sampling)
+        return ("torchtitan" if args[2].startswith("torchtitan") else args[2]), args[3:]
+    if args[:2] in (["-m", "torchtitan.train"], ["-m", "torchtitan.models.flux.inference.infer"]):
+        return "torchtitan", args[2:]  # training, or FLUX sampling from its checkpoint (same config parser)
+    if args and args[0].endswith(".py"):  # our own programs, each with build_parser(): the use job's or FSDP's
+        return ("use" if os.path.basename(args[0]) == "use_lm.py" else "fsdp"), args
     return "unknown", args
 
 
@@ -137,7 +138,7 @@ def parse_in_training_env(framework: str, args: list[str], keys: list[str]) -> d
         )
         values["replicate"] = par.data_parallel_replicate_degree
         values["shard"] = par.data_parallel_shard_degree
-    elif framework == "fsdp":
+    elif framework in ("fsdp", "use"):
         import importlib.util
 
         spec = importlib.util.spec_from_file_location("cookbook_fsdp_train", args[0])

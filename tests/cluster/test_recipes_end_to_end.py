@@ -439,3 +439,50 @@ def test_torchtitan_saves_on_usr1_at_the_step_boundary_and_resumes_there(runs, k
     for s in after:
         assert after[s] == pytest.approx(expected[s], rel=1e-5), (s, after, expected)
     print(f"{key}: saved at step {step}, steps redone after the resume: {redone}")
+
+
+def test_the_use_jobs_generate_evaluate_merge_and_sample_from_the_trained_runs(runs, slurm, tiny_assets, tmp_path):
+    """The *_use recipes (rendered and submitted like training) on this module's finished runs: base vs
+    fine-tuned generations and held-out loss for the full and the LoRA fine-tune, the LoRA merge loaded by
+    transformers, FLUX images sampled from the torchtitan checkpoint; `cookbook outputs` on each run."""
+    from cookbook.use.outputs import describe
+    from cookbook.use.report import UseResult, image_grid, loads_with_transformers
+
+    jobs, _ = runs
+
+    def use(recipe: str, name: str, overrides: dict[str, str]) -> Job:
+        spec = job_spec(
+            recipe, profile="local-cpu", nodes=1, job_name=name, overrides=overrides, assets_dir=str(tiny_assets.root)
+        )
+        return submit(spec, root=tmp_path, client=slurm)
+
+    used = {
+        "lora": use(
+            "llama3_3_70b_lora_use",
+            "use-lora",
+            {"trained": str(jobs["lora"].run_dir), "merge": "$RUN_DIR/merged", "rows": "3"},
+        ),
+        "full": use("llama3_3_70b_full_use", "use-full", {"trained": str(jobs["full"].run_dir), "rows": "3"}),
+        "flux": use("flux_schnell_use", "use-flux", {"dump_folder": str(jobs["flux"].run_dir)}),
+    }
+    for job in used.values():
+        info = slurm.wait(job.job_id, timeout=600, poll=2)
+        assert info.state == "COMPLETED", f"{job.name}: {info.state}\n{job.explain()}"
+    for kind in ("lora", "full"):
+        result = UseResult.load(used[kind].run_dir)
+        assert result.data["kind"] == kind and result.data["checkpoint"].endswith("epoch_1")
+        gens = result.generations()
+        assert len(gens) == 3 and (gens["base"] != gens["fine-tuned"]).any(), gens
+        assert all(gens["prompt"].str.len() > 0) and all(gens["reference"].str.len() > 0)
+        h = result.heldout()
+        assert h.loc["fine-tuned", "held-out loss"] < h.loc["base", "held-out loss"], h
+        assert "held-out train[90%:]" in used[kind].log.read_text()
+    merged = UseResult.load(used["lora"].run_dir).merged
+    assert merged is not None and "transformers loads it as LlamaForCausalLM" in loads_with_transformers(merged)
+    log = used["flux"].log.read_text()
+    assert f"Loading the checkpoint from {jobs['flux'].run_dir}/checkpoint/step-4" in log
+    image_grid(used["flux"].run_dir)
+    assert len(list((used["flux"].run_dir / "images").glob("image_prompt*_rank0.png"))) == 8
+    assert (used["flux"].run_dir / "images" / "grid.png").is_file()
+    assert describe(jobs["lora"].script.parent).kind == "lora" and describe(jobs["full"].run_dir).kind == "full"
+    assert describe(jobs["flux"].run_dir).kind == "dcp"

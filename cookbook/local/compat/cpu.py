@@ -32,6 +32,8 @@ from typing import Any
 from cookbook import versions
 
 FRAMEWORKS = ("torchtune", "torchtitan")
+# torchtitan's FLUX sampling (the ``flux_schnell_use`` recipe): ``... cpu torchtitan-flux-infer [torchtitan args]``
+FLUX_INFER_WORD, FLUX_INFER = "torchtitan-flux-infer", "torchtitan.models.flux.inference.infer"
 VERIFIED_VERSIONS: dict[str, str] = {p: versions.exact_version(p) or "" for p in ("torch", "torchtune", "torchtitan")}
 PACKAGES_CHECKED: dict[str, tuple[str, ...]] = {
     "torchtune": ("torch", "torchtune"),
@@ -457,11 +459,12 @@ def run_torchtune(recipe: str, args: Sequence[str]) -> int:
     return 0
 
 
-def run_torchtitan(args: Sequence[str]) -> None:
-    """Apply the torchtitan shims and run ``torchtitan.train`` as ``__main__`` with ``args``."""
+def run_torchtitan(args: Sequence[str], module: str = "torchtitan.train") -> None:
+    """Apply the torchtitan shims and run ``module`` (``torchtitan.train``, or FLUX's sampling
+    :data:`FLUX_INFER`) as ``__main__`` with ``args``."""
     apply_shims("torchtitan")
-    sys.argv = ["torchtitan.train", *with_torchtitan_defaults(args)]
-    runpy.run_module("torchtitan.train", run_name="__main__", alter_sys=True)
+    sys.argv = [module, *with_torchtitan_defaults(args)]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
 def cpu_launch_args(framework: str, recipe: str | None = None) -> list[str]:
@@ -484,7 +487,8 @@ def cpu_launch_args(framework: str, recipe: str | None = None) -> list[str]:
 
 
 USAGE = """usage: python -m cookbook.local.compat.cpu torchtune RECIPE [--config FILE key=value ...]
-       python -m cookbook.local.compat.cpu torchtitan [--module M --config F --section.key value ...]"""
+       python -m cookbook.local.compat.cpu torchtitan [--module M --config F --section.key value ...]
+       python -m cookbook.local.compat.cpu torchtitan-flux-infer [the same torchtitan arguments]"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -500,6 +504,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_torchtune(rest[0], rest[1:])
         elif framework == "torchtitan":
             run_torchtitan(rest)
+        elif framework == FLUX_INFER_WORD:
+            run_torchtitan(rest, FLUX_INFER)
         else:
             raise CompatError(f"unknown framework {framework!r}; expected one of {', '.join(FRAMEWORKS)}")
     except CompatError as e:

@@ -1,0 +1,1 @@
+"""Use what you trained."""

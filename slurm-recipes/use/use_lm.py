@@ -1,0 +1,446 @@
+"""Use a torchtune fine-tune: generations of the base and the fine-tuned model side by side, held-out loss and
+perplexity before vs after, and (LoRA) the adapter merged into an HF folder that ``transformers`` loads.
+
+Self-contained (torch, transformers, safetensors, omegaconf, torchtune; PEFT when installed): written next to the
+sbatch script of the ``*_use`` recipes as ``use_lm.py`` and started by torchrun (see
+:mod:`cookbook.recipes.use`); the notebooks' local runs import it. Only global rank 0 works (one process with
+every GPU of its node, ``device_map="auto"``: a 70B model in bf16 spans several GPUs); the other ranks exit.
+
+The chat template is the training's own: the run's ``torchtune_config.yaml`` names the tokenizer and the dataset
+(its message transform), so prompts and the loss are built exactly as in training. Prompts default to the held-out
+rows of that dataset (``--heldout``, a datasets split such as ``train[90%:]``); ``--prompts FILE`` gives one user
+message per line (UTF-8). Results: ``OUT/use.json`` (see :func:`run`).
+
+A user error (no checkpoint in the run, an adapter of another model, a prompt file that is not UTF-8) is one line
+on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+RESULT = "use.json"
+ADAPTER = "adapter_model.safetensors"
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+class UseError(Exception):
+    """A problem the user fixes (one line, exit status 2)."""
+
+
+# ----------------------------------------------------------------------------------------- the run's files
+def epoch_dirs(run: Path) -> list[Path]:
+    """``epoch_N`` folders of a torchtune run, oldest first (torchtune writes one at the end of each epoch)."""
+    found = [p for p in run.glob("epoch_*") if p.is_dir() and re.fullmatch(r"epoch_\d+", p.name)]
+    return sorted(found, key=lambda p: int(p.name.split("_")[1]))
+
+
+def is_adapter(folder: Path) -> bool:
+    return (folder / ADAPTER).is_file() and (folder / "adapter_config.json").is_file()
+
+
+def has_weights(folder: Path) -> bool:
+    return any(p.name.startswith("model") and p.name.endswith(WEIGHT_SUFFIXES) for p in folder.iterdir())
+
+
+def newest_checkpoint(run: Path) -> Path:
+    """The newest ``epoch_N`` of ``run`` holding weights or an adapter; :class:`UseError` when there is none."""
+    if not run.is_dir():
+        raise UseError(f"{run}: no such run folder (give the training job's run folder, its RUN_DIR)")
+    usable = [p for p in epoch_dirs(run) if is_adapter(p) or has_weights(p)]
+    if not usable:
+        raise UseError(
+            f"no checkpoint in {run}: torchtune writes epoch_N/ at the end of each epoch (did the job finish one?)"
+        )
+    return usable[-1]
+
+
+def training_config(run: Path, config: Path | None = None) -> Any:
+    """The run's torchtune config (``torchtune_config.yaml``, which torchtune writes into the run folder)."""
+    from omegaconf import OmegaConf
+
+    path = config or run / "torchtune_config.yaml"
+    if not path.is_file():
+        raise UseError(f"{path}: no training config (torchtune writes torchtune_config.yaml into the run folder)")
+    return OmegaConf.load(path)
+
+
+def read_prompts(path: Path) -> list[str]:
+    """One user message per non-empty line of a UTF-8 file."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise UseError(f"{path}: no such prompt file") from None
+    except UnicodeDecodeError as e:
+        raise UseError(
+            f"{path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}): save it as UTF-8"
+        ) from None
+    prompts = [line.strip() for line in text.splitlines() if line.strip()]
+    if not prompts:
+        raise UseError(f"{path}: no prompts (one per line)")
+    return prompts
+
+
+def heldout_split(train_split: str) -> tuple[str, bool]:
+    """The held-out split for a training split, and whether its rows were trained on too.
+
+    ``train[:90%]`` -> ``train[90%:]`` (not trained on); a whole split ``train`` -> its last 10% (trained on)."""
+    m = re.fullmatch(r"(\w+)\[:(\d+%?)\]", train_split.replace(" ", ""))
+    if m:
+        return f"{m[1]}[{m[2]}:]", False
+    return f"{train_split}[90%:]", True
+
+
+# ----------------------------------------------------------------------------------------------- LoRA
+def load_adapter(folder: Path) -> tuple[dict[str, Any], float]:
+    """The adapter's tensors (PEFT names) and its scale ``lora_alpha / r``."""
+    from safetensors.torch import load_file
+
+    cfg = json.loads((folder / "adapter_config.json").read_text())
+    scale = float(cfg["lora_alpha"]) / float(cfg["r"])
+    if cfg.get("use_rslora"):
+        scale = float(cfg["lora_alpha"]) / math.sqrt(float(cfg["r"]))
+    return load_file(folder / ADAPTER), scale
+
+
+def adapter_deltas(tensors: dict[str, Any], scale: float) -> dict[str, Any]:
+    """``{base weight name: scale * B @ A}`` (HF names, e.g. ``model.layers.0.self_attn.q_proj.weight``)."""
+    out = {}
+    for name, a in tensors.items():
+        if ".lora_A." not in name:
+            continue
+        b = tensors.get(name.replace(".lora_A.", ".lora_B."))
+        if b is None:
+            raise UseError(f"adapter: {name} has no lora_B partner (not a LoRA adapter torchtune or PEFT wrote)")
+        target = name.replace("base_model.model.", "", 1).replace(".lora_A.weight", ".weight")
+        out[target] = (b.float() @ a.float()) * scale
+    if not out:
+        raise UseError("adapter: no lora_A/lora_B weights in adapter_model.safetensors")
+    return out
+
+
+def check_adapter(deltas: dict[str, Any], shapes: dict[str, tuple[int, ...]], adapter_dir: Path, base: Path) -> None:
+    """An adapter of another model (a module the base lacks, or another shape) is a :class:`UseError`."""
+    for name, delta in deltas.items():
+        if name not in shapes:
+            raise UseError(f"the adapter in {adapter_dir} is for another model: {base} has no weight {name}")
+        if tuple(delta.shape) != tuple(shapes[name]):
+            raise UseError(
+                f"the adapter in {adapter_dir} is for another model: {name} is {tuple(shapes[name])} in {base}, "
+                f"the adapter expects {tuple(delta.shape)}"
+            )
+
+
+def base_shapes(base: Path) -> dict[str, tuple[int, ...]]:
+    """Shapes of the base model's weights, read from the safetensors headers (no weights loaded)."""
+    from safetensors import safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for shard in sorted(base.glob("*.safetensors")):
+        with safe_open(str(shard), framework="pt") as f:
+            for key in f.keys():
+                shapes[key] = tuple(f.get_slice(key).get_shape())
+    if not shapes:
+        raise UseError(f"{base}: no *.safetensors weights (the base model the adapter was trained on)")
+    return shapes
+
+
+def merge_lora(base: Path, adapter_dir: Path, dest: Path) -> Path:
+    """The base's HF folder with the adapter merged into its weights, shard by shard (never the whole model in
+    memory): same file names, config and tokenizer files copied. ``transformers`` loads ``dest``."""
+    from safetensors.torch import load_file, save_file
+
+    tensors, scale = load_adapter(adapter_dir)
+    deltas = adapter_deltas(tensors, scale)
+    check_adapter(deltas, base_shapes(base), adapter_dir, base)
+    dest.mkdir(parents=True, exist_ok=True)
+    for item in base.iterdir():
+        if item.is_file() and not item.name.endswith(WEIGHT_SUFFIXES):
+            shutil.copy2(item, dest / item.name)
+    for shard in sorted(base.glob("*.safetensors")):
+        weights = load_file(shard)
+        for name in list(weights):
+            if name in deltas:
+                w = weights[name]
+                weights[name] = (w.float() + deltas[name]).to(w.dtype)
+        save_file(weights, dest / shard.name, metadata={"format": "pt"})
+    (dest / "MERGED_FROM.json").write_text(json.dumps({"base": str(base), "adapter": str(adapter_dir)}, indent=1))
+    return dest
+
+
+# ---------------------------------------------------------------------------------------------- models
+def device_kwargs() -> dict[str, Any]:
+    import torch
+
+    if torch.cuda.is_available():
+        return {"dtype": torch.bfloat16, "device_map": "auto"}
+    return {"dtype": torch.float32}
+
+
+def load_model(folder: Path) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    if not (folder / "config.json").is_file():
+        raise UseError(f"{folder}: no config.json (not a model folder in Hugging Face layout)")
+    model = AutoModelForCausalLM.from_pretrained(folder, **device_kwargs())
+    model.eval()
+    return model
+
+
+def apply_adapter(model: Any, adapter_dir: Path, base: Path) -> Any:
+    """The base model with the adapter on it: PEFT's ``merge_and_unload`` when PEFT is installed, else the same
+    merge done in place (``W += lora_alpha / r * B @ A``)."""
+    import torch
+
+    tensors, scale = load_adapter(adapter_dir)
+    deltas = adapter_deltas(tensors, scale)
+    params = dict(model.named_parameters())
+    check_adapter(deltas, {k: tuple(v.shape) for k, v in params.items()}, adapter_dir, base)
+    try:
+        from peft import PeftModel  # type: ignore[import-not-found]
+    except ImportError:
+        with torch.no_grad():
+            for name, delta in deltas.items():
+                params[name].add_(delta.to(device=params[name].device, dtype=params[name].dtype))
+        return model
+    return PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+
+
+def stop_ids(tokenizer: Any) -> list[int]:
+    ids = list(getattr(tokenizer, "stop_tokens", []) or [])
+    return ids or [tokenizer.eos_id]
+
+
+def generate(model: Any, tokenizer: Any, prompt_tokens: list[list[int]], max_new_tokens: int) -> list[str]:
+    """Greedy completions (deterministic, so base and fine-tuned compare on equal terms)."""
+    import torch
+
+    device = next(model.parameters()).device
+    regular = getattr(tokenizer, "base_vocab_size", None) or min(stop_ids(tokenizer))
+    out = []
+    for tokens in prompt_tokens:
+        ids = torch.tensor([tokens], device=device)
+        with torch.no_grad():
+            gen = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=stop_ids(tokenizer),
+                pad_token_id=stop_ids(tokenizer)[0],
+            )
+        # special and reserved tokens (an untrained model emits those too) are not text
+        new = [t for t in gen[0, len(tokens) :].tolist() if t < regular]
+        out.append(tokenizer.decode(new, skip_special_tokens=True).strip())
+    return out
+
+
+def heldout_loss(model: Any, samples: list[dict[str, Any]]) -> float:
+    """Mean cross-entropy per trained-on token (torchtune's labels: -100 where the loss is masked)."""
+    import torch
+    import torch.nn.functional as F
+
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    for s in samples:
+        tokens = torch.tensor([s["tokens"]], device=device)
+        labels = torch.tensor(s["labels"][1:], device=device)
+        with torch.no_grad():
+            logits = model(tokens).logits[0, :-1].float()
+        n = int((labels != -100).sum())
+        if n:
+            total += float(F.cross_entropy(logits, labels, ignore_index=-100, reduction="sum"))
+            count += n
+    if not count:
+        raise UseError("the held-out rows have no trained-on tokens (every label is masked)")
+    return total / count
+
+
+# -------------------------------------------------------------------------------------- prompts and data
+def heldout_rows(cfg: Any, tokenizer: Any, split: str) -> Any:
+    """The training dataset (its own message transform and the training tokenizer) on the held-out split."""
+    from omegaconf import OmegaConf
+    from torchtune import config as tt_config
+
+    ds_cfg = OmegaConf.to_container(cfg.dataset, resolve=True)
+    if isinstance(ds_cfg, list):
+        raise UseError("the run trained on several datasets: give --prompts, or --heldout on one of them")
+    assert isinstance(ds_cfg, dict)
+    ds_cfg.update(split=split, packed=False)
+    try:
+        return tt_config.instantiate(OmegaConf.create(ds_cfg), tokenizer=tokenizer)
+    except ValueError as e:
+        raise UseError(f"held-out split {split!r}: {e}") from None
+
+
+def chat_prompts(ds: Any, rows: int) -> list[tuple[list[Any], str]]:
+    """(messages up to the last assistant turn, that turn's text) of the first ``rows`` held-out rows."""
+    out = []
+    for i in range(min(rows, len(ds))):
+        messages = list(ds._message_transform(ds._data[i])["messages"])
+        last = max((j for j, m in enumerate(messages) if m.role == "assistant"), default=len(messages))
+        reference = messages[last].text_content if last < len(messages) else ""
+        out.append((messages[:last], reference))
+    return out
+
+
+def prompt_tokens(tokenizer: Any, messages: list[Any]) -> list[int]:
+    """The training's chat template for generation: the messages, then an open assistant turn."""
+    from torchtune.data import Message
+
+    tokens, _ = tokenizer.tokenize_messages([*messages, Message("assistant", "")], add_end_tokens=False)
+    return list(tokens)
+
+
+# ------------------------------------------------------------------------------------------------- run
+def run(
+    run_dir: Path,
+    out: Path,
+    *,
+    base: Path | None = None,
+    checkpoint: Path | None = None,
+    prompts_file: Path | None = None,
+    heldout: str | None = None,
+    rows: int = 4,
+    max_new_tokens: int = 24,
+    eval_rows: int = 256,
+    merge: Path | None = None,
+    config: Path | None = None,
+) -> dict[str, Any]:
+    """Generate and evaluate with the base and the fine-tuned model; write and return ``OUT/use.json``:
+    ``{"base", "checkpoint", "kind" (full|lora), "generations": [{prompt, reference, base, tuned}],
+    "heldout": {split, trained_on, rows (scored, at most ``eval_rows``), split_rows, base_loss, tuned_loss,
+    base_ppl, tuned_ppl}, "merged"}``."""
+    from omegaconf import OmegaConf
+    from torchtune import config as tt_config
+    from torchtune.data import Message
+
+    user_prompts = read_prompts(prompts_file) if prompts_file else None  # a bad file stops before any model loads
+    run_dir = Path(run_dir)
+    ckpt = Path(checkpoint) if checkpoint else newest_checkpoint(run_dir)
+    cfg = training_config(run_dir, config)
+    base_dir = Path(base or OmegaConf.select(cfg, "checkpointer.checkpoint_dir"))
+    if not base_dir.is_dir():
+        raise UseError(f"{base_dir}: no base model there (the folder the training started from)")
+    lora = is_adapter(ckpt)
+    if lora:  # fail fast on an adapter of another model, before loading anything
+        check_adapter(adapter_deltas(*load_adapter(ckpt)), base_shapes(base_dir), ckpt, base_dir)
+    tokenizer = tt_config.instantiate(cfg.tokenizer)
+    split, trained_on = heldout_split(heldout or str(OmegaConf.select(cfg, "dataset.split", default="train")))
+    if heldout:
+        trained_on = False
+    ds = heldout_rows(cfg, tokenizer, split)
+    samples = [ds[i] for i in range(min(len(ds), eval_rows))]  # a 70B forward per row: a capped sample
+    if user_prompts:
+        chats = [([Message("user", p)], "") for p in user_prompts]
+    else:
+        chats = chat_prompts(ds, rows)
+    tokens = [prompt_tokens(tokenizer, msgs) for msgs, _ in chats]
+
+    model = load_model(base_dir)
+    base_text = generate(model, tokenizer, tokens, max_new_tokens)
+    base_loss = heldout_loss(model, samples)
+    if lora:
+        model = apply_adapter(model, ckpt, base_dir)
+    else:
+        del model
+        model = load_model(ckpt)
+    tuned_text = generate(model, tokenizer, tokens, max_new_tokens)
+    tuned_loss = heldout_loss(model, samples)
+    del model
+
+    merged = None
+    if merge is not None:
+        if not lora:
+            raise UseError(f"{ckpt} is a full fine-tune, already a whole model in HF layout: nothing to merge")
+        merged = str(merge_lora(base_dir, ckpt, Path(merge)))
+    result = {
+        "run": str(run_dir),
+        "base": str(base_dir),
+        "checkpoint": str(ckpt),
+        "kind": "lora" if lora else "full",
+        "generations": [
+            {"prompt": msgs[-1].text_content if msgs else "", "reference": ref, "base": b, "tuned": t}
+            for (msgs, ref), b, t in zip(chats, base_text, tuned_text)
+        ],
+        "heldout": {
+            "split": split,
+            "trained_on": trained_on,
+            "rows": len(samples),
+            "split_rows": len(ds),
+            "base_loss": base_loss,
+            "tuned_loss": tuned_loss,
+            "base_ppl": math.exp(base_loss),
+            "tuned_ppl": math.exp(tuned_loss),
+        },
+        "merged": merged,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / RESULT).write_text(json.dumps(result, indent=1))
+    return result
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--trained", required=True, help="the training run folder (torchtune_config.yaml, epoch_N/)")
+    p.add_argument("--out", required=True, help="where use.json (and --merge's default) go")
+    p.add_argument("--base", default=None, help="the base model (default: the training config's checkpoint_dir)")
+    p.add_argument("--checkpoint", default=None, help="an epoch_N folder (default: the newest)")
+    p.add_argument("--config", default=None, help="the training config (default: RUN/torchtune_config.yaml)")
+    p.add_argument("--prompts", default=None, help="UTF-8 file, one user message per line (default: held-out rows)")
+    p.add_argument("--heldout", default=None, help="held-out split, e.g. train[90%%:] (default: after training's)")
+    p.add_argument("--rows", type=int, default=4, help="held-out rows to prompt with")
+    p.add_argument("--max_new_tokens", type=int, default=24)
+    p.add_argument("--eval_rows", type=int, default=256, help="held-out rows the loss is computed on (the first N)")
+    p.add_argument("--merge", default=None, help="LoRA: write the merged model in HF layout here")
+    return p
+
+
+def print_result(result: dict[str, Any]) -> None:
+    h = result["heldout"]
+    print(f"checkpoint {result['checkpoint']} ({result['kind']}), base {result['base']}")
+    print(
+        f"held-out {h['split']} ({h['rows']} rows{', also trained on' if h['trained_on'] else ''}): "
+        f"loss {h['base_loss']:.4f} -> {h['tuned_loss']:.4f}, perplexity {h['base_ppl']:.2f} -> {h['tuned_ppl']:.2f}"
+    )
+    for g in result["generations"]:
+        print(f"prompt: {g['prompt']!r}\n  base:  {g['base']!r}\n  tuned: {g['tuned']!r}")
+    if result["merged"]:
+        print(f"merged model: {result['merged']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0  # one process does the work, with every GPU of its node
+    try:
+        result = run(
+            Path(args.trained),
+            Path(args.out),
+            base=Path(args.base) if args.base else None,
+            checkpoint=Path(args.checkpoint) if args.checkpoint else None,
+            prompts_file=Path(args.prompts) if args.prompts else None,
+            heldout=args.heldout,
+            rows=args.rows,
+            max_new_tokens=args.max_new_tokens,
+            eval_rows=args.eval_rows,
+            merge=Path(args.merge) if args.merge else None,
+            config=Path(args.config) if args.config else None,
+        )
+    except UseError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print_result(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
