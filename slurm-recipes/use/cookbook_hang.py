@@ -1,0 +1,362 @@
+"""Hang forensics in every rank: standard library + torch only, shipped beside the generated scripts as
+``cookbook_hang.py`` (their folder is on PYTHONPATH), so compute nodes need no cookbook install.
+
+    import cookbook_hang
+    cookbook_hang.step(step)        # every rank, at every step boundary (the first call starts the watch)
+
+The watch (a daemon thread per rank, on when the job script exports ``COOKBOOK_HANG_DIR``) calls it a hang when no
+step ended for ``COOKBOOK_HANG_K`` (default 10) x the median step time, and at least ``COOKBOOK_HANG_MIN_S``
+seconds (default 600: a long checkpoint save is no hang); an uncaught collective timeout (gloo's "Timed out waiting")
+counts too. The first rank that sees one writes ``HANG`` in that folder; every rank then writes there:
+
+- ``stack_rank_R.txt``: every thread's Python stack (faulthandler, registered on SIGUSR2 in each rank, so
+  ``kill -USR2 PID`` dumps a rank by hand too; ``py-spy dump``'s native view appended when py-spy is installed),
+- ``nccl_trace_rank_R``: PyTorch's flight recorder (the last collectives with their sequence numbers; on NCCL
+  torch also writes it itself on a timeout: ``TORCH_NCCL_DUMP_ON_TIMEOUT=1``, ``TORCH_FR_DUMP_TEMP_FILE``),
+- ``rank_R.json``: host, pid, last step.
+
+Then the rank that wrote ``HANG`` ends itself, which ends the job (torchrun and ``srun --kill-on-bad-exit``)
+instead of burning its time limit; the job script asks ``python cookbook_hang.py culprit DIR`` which rank and
+host never entered the collective the others wait in, and retries without that node. Values of secret-looking
+environment variables (``*TOKEN*``, ``*KEY*``, ``*PASSWORD*``, ``*SECRET*``) are masked in every file written.
+``COOKBOOK_HANG_INJECT=RANK:STEP`` makes that rank stall after that step (tests, demos).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import pickle
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+TRIGGER = "HANG"
+TRACE_PREFIX = "nccl_trace_rank_"  # = TORCH_FR_DUMP_TEMP_FILE's file part: torch's dumps and ours alike
+HANG_EXIT = 75  # the exit status of the rank that ends a hung job
+_SECRET = re.compile(r"TOKEN|KEY|PASSWORD|PASSWD|SECRET|CREDENTIAL", re.I)
+# a collective that timed out (gloo: "Timed out waiting 6000ms for recv operation to complete"; NCCL's watchdog),
+# not any timeout (a hub download timing out is no hang and no reason to exclude a node)
+_TIMEOUT = re.compile(r"Timed out waiting \d+ms for (?:recv|send)|collective operation timeout|Watchdog caught")
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def secret_values(environ: dict[str, str] | None = None) -> list[str]:
+    """Values of the secret-looking variables in ``environ`` (default: this process's), longest first."""
+    env = os.environ if environ is None else environ
+    return sorted({v for k, v in env.items() if _SECRET.search(k) and len(v) >= 6}, key=len, reverse=True)
+
+
+def mask(value: Any, secrets: list[str] | None = None) -> Any:
+    """``value`` (a string, or lists/tuples/dicts of them) with every secret value replaced by ``***``."""
+    secrets = secret_values() if secrets is None else secrets
+    if isinstance(value, str):
+        for s in secrets:
+            value = value.replace(s, "***")
+        return value
+    if isinstance(value, dict):
+        return {mask(k, secrets): mask(v, secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(mask(v, secrets) for v in value)
+    return value
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+class HangWatch:
+    """One rank's watch: step times, the hang test, the dumps."""
+
+    def __init__(self, folder: str | None = None) -> None:
+        folder = folder or os.environ.get("COOKBOOK_HANG_DIR")
+        self.folder = Path(folder) if folder else None
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+        self.k = _env_float("COOKBOOK_HANG_K", 10.0)
+        self.min_seconds = _env_float("COOKBOOK_HANG_MIN_S", 600.0)
+        self.poll = _env_float("COOKBOOK_HANG_POLL_S", 2.0)
+        inject = os.environ.get("COOKBOOK_HANG_INJECT", "")
+        self.inject = tuple(int(x) for x in inject.split(":")[:2]) if re.fullmatch(r"\d+:\d+", inject) else None
+        self.last_step, self.last_time = 0, time.monotonic()
+        self.durations: deque[float] = deque(maxlen=100)
+        self.dumped = False
+        self._stop = threading.Event()
+        self._stack_file = None
+        if self.folder is None:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._stack_file = open(self.folder / f"stack_rank_{self.rank}.txt", "a")  # noqa: SIM115 (faulthandler's fd)
+        if threading.current_thread() is threading.main_thread():
+            faulthandler.register(signal.SIGUSR2, file=self._stack_file, all_threads=True, chain=False)
+        previous = sys.excepthook
+
+        def on_exception(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+            if _TIMEOUT.search(str(exc)):
+                self.trigger(f"collective timeout on rank {self.rank} ({self.host}): {str(exc)[:200]}")
+                self.dump()
+                self._await_dumps(3 * self.poll + 10)
+            previous(kind, exc, tb)
+
+        sys.excepthook = on_exception
+        threading.Thread(target=self._run, name="cookbook-hang-watch", daemon=True).start()
+
+    def step(self, step: int) -> None:
+        """A step ended on this rank (every rank calls it at every step boundary)."""
+        now = time.monotonic()
+        if step > self.last_step and self.last_step:
+            self.durations.append((now - self.last_time) / (step - self.last_step))
+        self.last_step, self.last_time = step, now
+        if self.inject == (self.rank, step):
+            print(f"cookbook: injected stall on rank {self.rank} ({self.host}) after step {step}", flush=True)
+            while not self._stop.is_set():
+                time.sleep(1.0)
+
+    def limit(self) -> float | None:
+        """Seconds without a step that make a hang (None until 3 step times are known)."""
+        if len(self.durations) < 3:
+            return None
+        return max(self.k * statistics.median(self.durations), self.min_seconds)
+
+    def trigger(self, reason: str) -> bool:
+        """Write ``HANG`` unless a rank did already; True when this rank wrote it."""
+        if self.folder is None:
+            return False
+        try:
+            fd = os.open(self.folder / TRIGGER, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            json.dump(mask({"rank": self.rank, "host": self.host, "reason": reason, "time": time.time()}), f)
+        print(
+            f"cookbook: hang on rank {self.rank} ({self.host}): {mask(reason)}; dumping every rank's stack and "
+            f"flight recorder to {self.folder}",
+            flush=True,
+        )
+        return True
+
+    def dump(self) -> None:
+        """This rank's stack, flight recorder and step into the folder (once)."""
+        if self.folder is None or self.dumped:
+            return
+        self.dumped = True
+        secrets = secret_values()
+        stack_path = self.folder / f"stack_rank_{self.rank}.txt"
+        if self._stack_file is not None:
+            self._stack_file.write(f"rank {self.rank} on {self.host}, pid {os.getpid()}, after step {self.last_step}\n")
+            self._stack_file.flush()
+            faulthandler.dump_traceback(file=self._stack_file, all_threads=True)
+            self._stack_file.flush()
+        spy = shutil.which("py-spy")
+        if spy:
+            try:
+                out = subprocess.run(
+                    [spy, "dump", "--pid", str(os.getpid())], capture_output=True, text=True, timeout=30
+                ).stdout
+                with open(stack_path, "a") as f:
+                    f.write("\npy-spy dump:\n" + out)
+            except (OSError, subprocess.SubprocessError):
+                pass
+        if stack_path.exists():
+            _write(stack_path, mask(stack_path.read_text(errors="replace"), secrets).encode())
+        trace = _flight_recorder()
+        if trace is not None:
+            _write(self.folder / f"{TRACE_PREFIX}{self.rank}", pickle.dumps(mask(trace, secrets)))
+        meta = {"rank": self.rank, "world_size": self.world, "host": self.host, "pid": os.getpid(),
+                "step": self.last_step, "seconds_since_step": round(time.monotonic() - self.last_time, 1),
+                "flight_recorder": trace is not None, "time": time.time()}  # fmt: skip
+        _write(self.folder / f"rank_{self.rank}.json", json.dumps(meta).encode())
+
+    def _await_dumps(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and self.folder is not None:
+            if len(list(self.folder.glob("rank_*.json"))) >= self.world:
+                return
+            time.sleep(0.2)
+
+    def _run(self) -> None:
+        assert self.folder is not None
+        while not self._stop.wait(self.poll):
+            if self.dumped:
+                return
+            if not (self.folder / TRIGGER).exists():
+                limit, idle = self.limit(), time.monotonic() - self.last_time
+                if limit is None or idle <= limit:
+                    continue
+                median = statistics.median(self.durations)
+                if not self.trigger(f"no step for {idle:.0f} s after step {self.last_step} "
+                                    f"(limit {limit:.0f} s: {self.k:g} x median step {median:.2f} s)"):  # fmt: skip
+                    continue
+                self.dump()
+                self._await_dumps(3 * self.poll + 20)
+                print(f"cookbook: ending rank {self.rank} so the hung job ends (exit {HANG_EXIT})", flush=True)
+                os._exit(HANG_EXIT)
+            self.dump()
+
+
+def _flight_recorder() -> dict[str, Any] | None:
+    """PyTorch's flight recorder of this process (NCCL's when CUDA is in use, else the generic one gloo
+    records into); None when torch has none or its buffer is off (TORCH_FR_BUFFER_SIZE=0)."""
+    try:
+        import torch
+        import torch._C._distributed_c10d as c10d
+    except ImportError:
+        return None
+    dumpers = []
+    if torch.cuda.is_available() and torch.cuda.is_initialized() and hasattr(c10d, "_dump_nccl_trace"):
+        dumpers.append(c10d._dump_nccl_trace)
+    if hasattr(c10d, "_dump_fr_trace"):
+        dumpers.append(c10d._dump_fr_trace)
+    for dumper in dumpers:
+        try:
+            trace = pickle.loads(dumper())
+        except Exception:  # noqa: BLE001 (a debug aid must not fail the dump)
+            continue
+        if trace.get("entries") or trace.get("pg_status"):
+            return _name_groups(trace)
+    return None
+
+
+def _name_groups(trace: dict[str, Any]) -> dict[str, Any]:
+    """torch 2.13's generic recorder (gloo) keys ``pg_config`` by an empty name while its entries name the group
+    ("0", "default_pg"): key it by the entries' names, so torch's own analyzer (``python -m
+    torch.distributed.flight_recorder.fr_trace -p nccl_trace_rank_ DIR``) reads our dumps too."""
+    config = trace.get("pg_config") or {}
+    names = {tuple(e["process_group"]) for e in trace.get("entries", []) if "process_group" in e}
+    if "" in config and names:
+        blank = config.pop("")
+        for name, desc in names:
+            config.setdefault(name, {**blank, "name": name, "desc": desc})
+    return trace
+
+
+_WATCH: HangWatch | None = None
+
+
+def install() -> HangWatch:
+    """This rank's watch, started on the first call."""
+    global _WATCH
+    if _WATCH is None:
+        _WATCH = HangWatch()
+    return _WATCH
+
+
+def step(n: int) -> None:
+    """Step ``n`` ended on this rank: call at every step boundary on every rank."""
+    install().step(n)
+
+
+# ------------------------------------------------------------------------------------------ the analysis
+
+
+def load(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """Everything the ranks left in ``folder``: ``trigger`` (dict or None), ``ranks`` ({rank: rank_R.json}),
+    ``traces`` ({rank: flight recorder dump}), ``stacks`` ({rank: text})."""
+    path = Path(folder)
+    out: dict[str, Any] = {"trigger": None, "ranks": {}, "traces": {}, "stacks": {}}
+    if (path / TRIGGER).is_file():
+        try:
+            out["trigger"] = json.loads((path / TRIGGER).read_text())
+        except ValueError:
+            out["trigger"] = {}
+    for f in path.glob("rank_*.json"):
+        try:
+            meta = json.loads(f.read_text())
+            out["ranks"][int(meta["rank"])] = meta
+        except (ValueError, KeyError):
+            continue
+    for f in path.glob(f"{TRACE_PREFIX}*"):
+        if f.name[len(TRACE_PREFIX) :].isdigit():
+            try:
+                out["traces"][int(f.name[len(TRACE_PREFIX) :])] = pickle.loads(f.read_bytes())
+            except Exception:  # noqa: BLE001 (a truncated dump: the others still tell)
+                continue
+    for f in path.glob("stack_rank_*.txt"):
+        if f.stem[len("stack_rank_") :].isdigit():
+            out["stacks"][int(f.stem[len("stack_rank_") :])] = f.read_text(errors="replace")
+    return out
+
+
+def culprit(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """Which rank never entered the collective the others wait in: ``{"ranks": [...], "hosts": [...],
+    "seq": N, "op": "gloo:all_reduce", "pg": "0", "waiting": [...], "how": "...", "reason": ...}``.
+
+    From the flight recorders (as torch's fr_trace does): per process group, the first collective sequence number
+    that not every member entered; the members whose last entered collective is below it never entered it (a member
+    with no dump is named too), the others wait in it. Without recorder dumps: the ranks behind the others' step."""
+    data = load(folder)
+    hosts = {r: m.get("host", "?") for r, m in data["ranks"].items()}
+    world = max([m.get("world_size", 0) for m in data["ranks"].values()] + [len(data["traces"])])
+    result: dict[str, Any] = {"ranks": [], "hosts": [], "seq": None, "op": None, "pg": None, "waiting": [],
+                              "how": "", "reason": (data["trigger"] or {}).get("reason")}  # fmt: skip
+    traces = data["traces"]
+    for pg in sorted({pg for t in traces.values() for pg in t.get("pg_status", {})}):
+        entered = {r: t["pg_status"][pg]["last_enqueued_collective"] for r, t in traces.items()
+                   if pg in t.get("pg_status", {})}  # fmt: skip
+        members = set(entered) | (set(range(world)) if pg == "0" else set())
+        seq = min(entered.values()) + 1  # the first collective of this group that not every member entered
+        behind = sorted(r for r in members if entered.get(r, -1) < seq)
+        waiting = sorted(r for r, n in entered.items() if n >= seq)
+        if not behind or not waiting:
+            continue
+        op = next(
+            (e.get("profiling_name") for e in traces[waiting[0]].get("entries", [])
+             if str(e.get("pg_id")) == pg and e.get("collective_seq_id") == seq and not e.get("is_p2p")),
+            None,
+        )  # fmt: skip
+        result.update(ranks=behind, seq=seq, op=op, pg=pg, waiting=waiting, how="flight recorder")
+        break
+    if not result["ranks"] and data["ranks"]:
+        steps = {r: m.get("step", 0) for r, m in data["ranks"].items()}
+        missing = sorted(set(range(world)) - set(steps))
+        low = min(steps.values())
+        behind = sorted(r for r, s in steps.items() if s == low) if len(set(steps.values())) > 1 else []
+        if missing or behind:
+            result.update(ranks=missing or behind, how="no dump" if missing else "last step behind the others")
+    result["hosts"] = sorted({hosts.get(r, "?") for r in result["ranks"]} - {"?"})
+    return result
+
+
+def describe(found: dict[str, Any]) -> str:
+    """One line saying which rank and host hung and where."""
+    if not found["ranks"]:
+        return "hang: the rank at fault could not be told (" + (found["reason"] or "no dumps") + ")"
+    who = ", ".join(f"rank {r}" for r in found["ranks"]) + f" on {','.join(found['hosts']) or '?'}"
+    if found["seq"] is None:
+        return f"hang: {who} ({found['how']})"
+    ranks = ",".join(map(str, found["waiting"]))
+    return (f"hang: {who} never entered collective #{found['seq']} ({found['op'] or '?'}, process group "
+            f"{found['pg']}) that rank(s) {ranks} wait in")  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    """``python cookbook_hang.py culprit DIR``: one line ``NODES<TAB>what hung`` for the job script."""
+    if len(argv) != 2 or argv[0] != "culprit":
+        print("usage: python cookbook_hang.py culprit DIR", file=sys.stderr)
+        return 2
+    found = culprit(argv[1])
+    print(f"{','.join(found['hosts'])}\t{mask(describe(found))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

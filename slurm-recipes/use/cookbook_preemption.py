@@ -1,0 +1,124 @@
+"""Save on preemption: the rank side of the cookbook's stop protocol (standard library + torch only).
+
+Shipped beside every generated script as ``cookbook_preemption.py`` (the script puts ``$RECIPE_DIR`` on
+``PYTHONPATH``), so compute nodes need no cookbook install. Every training loop the cookbook runs (our
+FSDP script, the torchtitan trainer wrapper, the torchtune recipe subclass) uses it the same way::
+
+    stop = StopRequest()                      # before the loop: installs the SIGUSR1/SIGTERM handlers
+    for step in ...:
+        train_step()
+        if stop.should_stop():                # EVERY rank, at EVERY step boundary (a collective)
+            path = save_full_checkpoint(step)  # model, optimizer, LR scheduler, data position, step
+            stop.saved(step, path)            # rank 0: one log line + "$COOKBOOK_STOP_FILE.saved"
+            break                             # and exit 0
+
+How a stop is asked for (either is enough; the ranks agree before anyone saves):
+
+- the batch shell's trap (``job.sbatch.j2``) touches ``$COOKBOOK_STOP_FILE`` when Slurm sends USR1
+  (``--signal=B:USR1@N`` before the time limit, ``scancel --signal=USR1 --batch``) or TERM (preemption
+  without ``PreemptParameters=send_user_signal``). Rank 0 runs on the batch shell's node, so the flag is
+  seen there at once even where a shared filesystem caches attributes on the other nodes;
+- a signal that reaches the rank itself (``scancel --signal=USR1 JOB`` signals the job's steps; the
+  script makes the launcher ignore USR1, so only the ranks act on it).
+
+:meth:`StopRequest.should_stop` combines the local flag and the flag file with an all-reduce (MAX) over
+the default process group, so every rank returns the same answer at the same step and no rank saves
+alone. After the ranks exit, the batch shell requeues the job when ``$COOKBOOK_STOP_FILE.saved`` exists
+(or when a stop was asked for and the launcher failed); ranks that end training normally write no
+``.saved`` and the job completes. On restart each framework's resume block finds the newest complete
+checkpoint, the one written here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from types import FrameType
+
+SHIPPED_NAME = "cookbook_preemption"  # the module name beside the generated scripts
+STOP_FILE_ENV = "COOKBOOK_STOP_FILE"
+SAVED_SUFFIX = ".saved"
+SIGNALS = ("SIGUSR1", "SIGTERM")
+
+
+def saved_line(step: int, path: str) -> str:
+    """The log line of a stop-save (``cookbook.metrics``/goodput parse it)."""
+    return f"cookbook: saved at step {step} for preemption: {path}"
+
+
+class StopRequest:
+    """A stop asked for by Slurm (signal or flag file), agreed across ranks at step boundaries."""
+
+    def __init__(self, flag_file: str | None = None) -> None:
+        self.flag_file = flag_file if flag_file is not None else os.environ.get(STOP_FILE_ENV) or None
+        self.signal_name: str | None = None  # the signal that reached this rank, if any
+        self._announced = False
+        for name in SIGNALS:
+            try:
+                signal.signal(getattr(signal, name), self._on_signal)
+            except ValueError:  # not the main thread: the flag file still works
+                pass
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # a signal handler only sets the flag: the training loop acts on it at the next step boundary
+        self.signal_name = signal.Signals(signum).name
+
+    def requested_here(self) -> bool:
+        """This rank's own view (no collective): a signal arrived or the flag file exists."""
+        return self.signal_name is not None or bool(self.flag_file and os.path.exists(self.flag_file))
+
+    def should_stop(self) -> bool:
+        """COLLECTIVE: call on every rank at every step boundary. True on every rank when any rank saw a
+        stop request (all-reduce MAX over the default process group, when one is initialized)."""
+        local = self.requested_here()
+        answer = local
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            import torch
+
+            backend = str(dist.get_backend())
+            on_gpu = "gloo" not in backend and torch.cuda.is_available()
+            device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+            flag = torch.tensor([1 if local else 0], dtype=torch.int32, device=device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            answer = bool(flag.item())
+        if answer and not self._announced and _rank() == 0:
+            if self.signal_name:
+                how = f"{self.signal_name} on rank 0"
+            else:
+                how = f"flag file {self.flag_file}" if local else "a signal on another rank"
+            _say(f"cookbook: stop requested ({how}): every rank saves at this step boundary")
+        self._announced = self._announced or answer
+        return answer
+
+    def saved(self, step: int, path: str) -> None:
+        """After the stop-save: rank 0 logs :func:`saved_line` and writes it to ``$COOKBOOK_STOP_FILE.saved``
+        (the batch shell requeues the job when that file exists)."""
+        if _rank() != 0:
+            return
+        line = saved_line(step, path)
+        _say(line)
+        if self.flag_file:
+            target = self.flag_file + SAVED_SUFFIX
+            os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+            tmp = f"{target}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                f.write(line + "\n")
+            os.replace(tmp, target)
+
+
+def _rank() -> int:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except ImportError:  # pragma: no cover - torch is always there in a training job
+        pass
+    return int(os.environ.get("RANK", "0"))
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stdout, flush=True)
