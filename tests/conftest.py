@@ -22,6 +22,13 @@ use_triton_standin_if_needed()
 LOCK_DIR = project_root() / ".cluster"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_personal_profiles(tmp_path_factory):
+    """The suite sees the built-in profiles only: a developer's ~/.config/cookbook/profiles stays out of it
+    (tests of profile files set XDG_CONFIG_HOME themselves)."""
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg-config"))
+
+
 def _locked(name: str) -> FileLock:
     LOCK_DIR.mkdir(parents=True, exist_ok=True)
     return FileLock(str(LOCK_DIR / f"{name}.lock"), timeout=900)
