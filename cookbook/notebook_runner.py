@@ -416,7 +416,7 @@ def notebook_recipe(notebook: str | os.PathLike) -> str:
     """The recipe a job notebook runs: its ``RECIPE = "..."`` line (the notebook is the one place)."""
     import nbformat
 
-    nb = nbformat.read(str(_path(notebook)), as_version=4)
+    nb = nbformat.read(str(_path(notebook_name(notebook))), as_version=4)
     for cell in nb.cells:
         m = re.search(r"^RECIPE = [\"']([^\"']+)[\"']", cell.source, re.M) if cell.cell_type == "code" else None
         if m:
