@@ -2,6 +2,7 @@
 
     run_notebook("03_llama3_3_70b_lora", out_dir, local_parameters("03_llama3_3_70b_lora"))
     sweep("03_llama3_3_70b_lora.ipynb", {"rank 8": {"model.lora_rank": 8}, ...}).plot()
+    sweep("03_llama3_3_70b_lora.ipynb", runs, array=True, parallel=2)  # ONE Slurm array, %2
 
 Executed notebooks are written under ``out/notebooks/`` (git-ignored) unless told otherwise. Each run
 gets its own working folder, so its jobs' files never mix with another run's. ``MPLBACKEND`` is
@@ -13,10 +14,10 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,7 @@ def default_parameters(notebook: str | os.PathLike) -> dict[str, Any]:
             "base_parameters": {},
             "out_dir": "sweeps/lora_rank",
             "parallel": 2,
+            "array": True,
         },
         "08_job_builder": {
             "recipe": "llama3_3_70b_lora",
@@ -284,9 +286,12 @@ def jobs_in(folder: str | os.PathLike) -> list:
 # ------------------------------------------------------------------------------------ sweep
 @dataclass
 class SweepRun:
+    """One run of a sweep: ``executed`` is its executed notebook (None for an array task), ``work`` the
+    folder its job was written to."""
+
     label: str
     overrides: dict[str, Any]
-    executed: Path
+    executed: Path | None
     work: Path
     error: str | None = None
 
@@ -328,7 +333,7 @@ class SweepResult:
                     "last loss": loss.iloc[-1] if len(loss) else None,
                     "median tokens/s/GPU": tps,
                     "error": r.error,
-                    "notebook": str(r.executed),
+                    "notebook": str(r.executed) if r.executed else None,
                 }
             )
         return pd.DataFrame(rows)
@@ -349,12 +354,26 @@ def sweep(
     parallel: int = 2,
     timeout: int = 1200,
     env: Mapping[str, str] | None = None,
+    array: bool = False,
 ) -> SweepResult:
     """Run ``notebook`` once per entry of ``runs`` (label -> recipe overrides), ``parallel`` at a time.
 
     Each run gets ``overrides = {**base_parameters["overrides"], **run overrides}`` and its own folder
     ``out_dir/<label>/``; a run that stops is recorded with its error, the others go on.
+
+    ``array=True``: no notebook runs; each run's job is built and checked as the job notebook builds it
+    (:func:`sweep_array`) and all are submitted as ONE Slurm array, at most ``parallel`` tasks at once.
     """
+    if array:
+        return sweep_array(
+            notebook,
+            runs,
+            out_dir=out_dir,
+            base_parameters=base_parameters,
+            parallel=parallel,
+            timeout=timeout,
+            env=env,
+        )
     base = dict(base_parameters or {})
     out = Path(out_dir).resolve()
     plan = []
@@ -370,7 +389,7 @@ def sweep(
             "run_root": str(run.work / "runs"),
         }
         try:
-            run_notebook(notebook, run.executed.parent, params, cwd=run.work, timeout=timeout, env=env)
+            run_notebook(notebook, run.work.parent, params, cwd=run.work, timeout=timeout, env=env)
         except NotebookStopped as e:
             run.error = f"{e.ename}: {e.evalue}"
         return run
@@ -392,6 +411,97 @@ def sweep(
     finally:
         os.chdir(here)
     return SweepResult([first, *rest])
+
+
+def notebook_recipe(notebook: str | os.PathLike) -> str:
+    """The recipe a job notebook runs: its ``RECIPE = "..."`` line (the notebook is the one place)."""
+    import nbformat
+
+    nb = nbformat.read(str(_path(notebook_name(notebook))), as_version=4)
+    for cell in nb.cells:
+        m = re.search(r"^RECIPE = [\"']([^\"']+)[\"']", cell.source, re.M) if cell.cell_type == "code" else None
+        if m:
+            return m[1]
+    raise ValueError(f"{notebook_name(notebook)} is not a job notebook (no `RECIPE = ...` line): no array sweep of it")
+
+
+def sweep_array(
+    notebook: str | os.PathLike,
+    runs: Mapping[str, Mapping[str, Any]],
+    *,
+    out_dir: str | os.PathLike = "sweeps",
+    base_parameters: Mapping[str, Any] | None = None,
+    parallel: int = 2,
+    timeout: int = 1200,
+    env: Mapping[str, str] | None = None,
+    echo: Callable[[str], None] = print,
+) -> SweepResult:
+    """The sweep as ONE Slurm array (``--array=0-N%parallel``; each task requeues only itself).
+
+    Each run's job is the one the job ``notebook`` would submit with ``base_parameters`` and its overrides:
+    its recipe (:func:`notebook_recipe`), the notebook's defaults (:func:`default_parameters`),
+    ``walkthrough.job_spec`` and ``walkthrough.check_job`` (every run checked before anything is
+    submitted: a run that cannot run here stops the sweep with ``NotebookStop``). The tasks are submitted
+    with :meth:`cookbook.executor.Executor.map_array` into ``out_dir/runs/<name>-array-<time>/task-N/`` and
+    waited for with progress; a task that does not end COMPLETED is recorded with its diagnosis.
+    """
+    from cookbook import walkthrough as wt
+    from cookbook.executor import Executor
+    from cookbook.slurm.client import SlurmError
+
+    name = notebook_name(notebook)
+    recipe = notebook_recipe(name)
+    defaults = default_parameters(name)
+    unknown = sorted(set(base_parameters or {}) - set(defaults))
+    if unknown:
+        raise ValueError(f"{name} has no parameter(s) {', '.join(unknown)}; its parameters: {', '.join(defaults)}")
+    p = {**defaults, **dict(base_parameters or {})}
+    out = Path(out_dir).resolve()
+    run_root = Path(p["run_root"]) if Path(p["run_root"]).is_absolute() else out / p["run_root"]
+    model = wt.model_overrides(recipe, p.get("model_dir"), p["profile"], run_root)
+    labels = list(runs)
+    overrides = [{**model, **dict(p["overrides"] or {}), **dict(runs[label])} for label in labels]
+    if not labels:
+        return SweepResult([])
+    client = wt.slurm_client(p["profile"])
+    slurm = {
+        "nodes": p["nodes"],
+        "gpus_per_node": p["gpus_per_node"],
+        "partition": p["partition"] or None,
+        "time": p["time_limit"] or None,
+        "container_image": p["container_image"] or None,
+    }
+    for label, o in zip(labels, overrides, strict=True):  # as the notebook's spec and check cells do
+        try:
+            wt.check_job(wt.job_spec(recipe, profile=p["profile"], **slurm, overrides=o), client, gpu=p.get("gpu"))
+        except wt.NotebookStop as e:
+            raise wt.NotebookStop(f"run {label!r} cannot run, so the sweep did not start: {e}") from None
+    executor = Executor(run_root, p["profile"], client)
+    executor.update_parameters(**slurm)
+    with kernel_environment(env):  # the jobs inherit the same environment the notebook runs' kernels would
+        try:
+            jobs = executor.map_array(recipe, overrides, parallelism=max(1, parallel))
+        except SlurmError as e:
+            raise wt.NotebookStop(f"sbatch refused the sweep's array: {e.stderr or e}") from None
+    array_id = jobs[0].job_id.split("_")[0]
+    echo(
+        f"submitted {len(jobs)} runs as Slurm array {array_id} (at most {max(1, parallel)} at once): "
+        f"{jobs[0].script.parent.parent}"
+    )
+    result = []
+    for label, job in zip(labels, jobs, strict=True):
+        task = wt.Job(**{f.name: getattr(job, f.name) for f in fields(wt.Job)})
+        run = SweepRun(label, dict(runs[label]), None, job.script.parent)
+
+        def say(line: str, label: str = label) -> None:
+            echo(f"{label}: {line}")
+
+        try:
+            task.wait(timeout=timeout, echo=say)
+        except wt.NotebookStop as e:
+            run.error = f"NotebookStop: {e}"
+        result.append(run)
+    return SweepResult(result)
 
 
 # ------------------------------------------------------------------------------------ quickstart

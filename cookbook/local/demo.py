@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.no_sweep:
         n += 1
-        t0 = _step(n, total, "sweep: 03_llama3_3_70b_lora with LoRA rank 4, 16, 64 (papermill), one plot")
+        t0 = _step(n, total, "sweep: 03_llama3_3_70b_lora with LoRA rank 4, 16, 64 as one Slurm array (%2), one plot")
         try:
             sweep = nr.sweep(
                 "03_llama3_3_70b_lora",
@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                 base_parameters=nr.local_parameters("03_llama3_3_70b_lora"),
                 parallel=2,
                 env=env,
+                array=True,
             )
             plots.mkdir(parents=True, exist_ok=True)
             sweep.plot(out=plots / "sweep_lora_rank.png")

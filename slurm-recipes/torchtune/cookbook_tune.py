@@ -337,10 +337,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 @functools.cache
 def _hang() -> Any:
     """The hang forensics module (``cookbook_hang.py`` beside the script, else the package's); None without it."""
@@ -361,3 +357,7 @@ def _hang_step(n: int) -> None:
     """A step boundary for the hang watch (no step for K x the median step time: every rank's stack)."""
     if (hang := _hang()) is not None:
         hang.step(n)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

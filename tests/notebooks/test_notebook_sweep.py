@@ -1,6 +1,9 @@
-"""The papermill sweep (07): notebook 03 run once per LoRA rank, results overlaid on one plot."""
+"""The sweep (07): notebook 03's job once per LoRA rank, results overlaid on one plot. Notebook 07 runs it as
+ONE Slurm array (its default, `array=True`); `sweep(array=False)` runs notebook 03 once per rank with papermill."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -23,6 +26,25 @@ def test_sweep_notebook_compares_ranks(slurm, tiny_assets, kernel_dirs, artifact
     table_html = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
     assert "rank 4" in table_html and "rank 16" in table_html
 
+    # the runs were ONE Slurm array (%2 = parallel), every task COMPLETED, each with its own rank and losses
+    from cookbook.notebook_runner import SweepResult, SweepRun, jobs_in
+
+    jobs = jobs_in(tmp_path)
+    array_id = jobs[0].job_id.split("_")[0]
+    assert sorted(j.job_id for j in jobs) == [f"{array_id}_0", f"{array_id}_1"], "one array, no other job"
+    shown = slurm.run("scontrol", "show", "job", array_id).stdout
+    tasks = re.findall(r"(?m)^JobId=\d+ ArrayJobId=(\d+) ArrayTaskId=(\d+)", shown)
+    assert sorted(tasks) == [(array_id, "0"), (array_id, "1")], shown
+    assert "ArrayTaskThrottle=2" in shown, shown
+    assert [j.info().state for j in jobs] == ["COMPLETED", "COMPLETED"]
+    assert "#SBATCH --array=0-1%2" in (jobs[0].script.parent.parent / "job.sbatch").read_text()
+    runs = [SweepRun(f"rank {r}", {}, None, j.script.parent) for r, j in zip((4, 16), jobs, strict=True)]
+    table = SweepResult(runs).table()
+    assert list(table["run"]) == ["rank 4", "rank 16"] and (table["steps"] > 0).all()
+    assert table["first loss"].notna().all() and table["last loss"].notna().all()
+    for r, j in zip((4, 16), jobs, strict=True):
+        assert f"lora_rank: {r}" in (j.script.parent / "job.yaml").read_text()
+
 
 def test_sweep_function_records_each_run(slurm, tiny_assets, kernel_dirs, tmp_path):
     import os
@@ -30,7 +52,7 @@ def test_sweep_function_records_each_run(slurm, tiny_assets, kernel_dirs, tmp_pa
     here = os.getcwd()
     runs = {"r2": {"model.lora_rank": 2}, "r8": {"model.lora_rank": 8}, "r32": {"model.lora_rank": 32}}
     lora = "03_llama3_3_70b_lora"
-    result = sweep(lora, runs, out_dir=tmp_path, base_parameters=local_parameters(lora), parallel=2)
+    result = sweep(lora, runs, out_dir=tmp_path, base_parameters=local_parameters(lora), parallel=2, array=False)
     assert os.getcwd() == here
     table = result.table()
     assert list(table["run"]) == ["r2", "r8", "r32"]
