@@ -111,8 +111,8 @@ def parse_accounting(text: str, job_id: str, now: datetime | None = None) -> lis
         if len(cols) < 6 or cols[0] != job_id:
             continue
         start = _slurm_time(cols[3])
-        if start is None:
-            continue  # never started (pending)
+        if start is None or cols[5] == "0":
+            continue  # never started, or the job-completion log's record (0 nodes) of a requeue of a finished job
         end = _slurm_time(cols[4]) or now or datetime.now()
         nodes = int(cols[5]) if cols[5].isdigit() else 1
         tres = cols[6] if len(cols) > 6 else ""

@@ -1,13 +1,16 @@
 """The goodput ledger of a real requeued run on the local cluster: its parts add up to the allocation and
 its "redone" part holds exactly the steps that ran twice.
 
-One short torchtitan job (tiny Llama 3, 6 steps, a checkpoint every 3), killed by `scontrol requeue` once
-step 4 is logged and the step-3 checkpoint is complete, then resumed from it (~2 minutes on 2 cores).
+One short torchtitan job (tiny Llama 3, 6 steps, a checkpoint every 3), killed without warning once step 4 is
+logged and the step-3 checkpoint is complete (SIGKILL to its processes, as a node crash: no stop-save is possible,
+unlike `scancel`/`scontrol requeue`, whose TERM the ranks answer with a save), then requeued and resumed from
+step 3 (~2 minutes on 2 cores).
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 from datetime import datetime
 
@@ -55,8 +58,13 @@ def requeued(slurm, tiny_assets, tmp_path_factory):
         300,
         "step 4 after the step-3 checkpoint",
     )
-    slurm.requeue(job.job_id)
+    # SIGKILL to every training process of the job at once, as a node crash: nothing can save (scancel, even
+    # --signal=KILL, sends TERM first, and the ranks answer TERM with a stop-save at the next step boundary)
+    subprocess.run(["pkill", "-KILL", "-f", str(job.run_dir)], check=False)
+    _wait_for(lambda: slurm.state(job.job_id).state in ("FAILED", "CANCELLED", "COMPLETED"), 120, "the crash")
+    slurm.requeue(job.job_id)  # a finished batch job can be requeued: it runs again under the same id
     _wait_for(lambda: slurm.state(job.job_id).state in ("PENDING", "REQUEUED", "REQUEUE_HOLD"), 120, "the requeue")
+    time.sleep(5)  # released at once, slurmd may still hold the last start's revoked credential (a lost start)
     slurm.run("scontrol", "update", f"JobId={job.job_id}", "StartTime=now")  # Slurm holds requeued jobs back
     info = slurm.wait(job.job_id, timeout=600, poll=2)
     assert info.state == "COMPLETED", job.explain()
@@ -67,6 +75,7 @@ def _allocation_node_seconds(slurm, job_id: str) -> tuple[int, float]:
     """Starts and node-seconds straight from the job-completion log (sacct -c), not through the ledger."""
     r = slurm.run("sacct", "-c", "-D", "-P", "-n", "-j", job_id, "-o", "JobID,Start,End,NNodes")
     rows = [ln.split("|") for ln in r.stdout.splitlines() if ln.startswith(job_id + "|")]
+    rows = [row for row in rows if row[3] != "0"]  # the requeue of a finished job: a record with no nodes, no start
     total = sum((datetime.fromisoformat(e) - datetime.fromisoformat(s)).total_seconds() * int(n) for _, s, e, n in rows)
     return len(rows), total
 

@@ -139,5 +139,7 @@ def check_use_section(name: str, executed, jobs: list) -> None:
     assert "/llama3 (LoRA rank" in text or not name.startswith("03_"), "the base model is not named"
     h = result.data["heldout"]
     assert h["tuned_loss"] < h["base_loss"], h
+    # the local run trains on train[:90%] (local_parameters): the scored rows were never trained on
+    assert h["split"] == "train[90%:]" and not h["trained_on"], h
     if name.startswith("03_"):
         assert result.merged and "transformers loads it as LlamaForCausalLM" in text

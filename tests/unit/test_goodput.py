@@ -158,3 +158,14 @@ def test_cli_defaults_to_the_profile_price_and_prints_the_forecast(tmp_path, cap
     assert cli_main(["goodput", str(local)]) == 0
     out = capsys.readouterr().out
     assert "planner forecast" not in out and "cost 0.00 (at 0 per node-hour)" in out
+
+
+def test_a_requeue_of_a_finished_job_is_no_start():
+    """`scontrol requeue` of a FAILED job writes a PENDING record with 0 nodes to the job-completion log
+    (seen on Debian's Slurm 22.05): not a start. (A running job requeued leaves PENDING with its nodes: a start.)"""
+    text = (
+        "1004|FAILED|2026-11-25T04:07:36|2026-11-25T04:07:42|2026-11-25T04:08:05|2|\n"
+        "1004|PENDING|2026-11-25T04:07:36|2026-11-25T04:07:42|2026-11-25T04:08:08|0|\n"
+        "1004|COMPLETED|2026-11-25T04:08:14|2026-11-25T04:08:14|2026-11-25T04:08:36|2|\n"
+    )
+    assert [a.state for a in parse_accounting(text, "1004")] == ["FAILED", "COMPLETED"]
