@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from cookbook.cli import UserError
-from cookbook.slurm.client import SlurmClient, SlurmError
+from cookbook.slurm.client import JobTimeout, SlurmClient, SlurmError
 from cookbook.slurm.jobs import JobView, describe, require_own, user_jobs
 
 
@@ -150,20 +150,14 @@ def _change(args: argparse.Namespace, verb: str) -> int:
             else:
                 client.requeue(v.job_id)
                 if args.now:  # Slurm sets a requeued job's BeginTime a while ahead; bring it forward
-                    _wait_pending(client, v.job_id)
-                    client.run("scontrol", "update", f"JobId={v.job_id}", "StartTime=now")
+                    client.release_requeued(v.job_id)
             done = f"sent {args.signal}" if args.signal else {"cancel": "cancelled", "requeue": "requeued"}[verb]
             print(f"job {v.job_id} ({v.name}): {done}")
     except SlurmError as e:
         raise UserError(e.stderr or str(e)) from e
+    except JobTimeout as e:
+        raise UserError(str(e)) from e
     return 0
-
-
-def _wait_pending(client: SlurmClient, job_id: str, timeout: float = 60) -> None:
-    """Until the requeued job is back in the queue (Slurm first ends the running one)."""
-    end = time.monotonic() + timeout
-    while client.state(job_id).state not in ("PENDING", "REQUEUED", "REQUEUE_HOLD") and time.monotonic() < end:
-        time.sleep(0.5)
 
 
 def _cancel(args: argparse.Namespace) -> int:

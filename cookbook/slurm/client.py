@@ -30,6 +30,8 @@ TERMINAL_STATES = frozenset(
     }
 )
 
+REQUEUE_SETTLE_S = 5.0  # requeue to forced start: slurmd revokes the last start's credential by the second
+
 
 class SlurmError(RuntimeError):
     """A Slurm command failed; the message is Slurm's own error text."""
@@ -108,6 +110,20 @@ class SlurmClient:
 
     def requeue(self, job_id: str) -> None:
         self.run("scontrol", "requeue", job_id)
+
+    def release_requeued(self, job_id: str, timeout: float = 120) -> None:
+        """Start a requeued job now rather than after the ~2 minutes Slurm holds it back (its BeginTime).
+
+        Waits until the job pends again, then ``REQUEUE_SETTLE_S``: a start within the second of the requeue
+        carries a credential slurmd still counts as revoked ("Job credential revoked"), and the job ends FAILED.
+        """
+        end = time.monotonic() + timeout
+        while self.state(job_id).state not in ("PENDING", "REQUEUED", "REQUEUE_HOLD"):
+            if time.monotonic() > end:
+                raise JobTimeout(f"job {job_id} was not back in the queue after {timeout:.0f} s")
+            time.sleep(0.5)
+        time.sleep(REQUEUE_SETTLE_S)
+        self.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
 
     def state(self, job_id: str) -> JobInfo:
         """State of a job: squeue while Slurm keeps it, then sacct, then the job-completion log."""

@@ -77,9 +77,7 @@ def test_fsdp_two_nodes_requeued_mid_run_resumes_without_losing_a_step(slurm, ti
     _wait_for(step8_or_ended, 240, "checkpoint step-8")
     time.sleep(1.0)  # a step or two past the checkpoint: that work is lost and redone
     slurm.requeue(job)
-    # Slurm holds a requeued job back (BeginTime, ~2 min) before it may start again; skip the wait
-    _wait_for(lambda: slurm.state(job).state == "PENDING", 60, "the requeued job to pend")
-    slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+    slurm.release_requeued(job)  # Slurm holds a requeued job back (BeginTime, ~2 min); skip the wait
     killed_at = max(int(p.parent.name[5:]) for p in ckpts.glob("step-*/COMPLETE"))
     info = slurm.wait(job, timeout=400)
     log = read_output(log_path)
@@ -166,9 +164,7 @@ def test_fsdp_saves_on_usr1_at_the_step_boundary_and_resumes_there(slurm, tiny_a
 
     _wait_for(send_when_mid_run, 300, "step 3 of the signalled jobs")
     for key in how:
-        job, _ = jobs[key]
-        _wait_for(lambda job=job: slurm.state(job).state == "PENDING", 120, f"job {job} to be requeued")
-        slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+        slurm.release_requeued(jobs[key][0])
     logs = {}
     for key, (job, log) in jobs.items():
         info = slurm.wait(job, timeout=400)

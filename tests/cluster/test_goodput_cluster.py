@@ -63,9 +63,7 @@ def requeued(slurm, tiny_assets, tmp_path_factory):
     subprocess.run(["pkill", "-KILL", "-f", str(job.run_dir)], check=False)
     _wait_for(lambda: slurm.state(job.job_id).state in ("FAILED", "CANCELLED", "COMPLETED"), 120, "the crash")
     slurm.requeue(job.job_id)  # a finished batch job can be requeued: it runs again under the same id
-    _wait_for(lambda: slurm.state(job.job_id).state in ("PENDING", "REQUEUED", "REQUEUE_HOLD"), 120, "the requeue")
-    time.sleep(5)  # released at once, slurmd may still hold the last start's revoked credential (a lost start)
-    slurm.run("scontrol", "update", f"JobId={job.job_id}", "StartTime=now")  # Slurm holds requeued jobs back
+    slurm.release_requeued(job.job_id)  # Slurm holds requeued jobs back
     info = slurm.wait(job.job_id, timeout=600, poll=2)
     assert info.state == "COMPLETED", job.explain()
     return job

@@ -107,8 +107,7 @@ def test_node_fail_requeues_the_job_without_the_dead_node(nodes3_cluster, tiny_a
     try:
         os.kill(int(pid_file.read_text().split()[0]), signal.SIGTERM)
         slurm.run("scontrol", "update", f"NodeName={dead}", "State=DOWN", "Reason=cookbook-test-node-died")
-        _wait_for(lambda: slurm.state(job).state == "PENDING", 60, "Slurm to requeue the job")
-        slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+        slurm.release_requeued(job, timeout=60)
         info = slurm.wait(job, timeout=400)
         log = read_output(log_path)
         assert info.state == "COMPLETED", f"{info}\n{log[-3000:]}"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cookbook.slurm.client import SlurmClient
+from cookbook.slurm.client import REQUEUE_SETTLE_S, SlurmClient
 from cookbook.walkthrough import Job, job_spec, profiling_overrides, submit
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -149,7 +149,7 @@ def runs(slurm, tiny_assets, tmp_path_factory):
         for key in sorted(releasing):
             if key not in pending_since and _requeued(slurm, jobs[key]):
                 pending_since[key] = time.monotonic()
-            if key in pending_since and time.monotonic() - pending_since[key] > 5:
+            if key in pending_since and time.monotonic() - pending_since[key] > REQUEUE_SETTLE_S:
                 slurm.run("scontrol", "update", f"JobId={jobs[key].job_id}", "StartTime=now")
                 releasing.discard(key)
         time.sleep(0.2)
