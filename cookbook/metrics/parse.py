@@ -27,7 +27,8 @@ from cookbook.metrics.table import resolve, to_frame
 
 WINDOW = 1 << 20
 MAX_PARTIAL = 1 << 20  # a longer "line" (no \\n or \\r in it) is no log line (binary junk): dropped
-_KEYED = [*(f for f in FORMATS if f.key is not None), fm.Format("", "")]  # the last: no format
+# per regex format, the markers of the formats read before it, padded to 4 with text no log line holds
+_EARLIER = {f: (*(m := [e.marker for e in FORMATS[: FORMATS.index(f)]]), *["\0\1\0"] * (4 - len(m))) for f in FORMATS}
 BATCH = 5_000
 _KEYS = ("split", "step", "rank", "node")  # rows converted at a time (their strings held until then)
 
@@ -76,17 +77,18 @@ class Collector:
         self._rows: list[dict[str, Any]] = []  # rows of formats without a regex
         self.skipped: list[tuple[int, str]] = []  # (line number, text): looked like metrics, matched no format
         self.formats, self.ranks = set[str](), set[int]()  # formats and ranks seen (before duplicates are dropped)
-        # ranks="first": the last rank-0 or rankless row, its step's final row: (step text, step, format,
-        # launcher prefix). A later line of that step and format with another prefix is known by its
-        # key regex and read no further (head kept for attrs); one with the same prefix is read (a typo there
-        # is reported). Other formats' lines are read: their columns are in the table even when they lose.
+        # ranks="first": the last rank-0 or rankless row, its step's final row: (its key text, e.g. "Batch 12 ",
+        # the markers of the formats before its format, its launcher prefix). A later line holding that key text and
+        # none of those markers, with another prefix, is that step's line from another rank: read no further (head
+        # kept for attrs); one with the same prefix is read (a typo there is reported). Other formats' lines are
+        # read: their columns are in the table even when they lose.
         self._first, self._losers = ranks != "all", set[tuple[Format, str]]()
-        self._last: tuple[str, int, Format | None, str] = ("\0", -1, None, "")
+        self._last: tuple[str, Format | None, tuple[str, ...], str] = ("\0", None, ("\0\1\0",) * 4, "")
 
     def feed(self, text: str) -> None:
         """Read ``text``: complete lines (it ends at a line end or at the end of the log)."""
         seq, redraw, found, add_loser = self.seq, self._redraw, self._found, self._losers.add
-        last_s, last_step, last_fmt, last_pre = self._last
+        last_key, last_fmt, (e0, e1, e2, e3), last_pre = self._last
         if text.count(NEEDLE, 0, 1 << 16) * 8 < text.count("\n", 0, 1 << 16):  # mostly other lines: find the needle's
             segs, starts, pos, end = [], [], 0, len(text)
             while (i := text.find(NEEDLE, pos)) >= 0:
@@ -103,11 +105,9 @@ class Collector:
         for n, seg in enumerate(segs):
             if NEEDLE not in seg or (seg.startswith(redraw) and "step:" not in seg):
                 continue  # a tqdm redraw of the bar just read: its step is taken (first line wins)
-            if last_s in seg and not seg.startswith(last_pre):  # maybe another rank's line of the step just read
-                f = next(f for f in _KEYED if f.marker in seg)  # the last: a catch-all without a key
-                if f is last_fmt and f.key and (k := f.key.search(seg)) and int(k["step"]) == last_step:
-                    add_loser((f, seg[: k.start()]))
-                    continue
+            if last_key in seg and not (seg.startswith(last_pre) or e0 in seg or e1 in seg or e2 in seg or e3 in seg):
+                add_loser((last_fmt, seg[: seg.index(last_key)]))  # another rank's line of the step just read
+                continue
             fmt, m, looks = parse_line(seg)
             if fmt is None:
                 if looks:
@@ -121,14 +121,14 @@ class Collector:
                 if fmt.name == "torchtune-tqdm":
                     redraw = seg[: m.end("step") + 6]  # prefix, "E|S|Loss:"
                 if self._first and ((r := m["glob"] or m["tag"] or m["srun"]) is None or int(r) == 0):  # rank 0
-                    last_step, last_fmt, last_pre = int(m["step"]), fmt, seg[: m.start("_head")]
-                    last_s = str(last_step)
+                    last_fmt, (e0, e1, e2, e3), last_pre = fmt, _EARLIER[fmt], seg[: m.start("_head")]
+                    last_key = seg[m.end("_head") : m.end("step") + 1]  # and the non-digit after the step
             else:
                 m.update(seq=seq, format=fmt.name)
                 m.setdefault("split", fmt.split)
                 self._rows.append(m)
             seq += 1
-        self.seq, self._redraw, self._last = seq, redraw, (last_s, last_step, last_fmt, last_pre)
+        self.seq, self._redraw, self._last = seq, redraw, (last_key, last_fmt, (e0, e1, e2, e3), last_pre)
         self.lines += text.count("\n")
 
     def frame(self, ranks: str = "all") -> pd.DataFrame:

@@ -167,6 +167,39 @@ def test_read_windows_change_nothing(tmp_path, monkeypatch, window):
         assert lines[number - 1].decode("utf-8", "replace").strip().startswith(text[:40])
 
 
+def _bench_log(shape: str, steps: int = 30) -> str:
+    """A small log of one of the benchmark's shapes (benchmarks/metrics_bench.py), its rank order shuffled."""
+    spec = importlib.util.spec_from_file_location("metrics_bench", LOGS.parents[2] / "benchmarks" / "metrics_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    lines = "".join(bench._block(shape, s) for s in range(1, steps + 1)).split("\n")
+    rng = np.random.default_rng(0)  # some steps' lines in another order: rank 0 first, last, or between
+    for start in range(0, len(lines) - 8, 23):
+        lines[start : start + 8] = rng.permutation(lines[start : start + 8]).tolist()
+    return "\n".join(lines) + bench.FAILURE
+
+
+_FSDP = "{r}: 2025-06-17 16:24:52 I [train.py:103] Batch {s} Loss: 1.5, Speed: 4.88 samples/sec, lr: 0.000100"
+# lines the shortcut must not take for the step just read: a longer step number, another format's line
+_NOT_THAT_STEP = [_FSDP.format(r=0, s=1), _FSDP.format(r=1, s=12), _FSDP.format(r=0, s=5), "1: [rank1]:" + TITAN]
+_NOT_THAT_STEP[-1] = _NOT_THAT_STEP[-1].replace("INFO - ", "INFO - Batch 5 of ")
+
+
+@pytest.mark.parametrize("shape", ["noisy", "dense", "fsdp", "tqdm", "mixed", "rehearsal", "not that step"])
+def test_the_other_ranks_shortcut_changes_nothing(monkeypatch, shape):
+    """ranks="first" reads a line holding the key text of the step just read from rank 0 no further; with that
+    shortcut off (every line holds a marker read "before" its format), every table and attr is the same."""
+    from cookbook.metrics import parse
+
+    text = {"rehearsal": _mixed_log().decode("utf-8", "replace"), "not that step": "\n".join(_NOT_THAT_STEP * 15)}
+    text = text.get(shape) or _bench_log(shape)
+    fast = parse_text(text)
+    monkeypatch.setattr(parse, "_EARLIER", {f: ("oss",) * 4 for f in parse._EARLIER})
+    slow = parse_text(text)
+    pd.testing.assert_frame_equal(fast, slow)
+    assert fast.attrs == slow.attrs and len(fast) >= 4
+
+
 def test_tqdm_carriage_return_stream_is_read_in_linear_time(tmp_path):
     bar = "\r1|{s}|Loss: {loss:.4f}:   1%|          | {s}/50000 [00:{t:02d}<10:00,  1.00it/s]"
     log = tmp_path / "tune.err"
