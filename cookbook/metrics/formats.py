@@ -31,8 +31,7 @@ from typing import Any
 
 NEEDLE = "oss"  # in every format's metrics line: loss / Loss / "loss"
 
-# commas only as thousands separators. Possessive (no backtracking, ~25% faster): what follows a number in a format
-# never starts with a digit, ``,digit``, ``.`` or ``e``, so giving characters back could never make a line match
+# commas only as thousands separators; possessive (faster): no format has a digit, ",digit", "." or "e" after a number
 _NUM = r"-?(?:\d++(?!,\d)|\d{1,3}(?:,\d{3})++)(?:\.\d*+)?(?:[eE][-+]?\d++)?|-?\.\d++(?:[eE][-+]?\d++)?|-?nan|-?inf"
 _NUM_RE = re.compile(_NUM)
 _C = r"\d{1,15}"  # counters: exact in float64 (and int64)
