@@ -20,7 +20,6 @@ _EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("excluded", re.compile(r"cookbook: excluding (?P<node>\S+) (?P<rest>.*)")),
     ("not_excluded", re.compile(r"cookbook: (?:not excluding|not retrying|could not exclude) (?P<rest>.*)")),
 )
-_PREFIX = b"cookbook: "
 
 
 @dataclass(frozen=True)
@@ -33,35 +32,36 @@ class NodeEvent:
     line_number: int
 
 
-def node_events(path: str | os.PathLike[str]) -> list[NodeEvent]:
-    """Every gate/exclusion line of the log at ``path``, in order (one pass, line by line)."""
+def node_events(path: str | os.PathLike[str], lines: list[tuple[int, str]] | None = None) -> list[NodeEvent]:
+    """Every gate/exclusion line of the log at ``path``, in order; ``lines``: the log's ``cookbook: `` lines as
+    :func:`~cookbook.metrics.diagnose.diagnose` collected them (``lines_with``), else read here."""
+    if lines is None:
+        from cookbook.metrics.diagnose import diagnose
+
+        diagnose(path, lines_with=(lines := list[tuple[int, str]]()))
     out: list[NodeEvent] = []
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            if _PREFIX not in raw:
-                continue
-            line = raw.decode("utf-8", errors="replace").strip()
-            for kind, rx in _EVENTS:
-                if m := rx.search(line):
-                    out.append(NodeEvent(kind, m.groupdict().get("node"), m["rest"], number))
-                    break
+    for number, line in lines:
+        for kind, rx in _EVENTS:
+            if m := rx.search(line):
+                out.append(NodeEvent(kind, m.groupdict().get("node"), m["rest"], number))
+                break
     return out
 
 
-def node_report(path: str | os.PathLike[str]) -> list[str]:
+def node_report(path: str | os.PathLike[str], lines: list[tuple[int, str]] | None = None) -> list[str]:
     """Lines for a person: the gate's result per run and what was done (empty: the log has none)."""
-    lines = []
-    for e in node_events(path):
+    report = []
+    for e in node_events(path, lines):
         if e.kind == "preflight_ok":
-            lines.append(f"pre-flight passed on {e.node} ({e.detail})")
+            report.append(f"pre-flight passed on {e.node} ({e.detail})")
         elif e.kind == "preflight_failed":
-            lines.append(f"pre-flight FAILED on {e.node}: {e.detail}")
+            report.append(f"pre-flight FAILED on {e.node}: {e.detail}")
         elif e.kind == "preflight_time":
-            lines.append(f"pre-flight took {e.detail}")
+            report.append(f"pre-flight took {e.detail}")
         elif e.kind == "node_failure":
-            lines.append(f"node {e.node} failed under the job: {e.detail}")
+            report.append(f"node {e.node} failed under the job: {e.detail}")
         elif e.kind == "excluded":
-            lines.append(f"done: excluded {e.node} {e.detail}")
+            report.append(f"done: excluded {e.node} {e.detail}")
         else:
-            lines.append(f"not done: {e.detail}")
-    return lines
+            report.append(f"not done: {e.detail}")
+    return report

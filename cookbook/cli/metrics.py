@@ -101,9 +101,10 @@ def _metrics(args: argparse.Namespace) -> int:
     for line_no, text in df.attrs.get("skipped", []):
         print(f"skipped line {line_no} (looks like metrics, matches no format): {text[:120]}", file=sys.stderr)
     if path.is_file():
-        for finding in diagnose(path):
+        lines: list[tuple[int, str]] = []  # its `cookbook: ` lines, read by diagnose for the node report
+        for finding in diagnose(path, lines_with=lines):
             print(finding)
-        _print_node_report(path)
+        _print_node_report(path, lines)
     if args.csv:
         df.to_csv(args.csv, index=False)
         print(f"wrote {args.csv}")
@@ -144,11 +145,12 @@ def _derive(df: pd.DataFrame, args: argparse.Namespace) -> pd.DataFrame:
     return out
 
 
-def _print_node_report(log: Path) -> None:
-    """The pre-flight gate's result and the node exclusions the log records (cookbook.analysis.node_health)."""
+def _print_node_report(log: Path, lines: list[tuple[int, str]]) -> None:
+    """The pre-flight gate's result and the node exclusions the log records (cookbook.analysis.node_health), from
+    its ``cookbook: `` lines collected by ``diagnose``."""
     from cookbook.analysis.node_health import node_report
 
-    for line in node_report(log):
+    for line in node_report(log, lines):
         print(f"nodes: {line}")
 
 
@@ -187,10 +189,11 @@ def _watch(args: argparse.Namespace) -> int:
             state = info.state
     follower.poll()
     print(f"job {args.job_id} ended {info.state} (exit {info.exit_code or '?'}), {len(follower.df)} steps logged")
-    for finding in diagnose(out) if Path(out).exists() else []:
+    lines: list[tuple[int, str]] = []
+    for finding in diagnose(out, lines_with=lines) if Path(out).exists() else []:
         print(finding)
     if Path(out).exists():
-        _print_node_report(out)
+        _print_node_report(out, lines)
         from cookbook.analysis.hang import hang_report
 
         for line in hang_report(out):  # a hang: which rank and host never joined the collective, its stack

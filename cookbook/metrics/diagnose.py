@@ -112,7 +112,7 @@ NEEDLES: tuple[str, ...] = (
     "ncclSystemError", "ncclUnhandledCudaError", "No such file", "NODE FAIL", "Node failure", "NODE_FAIL",
     "onnection refused", "oom-kill", "oom_kill", "Out of memory", "out of memory", "OUT_OF_MEMORY",
     "OutOfMemoryError", "PREEMPTED", "ProcessGroupNCCL", "Rendezvous", "server socket", "srun: error:",
-    "timed out", "TIMEOUT", "Unauthorized",
+    "timed out", "TIMEOUT", "Unauthorized", "cookbook: ",
 )
 # fmt: on
 _PREFILTER = re.compile(b"|".join(re.escape(n.encode()) for n in sorted(NEEDLES, key=len, reverse=True)))
@@ -142,10 +142,10 @@ class Finding:
         return f"line {self.line_number}: {self.kind}{times}: {self.line[:160]}\n    -> {self.hint}"
 
 
-def diagnose(path: str | os.PathLike[str]) -> list[Finding]:
-    """Known failures in the log at ``path``, in order of first appearance, one Finding per kind."""
+def diagnose(path: str | os.PathLike[str], lines_with: list[tuple[int, str]] | None = None) -> list[Finding]:
+    """Known failures in the log at ``path``, in order, one per kind; ``lines_with`` gets its ``cookbook: `` lines."""
     with open(path, "rb") as f:  # plain reads: a log truncated while mapped (a requeue) would SIGBUS
-        return _scan(f)
+        return _scan(f, lines_with)
 
 
 def diagnose_text(text: str) -> list[Finding]:
@@ -157,7 +157,7 @@ def diagnose_bytes(data: bytes) -> list[Finding]:
     return _scan(io.BytesIO(data))
 
 
-def _scan(f: io.BufferedIOBase) -> list[Finding]:
+def _scan(f: io.BufferedIOBase, lines_with: list[tuple[int, str]] | None = None) -> list[Finding]:
     """Read ``WINDOW`` bytes at a time into one buffer, cut after the last ``\\n`` (else ``\\r``, else the buffer's
     end: a line longer than the buffer is read in pieces). RE2 (pyarrow; a DFA, ~500 MB/s whatever the number of
     needles) counts the NEEDLES in a window; only a window holding one is split into lines, and only the lines
@@ -181,6 +181,8 @@ def _scan(f: io.BufferedIOBase) -> list[Finding]:
                 start, end = (int(ends[i - 1]) + 1 if i else 0), int(ends[i])
                 line = window[start:end].decode("utf-8", errors="replace").strip()
                 rule = _rule(line, context, len(before) + start, len(before) + end)
+                if lines_with is not None and "cookbook: " in line:
+                    lines_with.append((line_no + window.count(b"\n", 0, start), line))
                 if rule is not None and rule.kind in found:
                     found[rule.kind] = replace(found[rule.kind], count=found[rule.kind].count + 1)
                 elif rule is not None:

@@ -27,10 +27,9 @@ from cookbook.metrics.table import resolve, to_frame
 
 WINDOW = 1 << 20
 MAX_PARTIAL = 1 << 20  # a longer "line" (no \\n or \\r in it) is no log line (binary junk): dropped
-# per regex format, the markers of the formats read before it, padded to 4 with text no log line holds
 _EARLIER = {f: (*(m := [e.marker for e in FORMATS[: FORMATS.index(f)]]), *["\0\1\0"] * (4 - len(m))) for f in FORMATS}
-BATCH = 5_000
-_KEYS = ("split", "step", "rank", "node")  # rows converted at a time (their strings held until then)
+BATCH = 5_000  # rows converted at a time (their strings held until then)
+_KEYS = ("split", "step", "rank", "node")
 
 
 def _hms(col: list[Any]) -> np.ndarray:
@@ -77,13 +76,12 @@ class Collector:
         self._rows: list[dict[str, Any]] = []  # rows of formats without a regex
         self.skipped: list[tuple[int, str]] = []  # (line number, text): looked like metrics, matched no format
         self.formats, self.ranks = set[str](), set[int]()  # formats and ranks seen (before duplicates are dropped)
-        # ranks="first": the last rank-0 or rankless row, its step's final row: (its key text, e.g. "Batch 12 ",
-        # the markers of the formats before its format, its launcher prefix). A later line holding that key text and
-        # none of those markers, with another prefix, is that step's line from another rank: read no further (head
-        # kept for attrs); one with the same prefix is read (a typo there is reported). Other formats' lines are
-        # read: their columns are in the table even when they lose.
+        # ranks="first": the last rank-0 or rankless row: (its key text, e.g. "Batch 12 ", the markers of the formats
+        # read before its own (_EARLIER, padded to 4), its launcher prefix). A later line holding that text and none
+        # of those markers, with another prefix, is another rank's line of that step: read no further (head kept for
+        # attrs). Same prefix: read (a typo there is reported). Other formats' lines are read (columns in the table).
         self._first, self._losers = ranks != "all", set[tuple[Format, str]]()
-        self._last: tuple[str, Format | None, tuple[str, ...], str] = ("\0", None, ("\0\1\0",) * 4, "")
+        self._last: tuple[str, Format, tuple[str, ...], str] = ("\0", FORMATS[0], ("\0\1\0",) * 4, "")
 
     def feed(self, text: str) -> None:
         """Read ``text``: complete lines (it ends at a line end or at the end of the log)."""

@@ -6,6 +6,8 @@ excluded and NODE_FAIL: tests/cluster/test_preflight_cluster.py."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from cookbook.analysis.node_health import node_events, node_report
+from cookbook.cli import main
 from cookbook.render import PREFLIGHT_NAME, render_job
 from cookbook.spec import JobSpec, profile_defaults, profiles
 from cookbook.training import preflight
@@ -131,3 +134,9 @@ def test_node_report_says_what_the_gate_found_and_what_was_done(tmp_path: Path):
     assert report[1] == "pre-flight FAILED on n1: GPU 3 fell off the bus"
     assert report[3].startswith("done: excluded n1 (pre-flight: GPU 3 fell off the bus) by resubmission")
     assert report[5].startswith("not done: n1 (x): the retry budget is spent")
+    assert [e.line_number for e in node_events(log)] == [2, 3, 4, 5, 6, 7]
+    # `cookbook metrics LOG` prints the same report, from the lines its one diagnose pass collected
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["metrics", str(log)]) == 0
+    assert [ln.removeprefix("nodes: ") for ln in out.getvalue().splitlines() if ln.startswith("nodes: ")] == report
