@@ -197,6 +197,31 @@ def test_interface_detection_picks_the_interface_holding_the_address():
     assert out[-2] == "lo lo"
 
 
+@pytest.mark.parametrize("name", ["fsdp/fsdp.local-cpu.sbatch", "torchtitan/llama3_8b_c4.crusoe.sbatch"])
+def test_a_rendezvous_port_already_listened_on_is_skipped(name):
+    """Two jobs rendered with other base ports (or a service) can land on one port of a shared head node: the
+    script takes the next port nobody listens on (the e2e run once died of EADDRINUSE there)."""
+    text = SCRIPTS[name]
+    start = text.index("RDZV_PORT=")
+    block = text[start : text.index('echo "job $SLURM_JOB_ID', start)]
+    with socket.socket() as taken, socket.socket() as also_taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        try:
+            also_taken.bind(("127.0.0.1", port + 1))
+            also_taken.listen()
+        except OSError:
+            pytest.skip(f"port {port + 1} is in use here")
+        base = port - 1234 % 10000 if "local-cpu" in name else port
+        block = re.sub(r"RDZV_PORT=\$\(\( \d+ ", f"RDZV_PORT=$(( {base} ", block)
+        block = block.replace("RDZV_PORT=29500", f"RDZV_PORT={port}")
+        script = f'set -euo pipefail; HEAD_ADDR=127.0.0.1 SLURM_JOB_ID=1234\n{block}\necho "port $RDZV_PORT"'
+        out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1] == f"port {port + 2}", out
+    assert f"rendezvous port {port} is taken on 127.0.0.1; trying {port + 1}" in out
+
+
 def test_container_mounts_must_cover_what_the_job_reads(tmp_path):
     """Problem 10: render says which folder no mount covers."""
     spec = make_spec(
