@@ -25,6 +25,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -178,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--login-node", default=None, help="name of this login node as your laptop reaches it")
     ap.add_argument("--user", default=None, help="your user name on the login node")
     args = ap.parse_args(argv)
+    # "Stop with Ctrl-C" also when started from a shell that ignores SIGINT (`make lab &`, nohup, CI runners)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if shutil.which("jupyter", path=lab_environment().get("PATH")) is None:
         print("jupyterlab is not installed: make setup", file=sys.stderr)
         return 1
