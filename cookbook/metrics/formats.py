@@ -57,12 +57,11 @@ _MFU = rf"(?:\s++{_A}mfu:\s*+(?:(?P<mfu_pct>{_NUM})%|N/A))?"
 _HEAD = r"(?P<_head>(?!\d{16}).*?)"  # the text before a format's key: holds the date, no garbled number
 
 
-def _line(key: str, rest: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """A format's regex and its key regex: matched from the line start -- the launcher prefix (groups ``srun``,
-    ``tag``, ``glob``), then anything (``_head``, holding the date; not a garbled 16-digit number), then ``key``
-    (up to the step) and ``rest`` -- so one ``match`` per line reads everything. The key regex (``key`` alone,
-    searched) tells a line of a step just read cheaply (:class:`~.parse.Collector`)."""
-    return re.compile(_PREFIX + _HEAD + key + rest), re.compile(key)
+def _line(key: str, rest: str) -> re.Pattern[str]:
+    """A format's regex, matched from the line start: the launcher prefix (groups ``srun``, ``tag``, ``glob``), then
+    anything (``_head``, holding the date; not a garbled 16-digit number), then ``key`` (up to the step; its text
+    tells another rank's line of the step just read: :class:`~.parse.Collector`) and ``rest``: one ``match`` a line."""
+    return re.compile(_PREFIX + _HEAD + key + rest)
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: a cheap dict key
@@ -74,7 +73,6 @@ class Format:
     name: str
     marker: str  # a substring every line of the format holds (cheap test first)
     regex: re.Pattern[str] | None = None
-    key: re.Pattern[str] | None = None  # the regex up to the step (searched: no prefix, no head)
     split: str = "train"
     dated: bool = False  # take the time from the date before the match (the line's head)
     parse: Callable[[str], dict[str, Any] | None] | None = None
@@ -114,23 +112,23 @@ def _jsonl(line: str) -> dict[str, Any] | None:
 
 # fmt: off
 FORMATS: tuple[Format, ...] = (
-    Format("torchtitan", "validate step:", *_line(
+    Format("torchtitan", "validate step:", _line(
         rf"validate step:\s*(?P<step>{_C})\s+{_A}loss:",
         rf"\s*(?P<loss>{_NUM}){_MEMORY}" + _f("tokens_per_second_per_gpu", "[tw]ps") + rf"{_A}\s*$",
     ), split="validation", dated=True),
-    Format("torchtitan", "step:", *_line(
+    Format("torchtitan", "step:", _line(
         rf"step:(?<!validate step:)\s*(?P<step>{_C})\s+{_A}loss:",
         rf"\s*(?P<loss>{_NUM})" + _f("grad_norm", "grad_norm") + _MEMORY + _f("tokens_per_second_per_gpu", "[tw]ps")
         + _f("tflops", "tflops") + _MFU + rf"{_A}\s*\|?\s*$",
     ), dated=True),
-    Format("torchtune-tqdm", "|Loss:", *_line(
+    Format("torchtune-tqdm", "|Loss:", _line(
         rf"(?<![\w.|])(?P<epoch>{_C})\|(?P<step>{_C})\|Loss:",
         rf"\s*(?P<loss>{_NUM}):\s*\d+%\|[^|]*\|\s*(?P<progress>{_C})/(?P<total_steps>{_C})\s*"
         r"\[(?P<elapsed>\d+(?::\d+)*)<(?P<remaining>\d+(?::\d+)*|\?)"
         r"(?:,\s*(?P<rate>\d+(?:\.\d+)?|\?)(?P<unit>s/it|it/s))?(?:\]|\s*$)",
     )),
     Format("torchtune-disk", "Step ", parse=_disk),
-    Format("fsdp", "Batch ", *_line(  # the last two fields: our own fsdp_train.py
+    Format("fsdp", "Batch ", _line(  # the last two fields: our own fsdp_train.py
         rf"Batch (?P<step>{_C}) Loss: ",
         rf"(?P<loss>{_NUM}), Speed: (?P<samples_per_second>{_NUM}) samples/sec"
         rf"(?:, lr: (?P<lr>{_NUM}))?(?:, tokens_per_second_per_gpu: (?P<tokens_per_second_per_gpu>{_NUM}))?"

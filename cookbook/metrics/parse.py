@@ -2,7 +2,7 @@
 
 A log is read in ``WINDOW``-byte windows cut after the last ``\\n``/``\\r``; each window's lines that hold the NEEDLE
 are read by :func:`~cookbook.metrics.formats.parse_line` (the one grammar, shared with the live follower) -- but a
-line of the step just read from another rank (launcher prefix), known by its format's key regex, is not (it cannot
+line of the step just read from another rank (launcher prefix), known by the text of its key, is not (it cannot
 win: table.py). Captured strings are converted column-wise every ``BATCH`` rows and reduced to one row per key. Time
 and memory are linear in the file, whatever its shape and wherever the windows fall.
 """
