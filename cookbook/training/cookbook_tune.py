@@ -32,7 +32,6 @@ the weights (full: ``checkpointer.checkpoint_files.filename_format``) or the ada
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import logging
 import os
@@ -44,9 +43,9 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from cookbook_preemption import StopRequest  # shipped beside the script
+    from cookbook_preemption import StopRequest, hang_step  # shipped beside the script
 except ImportError:  # run from the cookbook package itself
-    from cookbook.training.preemption import StopRequest
+    from cookbook.training.preemption import StopRequest, hang_step
 
 TESTED_TORCHTUNE = "0.6.1"
 RECIPES = {
@@ -245,7 +244,7 @@ class StopAndResume:
 
     # -------------------------------------------------------------- step boundary
     def _cookbook_step_boundary(self) -> None:
-        _hang_step(self.global_step)
+        hang_step(self.global_step)
         stop = self._cookbook_stop.should_stop()  # collective: every rank, every step
         if self.global_step - self._cookbook_epoch_start >= self._steps_per_epoch:
             self._cookbook_pending = stop  # the epoch-end save comes next; stop after it
@@ -335,28 +334,6 @@ def main(argv: list[str] | None = None) -> int:
             recipe.cleanup()
         return 0
     return 0
-
-
-@functools.cache
-def _hang() -> Any:
-    """The hang forensics module (``cookbook_hang.py`` beside the script, else the package's); None without it."""
-    try:
-        import cookbook_hang  # type: ignore[import-not-found]  # beside the generated scripts only
-
-        return cookbook_hang
-    except ImportError:
-        try:
-            from cookbook.training import hang
-
-            return hang
-        except ImportError:
-            return None
-
-
-def _hang_step(n: int) -> None:
-    """A step boundary for the hang watch (no step for K x the median step time: every rank's stack)."""
-    if (hang := _hang()) is not None:
-        hang.step(n)
 
 
 if __name__ == "__main__":

@@ -68,22 +68,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("fsdp_train")
 
 
-def _hang_watch() -> Any:
-    """The hang forensics module (``cookbook_hang.py``, written beside this file by the cookbook; else the
-    package's ``cookbook.training.hang``); None without either (a bare copy of this file runs without it)."""
-    try:
-        import cookbook_hang  # type: ignore[import-not-found]  # exists beside the generated scripts only
-
-        return cookbook_hang
-    except ImportError:
-        try:
-            from cookbook.training import hang
-
-            return hang
-        except ImportError:
-            return None
-
-
 # --------------------------------------------------------------------------------------------- shapes
 
 
@@ -854,7 +838,8 @@ def train(args: argparse.Namespace) -> int:
 
     profiler = make_profiler(args, rank, state.step + 1)
     start = state.step
-    stop, hang = stop_request(), _hang_watch()
+    preemption = _preemption()
+    stop = preemption.StopRequest()
     tracker = Tracker(args.tracker, args.tracker_dir, rank, {k: v for k, v in vars(args).items() if v is not None})
     stopped = False
     with profiler if profiler is not None else contextlib.nullcontext():
@@ -912,8 +897,7 @@ def train(args: argparse.Namespace) -> int:
                 break
             if args.throttle_seconds:
                 time.sleep(args.throttle_seconds)
-            if hang is not None:
-                hang.step(state.step)  # no step for K x the median step time: every rank's stack, see cookbook_hang.py
+            preemption.hang_step(state.step)  # no step for K x the median step time: every rank's stack
     tracker.close()
     log.info("%s at step %d", "Stopped for preemption" if stopped else "Training finished", state.step)
     dist.barrier()
@@ -921,14 +905,14 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
-def stop_request() -> Any:
-    """The stop protocol's :class:`StopRequest`: ``cookbook_preemption.py`` written beside this file, or the
+def _preemption() -> Any:
+    """The stop protocol and the hang watch: ``cookbook_preemption.py`` written beside this file, or the
     cookbook's own copy when this file runs from the package."""
     try:
-        from cookbook_preemption import StopRequest
+        import cookbook_preemption as preemption  # type: ignore[import-not-found]
     except ImportError:
-        from cookbook.training.preemption import StopRequest
-    return StopRequest()
+        from cookbook.training import preemption
+    return preemption
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,7 @@ FSDP script, the torchtitan trainer wrapper, the torchtune recipe subclass) uses
             path = save_full_checkpoint(step)  # model, optimizer, LR scheduler, data position, step
             stop.saved(step, path)            # rank 0: one log line + "$COOKBOOK_STOP_FILE.saved"
             break                             # and exit 0
+        hang_step(step)                       # a step boundary for the hang watch (cookbook_hang.py)
 
 How a stop is asked for (either is enough; the ranks agree before anyone saves):
 
@@ -31,10 +32,12 @@ checkpoint, the one written here.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
 from types import FrameType
+from typing import Any
 
 SHIPPED_NAME = "cookbook_preemption"  # the module name beside the generated scripts
 STOP_FILE_ENV = "COOKBOOK_STOP_FILE"
@@ -122,3 +125,25 @@ def _rank() -> int:
 
 def _say(line: str) -> None:
     print(line, file=sys.stdout, flush=True)
+
+
+@functools.cache
+def _hang_watch() -> Any:
+    """The hang forensics module: ``cookbook_hang.py`` shipped beside this file, else the package's; None without."""
+    try:
+        import cookbook_hang  # type: ignore[import-not-found]  # beside the generated scripts only
+
+        return cookbook_hang
+    except ImportError:
+        try:
+            from cookbook.training import hang
+
+            return hang
+        except ImportError:
+            return None
+
+
+def hang_step(step: int) -> None:
+    """A step boundary for the hang watch (no step for K x the median step time: every rank's stack)."""
+    if (hang := _hang_watch()) is not None:
+        hang.step(step)

@@ -26,6 +26,11 @@ import functools
 import os
 from typing import Any
 
+try:
+    from cookbook_preemption import StopRequest, hang_step  # beside the script ($RECIPE_DIR is on PYTHONPATH)
+except ImportError:  # run from the cookbook package itself
+    from cookbook.training.preemption import StopRequest, hang_step
+
 RNG_STATE = "cookbook_rng"  # the checkpoint key of the RNG states
 
 
@@ -89,7 +94,7 @@ def stoppable_trainer(owner: Any) -> Any:
 
     def __init__(self: Any, config: Any) -> None:
         owner.__init__(self, config)
-        self._cookbook_stop = _stop_request()
+        self._cookbook_stop = StopRequest()
         self._cookbook_first_step = None  # the step this run starts from, set before its first step
         self._cookbook_rng = None
         ckpt = self.checkpointer
@@ -99,7 +104,7 @@ def stoppable_trainer(owner: Any) -> Any:
             print("cookbook: checkpoint.enable is off: a stop request cannot save; training goes on", flush=True)
 
     def should_continue_training(self: Any) -> bool:
-        _hang_step(self.step)
+        hang_step(self.step)
         if not owner.should_continue_training(self):
             return False  # the last step: torchtitan has saved it (interval or last step)
         if self._cookbook_first_step is None:
@@ -147,36 +152,6 @@ def save_full(checkpointer: Any, step: int) -> str:
             checkpointer.last_save_model_only, checkpointer.last_save_in_hf = model_only, in_hf
     checkpointer.maybe_wait_for_saving()  # an async periodic save of this step must be on disk first
     return str(checkpointer._create_checkpoint_id(step))
-
-
-def _stop_request() -> Any:
-    try:
-        from cookbook_preemption import StopRequest  # beside the script ($RECIPE_DIR is on PYTHONPATH)
-    except ImportError:
-        from cookbook.training.preemption import StopRequest
-    return StopRequest()
-
-
-@functools.cache
-def _hang() -> Any:
-    """The hang forensics module (``cookbook_hang.py`` beside the script, else the package's); None without it."""
-    try:
-        import cookbook_hang  # type: ignore[import-not-found]  # beside the generated scripts only
-
-        return cookbook_hang
-    except ImportError:
-        try:
-            from cookbook.training import hang
-
-            return hang
-        except ImportError:
-            return None
-
-
-def _hang_step(n: int) -> None:
-    """A step boundary for the hang watch (no step for K x the median step time: every rank's stack)."""
-    if (hang := _hang()) is not None:
-        hang.step(n)
 
 
 def _rank() -> int:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cluster_wait import wait_for as _wait_for
 
 from cookbook.executor import Executor, Job
 from cookbook.slurm.client import SlurmClient
@@ -112,13 +113,6 @@ def _own_tune_yaml(path: Path) -> Path:
     text = text.replace("max_steps_per_epoch: null", "max_steps_per_epoch: 3").replace("batch_size: 2", "batch_size: 1")
     path.write_text("# my own tiny torchtune config\n" + text)
     return path
-
-
-def _wait_for(predicate, timeout: float, what: str, poll: float = 0.5) -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(poll)
 
 
 def _argv_hits() -> list[str]:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cluster_wait import wait_for as _wait_for
 
 from cookbook.render import write_job
 from cookbook.slurm.client import read_output
@@ -22,14 +23,6 @@ BATCH = re.compile(
 )
 FIRST = re.compile(r"rank (\d) first batch sha256 (\w+) at step (\d+)")
 RESUMED = re.compile(r"Resumed from checkpoint \S*/step-(\d+) \(step (\d+)\)")
-
-
-def _wait_for(predicate, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
 
 
 def _runs(log: str) -> list[str]:

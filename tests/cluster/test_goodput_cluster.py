@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 from datetime import datetime
 
 import pytest
+from cluster_wait import wait_for as _wait_for
 
 from cookbook.cli import main as cli_main
 from cookbook.walkthrough import job_spec, submit
@@ -24,14 +24,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 STEPS = 6
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STEP = re.compile(r"step:\s+(\d+)\s+loss")
-
-
-def _wait_for(predicate, timeout: float, what: str, poll: float = 0.3) -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(poll)
 
 
 def _log_steps(log) -> list[set[int]]:
@@ -57,11 +49,12 @@ def requeued(slurm, tiny_assets, tmp_path_factory):
         lambda: checkpoint.is_file() and 4 in set().union(*_log_steps(job.log), set()),
         300,
         "step 4 after the step-3 checkpoint",
+        poll=0.3,
     )
     # SIGKILL to every training process of the job at once, as a node crash: nothing can save (scancel, even
     # --signal=KILL, sends TERM first, and the ranks answer TERM with a stop-save at the next step boundary)
     subprocess.run(["pkill", "-KILL", "-f", str(job.run_dir)], check=False)
-    _wait_for(lambda: slurm.state(job.job_id).state in ("FAILED", "CANCELLED", "COMPLETED"), 120, "the crash")
+    _wait_for(lambda: slurm.state(job.job_id).state in ("FAILED", "CANCELLED", "COMPLETED"), 120, "the crash", poll=0.3)
     slurm.requeue(job.job_id)  # a finished batch job can be requeued: it runs again under the same id
     slurm.release_requeued(job.job_id)  # Slurm holds requeued jobs back
     info = slurm.wait(job.job_id, timeout=600, poll=2)

@@ -14,10 +14,10 @@ import os
 import re
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from cluster_wait import wait_for as _wait_for
 
 from cookbook.render import write_job
 from cookbook.slurm.client import SlurmClient, read_output
@@ -27,14 +27,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 BATCH = re.compile(r"Batch (\d+) Loss")
 RESUBMITTED = re.compile(r"by resubmission with --exclude=(\S+) .*: job (\d+) \(retry 1 of 2\)")
-
-
-def _wait_for(predicate, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
 
 
 def _spec(job_dir: Path, tiny_assets, name: str, max_steps: int, throttle: float) -> JobSpec:
