@@ -18,6 +18,8 @@ subclass in the class's place and runs the file's own ``recipe_main``. What the 
   PATH`` and exits 0; the batch script requeues the job. A stop on an epoch's last step lets torchtune's own
   epoch-end save run (made complete) and stops after it.
 - ``save_every_n_steps: N`` (config key, default off) writes the same checkpoint every N steps.
+- ``throttle_seconds: S`` (config key, default 0) sleeps S at each step boundary (tests: a tiny model's
+  steps take ~0.3 s, too fast for a signal to land mid-run), like the FSDP script's ``--throttle_seconds``.
 - Resume: torchtune 0.6.1 restarts at the saved epoch's beginning (it saves the dataloader state but never
   loads it); the subclass restores the data position, the global step and the LR scheduler, and ends the
   resumed epoch after its remaining steps.
@@ -38,6 +40,7 @@ import os
 import runpy
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -143,6 +146,7 @@ class StopAndResume:
         StopAndResume._cookbook_instance = self
         self._cookbook_resume = getattr(self, "_cookbook_resume", None)
         self._cookbook_every = int(cfg.get("save_every_n_steps") or 0)
+        self._cookbook_throttle = float(cfg.get("throttle_seconds") or 0)
         self._cookbook_out = str(cfg.output_dir)
         self._cookbook_stop = StopRequest()
         self._cookbook_pending = False  # a stop asked on an epoch's last step: stop after the epoch-end save
@@ -244,6 +248,7 @@ class StopAndResume:
 
     # -------------------------------------------------------------- step boundary
     def _cookbook_step_boundary(self) -> None:
+        time.sleep(self._cookbook_throttle)
         hang_step(self.global_step)
         stop = self._cookbook_stop.should_stop()  # collective: every rank, every step
         if self.global_step - self._cookbook_epoch_start >= self._steps_per_epoch:

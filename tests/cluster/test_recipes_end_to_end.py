@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 # torchtune checkpoints at epoch ends (0.6.1): 2 short epochs give a checkpoint to resume from. Periodic step
 # checkpoints (save_every_n_steps) stay off: a preempted run saves at the step it reaches (cookbook_tune.py).
-TUNE_FULL = {"epochs": "2", "max_steps_per_epoch": "4"}
+TUNE_FULL = {"epochs": "2", "max_steps_per_epoch": "4", "throttle_seconds": "0.5"}  # a signal lands mid-run
 TUNE_STEPS_PER_EPOCH = 4
 TITAN_STEPS = 10
 # profiler: one warm-up step, then step 2 traced (torchtitan writes profiling/traces/iteration_2/rank{R}_...)
