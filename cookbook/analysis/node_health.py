@@ -2,15 +2,20 @@
 job (NODE_FAIL), and what was done about them (excluded by which method, retries left, the new job id).
 
 The lines come from the generated script (``templates/preflight.sh.j2``, ``templates/exclude_nodes.sh.j2``), each
-starting with ``cookbook: ``; ``cookbook metrics`` and ``cookbook watch`` print :func:`node_report` after the
-failure diagnosis.
+starting with ``cookbook: ``; ``cookbook metrics``, ``cookbook watch`` and ``cookbook diagnose`` print
+:func:`node_report` after the failure diagnosis, whose NODE_FAIL advice :func:`settled` replaces by what the job
+already did.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cookbook.metrics.diagnose import Finding
 
 _EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("preflight_ok", re.compile(r"cookbook: pre-flight ok on (?P<node>\S+) in (?P<rest>.*)")),
@@ -65,3 +70,24 @@ def node_report(path: str | os.PathLike[str], lines: list[tuple[int, str]] | Non
         else:
             report.append(f"not done: {e.detail}")
     return report
+
+
+def settled(findings: list[Finding], events: list[NodeEvent]) -> list[Finding]:
+    """``findings`` with the NODE_FAIL advice ("resubmit excluding it") replaced by what the job did itself when the
+    log shows it: a node exclusion after the failure's line with no later give-up (retry budget spent, exclusion
+    refused), where the advice stands."""
+    out = []
+    for f in findings:
+        after = [e for e in events if e.line_number >= f.line_number and e.kind in ("excluded", "not_excluded")]
+        if f.kind == "slurm_node_fail" and after and after[-1].kind == "excluded":
+            done = after[-1]
+            out.append(
+                replace(
+                    f,
+                    hint=f"already done by the job: excluded {done.node} and ran again (line {done.line_number}, "
+                    "the `nodes:` lines below); resubmit by hand only if that run fails too",
+                )
+            )
+        else:
+            out.append(f)
+    return out

@@ -1,4 +1,6 @@
-"""``cookbook diagnose RUN``: known failures in a job's log, and which rank and host hung, where."""
+"""``cookbook diagnose RUN``: known failures in a job's log, what the log says about its nodes (the pre-flight gate,
+NODE_FAIL, what was excluded and how: the report ``metrics`` and ``watch`` print), and which rank and host hung,
+where."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ from cookbook.cli import UserError
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "diagnose", help="known failures in a job's log; on a hang, the rank and host that never joined a collective"
+        "diagnose",
+        help="known failures in a job's log, its nodes (pre-flight gate, exclusions); on a hang, the rank and host "
+        "that never joined a collective",
     )
     p.add_argument("run", help="the job's log, its run folder (RUN_DIR), a job folder (job.json) or a Slurm job id")
     p.set_defaults(func=_diagnose)
@@ -18,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _diagnose(args: argparse.Namespace) -> int:
     from cookbook.analysis.hang import hang_report
-    from cookbook.metrics import diagnose
+    from cookbook.cli.metrics import print_log_diagnosis
 
     target = Path(args.run)
     log: Path | None = target if target.is_file() else None
@@ -38,13 +42,11 @@ def _diagnose(args: argparse.Namespace) -> int:
         log = Path(out)
     elif not target.exists():
         raise UserError(f"{args.run}: no such log, folder or job")
-    findings = diagnose(log) if log is not None and log.is_file() else []
-    for finding in findings:
-        print(finding)
+    printed = print_log_diagnosis(log) if log is not None and log.is_file() else 0
     source = target if target.exists() else log
     hang = hang_report(source) if source is not None else []
     for line in hang:
         print(line)
-    if not findings and not hang:
+    if not printed and not hang:
         print(f"{args.run}: no known failure found")
     return 0

@@ -75,7 +75,7 @@ def format_rows(df: pd.DataFrame, header: bool = True) -> str:
 
 
 def _metrics(args: argparse.Namespace) -> int:
-    from cookbook.metrics import best_source, diagnose, parse_log
+    from cookbook.metrics import best_source, parse_log
 
     path = Path(args.log)
     if not path.exists():
@@ -101,10 +101,7 @@ def _metrics(args: argparse.Namespace) -> int:
     for line_no, text in df.attrs.get("skipped", []):
         print(f"skipped line {line_no} (looks like metrics, matches no format): {text[:120]}", file=sys.stderr)
     if path.is_file():
-        lines: list[tuple[int, str]] = []  # its `cookbook: ` lines, read by diagnose for the node report
-        for finding in diagnose(path, lines_with=lines):
-            print(finding)
-        _print_node_report(path, lines)
+        print_log_diagnosis(path)
     if args.csv:
         df.to_csv(args.csv, index=False)
         print(f"wrote {args.csv}")
@@ -145,17 +142,26 @@ def _derive(df: pd.DataFrame, args: argparse.Namespace) -> pd.DataFrame:
     return out
 
 
-def _print_node_report(log: Path, lines: list[tuple[int, str]]) -> None:
-    """The pre-flight gate's result and the node exclusions the log records (cookbook.analysis.node_health), from
-    its ``cookbook: `` lines collected by ``diagnose``."""
-    from cookbook.analysis.node_health import node_report
+def print_log_diagnosis(log: Path) -> int:
+    """The known failures in ``log`` (``cookbook.metrics.diagnose``), then the pre-flight gate's result and the node
+    exclusions it records (``cookbook.analysis.node_health``, from the ``cookbook: `` lines of the same read), each
+    as a ``nodes: `` line; a NODE_FAIL the job already excluded says so instead of advising it. ``metrics``,
+    ``watch`` and ``diagnose`` print this; returns the number of findings and node lines printed."""
+    from cookbook.analysis.node_health import node_events, node_report, settled
+    from cookbook.metrics import diagnose
 
-    for line in node_report(log, lines):
+    lines: list[tuple[int, str]] = []
+    findings = diagnose(log, lines_with=lines)
+    for finding in settled(findings, node_events(log, lines)):
+        print(finding)
+    report = node_report(log, lines)
+    for line in report:
         print(f"nodes: {line}")
+    return len(findings) + len(report)
 
 
 def _watch(args: argparse.Namespace) -> int:
-    from cookbook.metrics import LogFollower, diagnose
+    from cookbook.metrics import LogFollower
     from cookbook.slurm.client import SlurmClient, SlurmError
 
     client = SlurmClient()
@@ -189,11 +195,8 @@ def _watch(args: argparse.Namespace) -> int:
             state = info.state
     follower.poll()
     print(f"job {args.job_id} ended {info.state} (exit {info.exit_code or '?'}), {len(follower.df)} steps logged")
-    lines: list[tuple[int, str]] = []
-    for finding in diagnose(out, lines_with=lines) if Path(out).exists() else []:
-        print(finding)
     if Path(out).exists():
-        _print_node_report(out, lines)
+        print_log_diagnosis(Path(out))
         from cookbook.analysis.hang import hang_report
 
         for line in hang_report(out):  # a hang: which rank and host never joined the collective, its stack

@@ -140,3 +140,59 @@ def test_node_report_says_what_the_gate_found_and_what_was_done(tmp_path: Path):
     with contextlib.redirect_stdout(out):
         assert main(["metrics", str(log)]) == 0
     assert [ln.removeprefix("nodes: ") for ln in out.getvalue().splitlines() if ln.startswith("nodes: ")] == report
+
+
+NODE_FAIL_LOG = (
+    "step 3 loss 2.1\n"
+    "srun: error: Node failure on n3\n"
+    "slurmstepd: error: *** STEP 12.0 ON n1 CANCELLED AT 2025-01-01T00:00:09 DUE TO NODE FAILURE ***\n"
+    "cookbook: node failure: n3 of job 12's previous run is down* (NODE_FAIL)\n"
+)
+EXCLUDED = (
+    "cookbook: excluding n3 (NODE_FAIL in the previous run) by Slurm's requeue: this run has other nodes [n[1-2]] "
+    "(retry 1 of 2)\n"
+)
+SPENT = (
+    "cookbook: not retrying after NODE_FAIL on n3: the retry budget is spent (COOKBOOK_MAX_RETRIES=2); ending job 12\n"
+)
+
+
+def _diagnose_cli(log: Path) -> list[str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["diagnose", str(log)]) == 0
+    return out.getvalue().splitlines()
+
+
+def test_diagnose_prints_the_node_report_and_no_stale_advice_after_a_node_fail(tmp_path: Path):
+    """`cookbook diagnose LOG` prints the node report `metrics`/`watch` print; a NODE_FAIL the job already excluded
+    and requeued is reported as done, not with the advice to resubmit excluding the node."""
+    log = tmp_path / "job.out"
+    log.write_text(NODE_FAIL_LOG + EXCLUDED + "step 4 loss 2.0\n")
+    printed = _diagnose_cli(log)
+    assert [ln.removeprefix("nodes: ") for ln in printed if ln.startswith("nodes: ")] == node_report(log)
+    assert "nodes: node n3 failed under the job: of job 12's previous run is down* (NODE_FAIL)" in printed
+    assert any(
+        ln.startswith("nodes: done: excluded n3 (NODE_FAIL in the previous run) by Slurm's requeue") for ln in printed
+    )
+    text = "\n".join(printed)
+    assert "slurm_node_fail" in text and "resubmit excluding it" not in text, text
+    assert "already done by the job: excluded n3 and ran again (line 5" in text, text
+    assert "no known failure found" not in text
+    # the same lines from `cookbook metrics LOG` (one function prints both)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["metrics", str(log)]) == 0
+    assert [ln for ln in out.getvalue().splitlines() if ln.startswith(("nodes: ", "    -> "))] == [
+        ln for ln in printed if ln.startswith(("nodes: ", "    -> "))
+    ]
+
+
+@pytest.mark.parametrize("after", ["", SPENT], ids=["not-excluded", "budget-spent"])
+def test_diagnose_keeps_the_node_fail_advice_when_the_job_did_not_exclude(tmp_path: Path, after: str):
+    log = tmp_path / "job.out"
+    log.write_text(NODE_FAIL_LOG + (EXCLUDED + after if after else ""))
+    text = "\n".join(_diagnose_cli(log))
+    assert "resubmit excluding it (--exclude=NODE)" in text and "already done by the job" not in text, text
+    if after:
+        assert "nodes: not done: after NODE_FAIL on n3: the retry budget is spent" in text, text
