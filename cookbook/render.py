@@ -16,7 +16,16 @@ from cookbook.recipes import LOCAL_CPU, get_recipe
 from cookbook.recipes.base import Recipe
 from cookbook.secure_files import make_executable
 from cookbook.slurm.client import SlurmClient, SlurmError
-from cookbook.spec import SHARED_PORT_SPAN, JobSpec, ProfileError, SpecError, check_spec, profile_defaults, profiles
+from cookbook.spec import (
+    LOCAL_CPU_DEFAULTS,
+    SHARED_PORT_SPAN,
+    JobSpec,
+    ProfileError,
+    SpecError,
+    check_spec,
+    profile_defaults,
+    profiles,
+)
 from cookbook.templating import quote, quote_with_vars, render_template, template_env
 from cookbook.tracking import VARIABLES as TRACKER_VARIABLES
 from cookbook.tracking import tracker_block, tracker_problems
@@ -54,13 +63,32 @@ def log_file(spec: JobSpec) -> str:
     return "%x-%j.out" if folder in ("", ".") else f"{folder}/%x-%j.out"
 
 
+def with_signal(spec: JobSpec, recipe: Recipe | None) -> JobSpec:
+    """``spec`` with ``signal_seconds`` set: the user's, else on a GPU profile the lead time ``recipe``'s stop-save
+    needs (:func:`cookbook.planner.lead_time.signal_seconds`, from its model's size and ``spec.nodes``; at least
+    two minutes), on ``local-cpu`` 30 s."""
+    if spec.signal_seconds is not None:
+        return spec
+    if spec.local_cpu:
+        return replace(spec, signal_seconds=LOCAL_CPU_DEFAULTS.signal_seconds)
+    from cookbook.planner.lead_time import MIN_SIGNAL_SECONDS, signal_seconds  # the planner loads every recipe
+
+    if recipe is None:
+        return replace(spec, signal_seconds=MIN_SIGNAL_SECONDS)
+    return replace(spec, signal_seconds=signal_seconds(recipe.stop_save_recipes(), spec.nodes, spec.overrides))
+
+
 def validate(spec: JobSpec) -> Recipe:
     """The spec's recipe, once the spec and the recipe both accept it; SpecError with every problem."""
-    problems = check_spec(spec)
     try:
-        recipe = get_recipe(spec.recipe)
+        recipe: Recipe | None = get_recipe(spec.recipe)
+        missing = None
     except KeyError as e:
-        raise SpecError(problems + [str(e.args[0])]) from None
+        recipe, missing = None, str(e.args[0])
+    source = "" if spec.signal_seconds is not None else " (the recipe's lead time for its stop-save)"
+    problems = check_spec(with_signal(spec, recipe), signal_source=source)
+    if recipe is None:
+        raise SpecError(problems + [str(missing)])
     try:
         known = spec.profile in profiles()
     except ProfileError:  # a profile file with a mistake: check_spec reported it
@@ -81,9 +109,12 @@ def validate(spec: JobSpec) -> Recipe:
 def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
     """Validate ``spec`` and render its sbatch script and config files (nothing written). ``recipe``: render
     with this one instead of the spec's (validated all the same), e.g. the FSDP script for any model."""
+    if recipe is not None:
+        spec = with_signal(spec, recipe)  # e.g. the FSDP script for any model: its largest model's lead time
     recipe = recipe or validate(spec)
     if recipe.name != spec.recipe:
         validate(spec)
+    spec = with_signal(spec, recipe)
     launch = recipe.command(spec)
     names = (*_BUILTIN_VARS, *launch.prelude_variables, *launch.variables)
     if spec.tracker != "none":
@@ -203,6 +234,7 @@ def write_command_job(
     """Write a CPU job that runs ``command`` (each word shell-quoted) in ``workdir`` on one node: the same
     ``#SBATCH`` lines and checks as a recipe's job (``spec.recipe`` names the job, e.g. ``data-c4``; GPUs 0).
     Used for data preparation that a training job then waits for (``dependency="afterok:ID"``)."""
+    spec = with_signal(spec, None)
     problems = check_spec(spec, cpu_job=True)
     if spec.nodes != 1 or spec.gpus_per_node != 0:
         problems.append(
@@ -245,7 +277,7 @@ def write_array(specs: list[JobSpec], folder: str | Path, name: str, parallelism
     folder = Path(folder).resolve()
     for i, spec in enumerate(specs):
         write_job(spec, folder / f"task-{i}" / "job.sbatch")
-    base = replace(first, job_name=name)
+    base = replace(with_signal(first, get_recipe(first.recipe)), job_name=name)
     limit = f"%{parallelism}" if parallelism else ""
     text = render_template(
         "array.sbatch.j2",
@@ -408,5 +440,6 @@ __all__ = [
     "template_env",
     "test_only",
     "validate",
+    "with_signal",
     "write_job",
 ]

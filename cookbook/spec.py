@@ -98,12 +98,13 @@ class ProfileDefaults:
     gpus_per_node: int
     time: str
     exclusive: bool
-    signal_seconds: int
+    signal_seconds: int | None  # None: the recipe's lead time (cookbook/planner/lead_time.py), set at render
 
 
-# GPU profiles: 8 GPUs per node, 4 hours, whole nodes, USR1 two minutes before the limit. ``local-cpu``
-# (the embedded cluster): no GPUs, 10 minutes, shared nodes, a 30-second preemption warning.
-GPU_DEFAULTS = ProfileDefaults(gpus_per_node=8, time="04:00:00", exclusive=True, signal_seconds=120)
+# GPU profiles: 8 GPUs per node, 4 hours, whole nodes, USR1 early enough for the recipe's stop-save (its model's
+# checkpoint: 2 to 16 minutes, see cookbook/planner/lead_time.py). ``local-cpu`` (the embedded cluster): no GPUs,
+# 10 minutes, shared nodes, a 30-second preemption warning (tiny models save in under a second).
+GPU_DEFAULTS = ProfileDefaults(gpus_per_node=8, time="04:00:00", exclusive=True, signal_seconds=None)
 LOCAL_CPU_DEFAULTS = ProfileDefaults(gpus_per_node=0, time="00:10:00", exclusive=False, signal_seconds=30)
 
 
@@ -141,7 +142,8 @@ class JobSpec:
     container_mounts: list[str] = field(default_factory=list)  # SRC:DST[:ro]
     profile: str = "generic"
     requeue: bool = True
-    signal_seconds: int = GPU_DEFAULTS.signal_seconds  # --signal=B:USR1@N before the time limit
+    signal_seconds: int | None = GPU_DEFAULTS.signal_seconds  # --signal=B:USR1@N before the time limit; None:
+    # the recipe's lead time (render sets it: cookbook/planner/lead_time.py; local-cpu: LOCAL_CPU_DEFAULTS')
     env: dict[str, str] = field(default_factory=dict)
     overrides: dict[str, str] = field(default_factory=dict)
     venv: str | None = None  # a virtualenv to activate on every node (may use $RECIPE_DIR)
@@ -249,9 +251,10 @@ def time_seconds(text: str) -> int:
     return int(days or 0) * 86400 + h * 3600 + m * 60 + s
 
 
-def check_spec(spec: JobSpec, cpu_job: bool = False) -> list[str]:
+def check_spec(spec: JobSpec, cpu_job: bool = False, signal_source: str = "") -> list[str]:
     """Every problem with the Slurm/profile side of ``spec``, each saying what to change (``cpu_job``: a
-    job without GPUs under any profile, e.g. data preparation before the training job)."""
+    job without GPUs under any profile, e.g. data preparation before the training job; ``signal_source``: where
+    ``signal_seconds`` came from when the user did not set it, for the message)."""
     p: list[str] = []
     try:
         known = profiles()
@@ -273,12 +276,12 @@ def check_spec(spec: JobSpec, cpu_job: bool = False) -> list[str]:
         p.append(f"cpus_per_task={spec.cpus_per_task}: need at least 1 (or leave it unset)")
     if not _TIME.match(spec.time):
         p.append(f"time={spec.time!r}: use Slurm's format, e.g. 04:00:00, 90 (minutes) or 1-12:00:00")
-    elif spec.requeue and spec.signal_seconds >= time_seconds(spec.time):
+    elif spec.requeue and spec.signal_seconds is not None and spec.signal_seconds >= time_seconds(spec.time):
         p.append(
-            f"signal_seconds={spec.signal_seconds} is not shorter than time={spec.time}: the warning "
-            "signal would come before the job starts; lower it or raise the time limit"
+            f"signal_seconds={spec.signal_seconds}{signal_source} is not shorter than time={spec.time}: the warning "
+            "signal would come before the job starts; lower it (--signal-seconds) or raise the time limit"
         )
-    if spec.signal_seconds < 0 or spec.signal_seconds > 65535:
+    if spec.signal_seconds is not None and not 0 <= spec.signal_seconds <= 65535:
         p.append(f"signal_seconds={spec.signal_seconds}: Slurm accepts 0..65535")
     if not 1024 <= spec.port <= 65535:
         p.append(f"port={spec.port}: pick an unprivileged port (1024..65535)")

@@ -63,7 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--signal-seconds",
         type=int,
         default=None,
-        help="USR1 this long before the time limit (default 120; 30 on local-cpu)",
+        help="USR1 this long before the time limit (default: what the recipe's stop-save needs, from its model's "
+        "size and --nodes, at least 120; 30 on local-cpu)",
     )
     r.add_argument(
         "--tracker",

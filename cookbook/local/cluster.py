@@ -10,7 +10,7 @@ Everything (config, state, logs, munge key, pid files) lives under one git-ignor
 only what ``up`` started, by PID, and kills job processes left in the nodes' namespaces.
 
 GPU-shaped nodes (``cookbook cluster up --gpus-per-node 8``, the preset ``gpu`` in ``PRESETS``) let the
-GPU profiles' scripts be accepted and run as written (``--gpus-per-node=8 --exclusive --signal=B:USR1@120
+GPU profiles' scripts be accepted and run as written (``--gpus-per-node=8 --exclusive --signal=B:USR1@N
 --requeue --cpus-per-task=16..128 --mem=...``). Each node claims 192 CPUs and 1.8 TiB
 (``SlurmdParameters=config_overrides`` lets slurmd claim more than the machine has) and 8 fake GPUs: Slurm
 22.05 drops count-only GPUs (the node drains "gres/gpu count reported lower than configured") and sets no

@@ -200,6 +200,11 @@ class Recipe(ABC):
         """Files with metrics the framework writes under ``run_dir`` besides the Slurm log."""
         return []
 
+    def stop_save_recipes(self) -> tuple[str, ...]:
+        """The recipes whose checkpoint a stop of this job writes: the ``--signal`` lead time of its GPU scripts
+        covers the largest (:func:`cookbook.planner.lead_time.signal_seconds`). Its own name."""
+        return (self.name,)
+
     def planner_defaults(self) -> dict[str, Any] | None:
         """What the planner assumes for this recipe: ``model`` (a planner model key), ``nodes``,
         ``gpus_per_node``, ``gpu``, ``settings`` ({planner Settings field: value}, as the config ships) and

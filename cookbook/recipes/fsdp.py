@@ -273,6 +273,10 @@ class FsdpAnyModel(FsdpRecipe):
             "(the AWS FSDP test case)"
         )
 
+    def stop_save_recipes(self) -> tuple[str, ...]:
+        """Any model MODEL names: the lead time covers the largest one's checkpoint."""
+        return tuple(f"fsdp_{shape}" for shape, _, _ in FSDP_MODELS)
+
     def base_args(self, spec: JobSpec) -> dict[str, str]:
         return {**super().base_args(spec), "model": "$SHAPE", "max_steps": "$MAX_STEPS"}
 
