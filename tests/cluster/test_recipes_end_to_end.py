@@ -21,8 +21,10 @@ from cookbook.walkthrough import Job, job_spec, profiling_overrides, submit
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 # torchtune checkpoints at epoch ends (0.6.1): 2 short epochs give a checkpoint to resume from. Periodic step
-# checkpoints (save_every_n_steps) stay off: a preempted run saves at the step it reaches (cookbook_tune.py).
+# checkpoints (save_every_n_steps) stay off in the interrupted jobs: a preempted run saves at the step it reaches
+# (cookbook_tune.py). The uninterrupted full run writes them every TUNE_EVERY steps (cookbook_tune.py's interval).
 TUNE_FULL = {"epochs": "2", "max_steps_per_epoch": "4", "throttle_seconds": "0.5"}  # a signal lands mid-run
+TUNE_EVERY = 3
 TUNE_STEPS_PER_EPOCH = 4
 TITAN_STEPS = 10
 # profiler: one warm-up step, then step 2 traced (torchtitan writes profiling/traces/iteration_2/rank{R}_...)
@@ -83,7 +85,14 @@ def runs(slurm, tiny_assets, tmp_path_factory):
     # and the interruptions below must reach them while they train
     jobs.update(
         {
-            "full": _submit(slurm, root, tiny_assets, "llama3_3_70b_full", "tt-full", TUNE_FULL),
+            "full": _submit(
+                slurm,
+                root,
+                tiny_assets,
+                "llama3_3_70b_full",
+                "tt-full",
+                {**TUNE_FULL, "save_every_n_steps": str(TUNE_EVERY)},
+            ),
             "full_resumed": _submit(slurm, root, tiny_assets, "llama3_3_70b_full", "tt-full-resumed", TUNE_FULL),
             "lora": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora", TUNE_FULL),
             "lora_resumed": _submit(slurm, root, tiny_assets, "llama3_3_70b_lora", "tt-lora-resumed", TUNE_FULL),
@@ -244,7 +253,15 @@ def test_torchtune_full_finetune_trains_checkpoints_and_the_output_loads(runs):
 
     model = AutoModelForCausalLM.from_pretrained(final)
     assert model.config.num_hidden_layers == 2
-    assert re.search(rf"^job {job.job_id}: 2 node\(s\) \[n\[1-2\]\]", job.log.read_text(), flags=re.M)
+    log = job.log.read_text()
+    assert re.search(rf"^job {job.job_id}: 2 node\(s\) \[n\[1-2\]\]", log, flags=re.M)
+    # save_every_n_steps: a complete step_N folder (the line comes after its rename from .step_N.partial) at steps
+    # 3 and 6, one per epoch of 4 steps; each epoch's checkpoint then supersedes it and removes it
+    saved = re.findall(r"cookbook: checkpoint at step (\d+) \(epoch (\d+)\): (\S+)", log)
+    assert [(int(s), int(e)) for s, e, _ in saved] == [(3, 1), (6, 2)], log[-3000:]
+    assert [Path(p).name for _, _, p in saved] == ["step_3", "step_6"]
+    assert {Path(p).parent.resolve() for _, _, p in saved} == {job.run_dir.resolve()}
+    assert not list(job.run_dir.glob("step_*")) and not list(job.run_dir.glob(".step_*"))
 
 
 def test_torchtune_lora_writes_an_adapter_that_loads(runs, tiny_assets):
