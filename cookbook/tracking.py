@@ -49,8 +49,11 @@ def tracker_problems(spec: JobSpec) -> list[str]:
     return [f"tracker {spec.tracker}: the {module} package is not installed ({install}), or use --tracker none"]
 
 
-def tracker_block(spec: JobSpec) -> str:
-    """The script's tracker block ('' for ``none``)."""
+def tracker_block(spec: JobSpec, wandb_runs: str) -> str:
+    """The script's tracker block ('' for ``none``); ``wandb_runs``: the bash glob of the framework's offline
+    W&B runs (``Recipe.wandb_offline_runs``), printed as the ``wandb sync`` command."""
     if spec.tracker in ("", "none"):
         return ""
-    return render_template("tracker.sh.j2", tracker=spec.tracker, project=DEFAULT_PROJECT).rstrip()
+    return render_template(
+        "tracker.sh.j2", tracker=spec.tracker, project=DEFAULT_PROJECT, wandb_runs=wandb_runs
+    ).rstrip()

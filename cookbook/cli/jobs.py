@@ -43,8 +43,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _views(client: SlurmClient, job_ids: list[str]) -> list[JobView]:
     try:
         return [describe(client, j) for j in job_ids]
-    except (SlurmError, ValueError) as e:
-        raise UserError(getattr(e, "stderr", "") or str(e)) from e
+    except SlurmError as e:
+        raise UserError(e.line) from e
+    except ValueError as e:
+        raise UserError(str(e)) from e
 
 
 def progress(view: JobView) -> tuple[str, str, str]:
@@ -84,7 +86,7 @@ def _list(args: argparse.Namespace) -> int:
     try:
         views = user_jobs(SlurmClient(), cookbook_only=not args.all)
     except SlurmError as e:
-        raise UserError(e.stderr or str(e)) from e
+        raise UserError(e.line) from e
     print(_table(views) if views else "no cookbook jobs of yours in Slurm's queue (--all: every job of yours)")
     return 0
 
@@ -154,7 +156,7 @@ def _change(args: argparse.Namespace, verb: str) -> int:
             done = f"sent {args.signal}" if args.signal else {"cancel": "cancelled", "requeue": "requeued"}[verb]
             print(f"job {v.job_id} ({v.name}): {done}")
     except SlurmError as e:
-        raise UserError(e.stderr or str(e)) from e
+        raise UserError(e.line) from e
     except JobTimeout as e:
         raise UserError(str(e)) from e
     return 0

@@ -196,6 +196,13 @@ class Recipe(ABC):
             f"({self.framework} reads its dataset from its own config keys)"
         )
 
+    def wandb_offline_runs(self, spec: JobSpec) -> str:
+        """Where the framework's W&B writes this training run's offline runs, as a bash glob (variables of the
+        tracker block quoted, the glob characters not): what ``wandb sync`` uploads. ``wandb.init(dir=D)``
+        writes ``D/wandb/offline-run-<time>-<run id>``; by default D is ``$WANDB_DIR`` (the FSDP script and
+        torchtune's WandBLogger pass it, a program of one's own gets it from W&B's environment)."""
+        return '"$WANDB_DIR"/wandb/offline-run-*-"$WANDB_RUN_ID"'
+
     def metrics_files(self, run_dir: Path) -> list[Path]:
         """Files with metrics the framework writes under ``run_dir`` besides the Slurm log."""
         return []

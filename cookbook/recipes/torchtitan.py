@@ -194,6 +194,7 @@ INTENT = {
 # torchtitan: FSDP2 MixedPrecision (fp32 params/grads/AdamW, bf16 compute), fp32 cross-entropy.
 PLANNER_SETTINGS: dict[str, Any] = {"master_weights_fp32": True, "optimizer_state_bytes": 4, "loss": "fp32"}
 MEMORY_SUBDIR = "profiling/memory_snapshot"  # torchtitan's memory snapshots, relative to --dump_folder
+WANDB_FOLDER = "wandb"  # --tracker wandb: metrics.save_tb_folder, relative to --dump_folder
 
 
 class TorchtitanRecipe(Recipe):
@@ -217,6 +218,8 @@ class TorchtitanRecipe(Recipe):
     config_fn: str  # function in cookbook_titan.py
     config_module: str = CONFIG_MODULE  # --module
     module_path: tuple[str, ...] = ()  # a module of one's own: its file, imported by the parser first
+    # the config builds the cookbook's trainer (cookbook_titan_trainer.py), which logs to MLflow on request
+    mlflow_logger: bool = True
     planner_base_settings = PLANNER_SETTINGS
 
     def profiling_overrides(
@@ -275,13 +278,19 @@ class TorchtitanRecipe(Recipe):
 
     def tracker_overrides(self, spec: JobSpec) -> dict[str, str]:
         """torchtitan 0.3.0's metrics options for ``spec.tracker`` (TensorBoard and W&B; W&B reads its run id,
-        name and project from the environment the script's tracker block sets)."""
+        name and project from the environment the script's tracker block sets). MLflow has no option: the
+        cookbook's trainer (``cookbook_titan_trainer.py``) adds its logger when ``COOKBOOK_TRACKER=mlflow``."""
         if spec.tracker == "tensorboard":
             # torchtitan adds a folder per start (time stamp) under it: the run's starts side by side
             return {"metrics.enable_tensorboard": "true", "metrics.save_tb_folder": "tensorboard/$COOKBOOK_RUN_NAME"}
         if spec.tracker == "wandb":
-            return {"metrics.enable_wandb": "true", "metrics.save_tb_folder": "wandb"}
+            return {"metrics.enable_wandb": "true", "metrics.save_tb_folder": WANDB_FOLDER}
         return {}
+
+    def wandb_offline_runs(self, spec: JobSpec) -> str:
+        """torchtitan 0.3.0 passes ``wandb.init`` its own folder, ``dump_folder/save_tb_folder/<YYYYmmdd-HHMM>``
+        (one per start; torchtitan/components/metrics.py ``_build_metric_logger``), not ``$WANDB_DIR``."""
+        return f'"$RUN_DIR"/{WANDB_FOLDER}/*/wandb/offline-run-*-"$WANDB_RUN_ID"'
 
     def effective_overrides(self, spec: JobSpec) -> dict[str, str]:
         """What torchtitan's parser sees at validation: the launch flags with this job's node count, the
@@ -296,10 +305,11 @@ class TorchtitanRecipe(Recipe):
     def validate(self, spec: JobSpec) -> list[str]:
         problems = []
         name = self.config_name(spec)
-        if spec.tracker == "mlflow":
+        if spec.tracker == "mlflow" and not self.mlflow_logger:
             problems.append(
-                f"torchtitan {tested_version('torchtitan')} logs to TensorBoard and W&B only "
-                "(metrics.enable_tensorboard, metrics.enable_wandb): use --tracker tensorboard or wandb"
+                f"torchtitan {tested_version('torchtitan')} logs to TensorBoard and W&B only; MLflow is the "
+                "cookbook's trainer's (the named recipes' configs build it), which a module of one's own does not "
+                "use: --tracker tensorboard or wandb"
             )
         mine = [k for k in spec.overrides if k in self.tracker_overrides(spec)]
         if mine:
@@ -495,6 +505,7 @@ class TitanModule(TorchtitanRecipe):
     recipes; ``local-cpu`` runs the config as it is (a tiny one)."""
 
     intent: dict[str, str] = {}
+    mlflow_logger = False  # its config builds torchtitan's own trainer
 
     def __init__(self, module: str, config: str, path: Path | None):
         self.config_module, self.config_fn, self.path = module, config, path

@@ -40,6 +40,14 @@ class SlurmError(RuntimeError):
         self.command, self.returncode, self.stderr = list(command), returncode, stderr.strip()
         super().__init__(f"{command[0]} failed (exit {returncode}): {self.stderr or '(no message)'}")
 
+    @property
+    def line(self) -> str:
+        """Slurm's message as one line: its ``fatal:`` line where it has one, else its last line (a squeue with
+        no configuration to find prints three ``error:`` lines on the way to the fatal one that says it)."""
+        lines = [ln.strip() for ln in self.stderr.splitlines() if ln.strip()]
+        fatal = [ln for ln in lines if "fatal:" in ln]
+        return (fatal or lines or [str(self)])[-1]
+
 
 class JobTimeout(TimeoutError):
     """``wait`` gave up before the job ended."""

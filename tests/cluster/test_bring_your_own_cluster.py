@@ -1,13 +1,16 @@
 """Bring your own (issue 19 item 5) and --tracker (item 6), trained for real on the 2-node local cluster.
 
-One module fixture starts four jobs side by side (tiny models, a few steps), each a bring-your-own recipe or a
+One module fixture starts six jobs side by side (tiny models, a few steps), each a bring-your-own recipe or a
 tracker the others do not cover:
 - a torchtune YAML of one's own (derived from the tiny full-finetune config) with TensorBoard, read back with
   TensorBoard's own reader;
-- a torchtitan config module of one's own with W&B in offline mode (the sync command printed);
+- a torchtune built-in config (``tune:llama3_2/1B_full``) pointed at the tiny model, tokenizer and data with
+  --set, as a user points it at a download, with W&B in offline mode (the printed sync command names its run);
+- a torchtitan config module of one's own with W&B in offline mode (the printed sync command names its run);
 - one's own torchrun script with MLflow's local file store, requeued mid-run: the second start logs into the
   same MLflow run, named <job name>-<first job id>;
-- the FSDP script on one node with MLflow.
+- the FSDP script on one node with MLflow;
+- torchtitan's llama3 recipe (the cookbook's trainer) on one node with MLflow (torchtitan has no MLflow logger).
 Known W&B and MLflow secrets are in the submission's environment: they appear in no file the jobs wrote, no
 log, and no process's argument list (sampled while the jobs run).
 """
@@ -15,6 +18,7 @@ log, and no process's argument list (sampled while the jobs run).
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -115,6 +119,30 @@ def _own_tune_yaml(path: Path) -> Path:
     return path
 
 
+TUNE_BUILTIN_STEPS = 3
+
+
+def _tiny_builtin_overrides() -> dict[str, str]:
+    """--set overrides pointing torchtune's built-in ``llama3_2/1B_full`` at the tiny assets: the model,
+    tokenizer, dataset and checkpoint of the local-cpu tiny config (its ``${oc.env:TINY_DIR}`` paths: the
+    local-cpu script sets TINY_DIR), on CPU in fp32, a few steps."""
+    from omegaconf import OmegaConf
+
+    def dotted(node: dict, prefix: str = "") -> dict[str, object]:
+        out: dict[str, object] = {}
+        for key, value in node.items():
+            out.update(dotted(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+        return out
+
+    tiny = OmegaConf.to_container(OmegaConf.load(ROOT / "cookbook/recipes/configs/tiny_full.yaml"), resolve=False)
+    keep = ("model.", "tokenizer.", "dataset.", "checkpointer.checkpoint_dir", "checkpointer.model_type")
+    keep += ("device", "dtype", "optimizer.fused")
+    out = {k: str(v) for k, v in dotted(tiny).items() if k.startswith(keep)}  # type: ignore[arg-type]
+    out["checkpointer.checkpoint_files"] = "[model-00001-of-00001.safetensors]"  # the built-in lists its file
+    steps = {"max_steps_per_epoch": str(TUNE_BUILTIN_STEPS), "gradient_accumulation_steps": "1", "seed": "0"}
+    return {**out, **steps, "batch_size": "2"}
+
+
 def _argv_hits() -> list[str]:
     """Command lines of every process on the machine (the nodes are namespaces of it) holding a secret."""
     hits = []
@@ -142,6 +170,7 @@ def runs(slurm, tiny_assets, tmp_path_factory):
 
     jobs = {
         "tune": submit(f"tune:full_finetune_distributed:{own_yaml}", "byo-tune", tracker="tensorboard"),
+        "tune_builtin": submit("tune:llama3_2/1B_full", "byo-tune-builtin", _tiny_builtin_overrides(), tracker="wandb"),
         "titan": submit(f"titan:{root / 'my_titan.py'}:tiny", "byo-titan", tracker="wandb"),
         "script": submit(
             f"script:{root / 'train.py'}",
@@ -150,6 +179,9 @@ def runs(slurm, tiny_assets, tmp_path_factory):
             program_args=["--steps", str(SCRIPT_STEPS), "--sleep", "1"],
         ),
         "fsdp": submit("fsdp_llama3_2_1b", "byo-fsdp", {"max_steps": str(FSDP_STEPS)}, nodes=1, tracker="mlflow"),
+        "titan_mlflow": submit(
+            "llama3_8b_c4", "byo-titan-mlflow", {"metrics.log_freq": "1"}, nodes=1, tracker="mlflow"
+        ),
     }
     # the script's job is requeued (a node failure, an admin) once it has checkpointed step 3
     script = jobs["script"]
@@ -177,6 +209,16 @@ def _run_name(job: Job) -> str:
     return f"{job.name}-{job.job_id}"
 
 
+def _wandb_sync_targets(log: str) -> list[Path]:
+    """What the ``wandb sync`` command the job printed names, its glob expanded by bash as a user's shell would."""
+    lines = [line for line in log.splitlines() if "wandb sync " in line]
+    assert lines, "no wandb sync command in the log"
+    pattern = lines[-1].split("wandb sync ", 1)[1]
+    code = f'shopt -s nullglob; for p in {pattern}; do printf "%s\\n" "$p"; done'
+    out = subprocess.run(["bash", "-c", code], capture_output=True, text=True, check=True).stdout
+    return [Path(p) for p in out.splitlines()]
+
+
 def test_a_torchtune_yaml_of_ones_own_logs_to_tensorboard(runs):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.util.tensor_util import make_ndarray
@@ -196,13 +238,28 @@ def test_a_torchtune_yaml_of_ones_own_logs_to_tensorboard(runs):
     assert {"lr", "tokens_per_second_per_gpu"} <= set(events.Tags()["tensors"])
 
 
+def test_a_torchtune_builtin_config_trains_and_logs_to_wandb_offline(runs):
+    _, jobs, _ = runs
+    job = jobs["tune_builtin"]
+    assert "torchtune llama3_2/1B_full + overrides" in (job.script.parent / f"{job.script.stem}.yaml").read_text()
+    df = job.metrics()
+    assert sorted(set(df["step"])) == list(range(1, TUNE_BUILTIN_STEPS + 1))
+    assert df["loss"].between(0, 20).all()
+    log = job.log.read_text()
+    assert f"tracker: W&B run {_run_name(job)} in project cookbook (offline)" in log
+    (run,) = job.run_dir.glob(f"wandb/offline-run-*-{_run_name(job)}")  # torchtune's WandBLogger: $WANDB_DIR
+    assert _wandb_sync_targets(log) == [run]
+    (records,) = run.glob("run-*.wandb")
+    assert b"loss" in records.read_bytes()
+
+
 def test_a_torchtitan_module_of_ones_own_logs_to_wandb_offline(runs):
     _, jobs, _ = runs
     job = jobs["titan"]
     log = re.sub(r"\x1b\[[0-9;]*m", "", job.log.read_text())
     assert f"tracker: W&B run {_run_name(job)} in project cookbook (offline)" in log
-    assert "wandb sync" in log
     (run,) = job.run_dir.glob(f"wandb/*/wandb/offline-run-*-{_run_name(job)}")
+    assert _wandb_sync_targets(log) == [run]  # the printed command uploads the run torchtitan wrote
     (records,) = run.glob("run-*.wandb")
     data = records.read_bytes()
     assert _run_name(job).encode() in data and b"loss_metrics/global_avg_loss" in data
@@ -237,6 +294,21 @@ def test_the_fsdp_script_logs_to_mlflow(runs, monkeypatch):
     history = store.get_metric_history(run.info.run_id, "loss")
     assert [m.step for m in history] == list(range(1, FSDP_STEPS + 1))
     assert {"lr", "tokens_per_second_per_gpu"} <= set(run.data.metrics)
+
+
+def test_the_torchtitan_trainer_logs_to_mlflow(runs, monkeypatch):
+    from mlflow import MlflowClient
+
+    _, jobs, _ = runs
+    job = jobs["titan_mlflow"]
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    store = MlflowClient(f"file:{job.run_dir}/mlruns")
+    (run,) = store.search_runs([e.experiment_id for e in store.search_experiments()])
+    assert run.info.run_name == _run_name(job) and run.info.status == "FINISHED"
+    history = store.get_metric_history(run.info.run_id, "loss_metrics/global_avg_loss")
+    assert [m.step for m in history] == [1, 2, 3, 4]  # llama3_8b_c4_tiny: 4 steps, each logged
+    assert all(0 < m.value < 20 for m in history)
+    assert "grad_norm" in run.data.metrics
 
 
 def test_no_secret_in_any_file_log_or_argument_list(runs):

@@ -66,3 +66,11 @@ def test_map_array_submits_one_job_per_override_set_and_failures_name_their_caus
     bad = executor.submit("llama3_8b_c4", **{"training.steps": 2, "training.seq_len": 0})  # passes render, fails at run
     with pytest.raises(JobFailed, match=f"job {bad.job_id} ended FAILED"):
         bad.result(timeout=600)
+    findings = bad.diagnose()  # what the log says went wrong, each with what to do
+    assert findings and all(f.hint and f.line in bad.stdout() for f in findings), findings
+    # beyond what a job that trained also shows (the local cluster's c10d hostname warning): the failure
+    assert {f.kind for f in findings} - {f.kind for f in jobs[0].diagnose()}, findings
+
+    report = again.rehearse(timeout=300)  # the same script, a check on every node in the launcher's place
+    assert report.job_id and report.job_id != again.job_id and len(report.nodes) == 1, report.table()
+    assert report.ok, report.table()

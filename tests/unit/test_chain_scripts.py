@@ -126,3 +126,45 @@ def test_data_submit_flags_are_refused_in_one_line(capsys, tmp_path, monkeypatch
     assert main(["data", "c4", "a.txt", "--output-dir", "o", "--submit", "--dependency", "afterok12"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: invalid job: dependency='afterok12'") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["data", "cc12m", "images", "--output-dir", "out dir", "--shard-size", "2"],
+        ["data", "check", "chat.jsonl", "--style", "openai", "--model-dir", "m", "--max-seq-len", "512"],
+        ["data", "layout", "cc12m", "out dir", "--output-size", "64"],
+    ],
+)
+def test_data_submit_renders_the_same_command_as_a_cpu_job(capsys, tmp_path, monkeypatch, command):
+    """`cookbook data ... --submit` (cc12m's layout, check's tokenizing, a layout check) with a stand-in sbatch that
+    records its arguments: the job runs the command without the job flags, with the job's Slurm options."""
+    from cookbook.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    fake = tmp_path / "bin" / "sbatch"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/calls\necho 77\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    flags = ["--submit", "--partition", "cpu", "--time=00:20:00", "--dependency", "afterok:5", "--mem", "8G"]
+    assert main([*command, *flags]) == 0
+    out = capsys.readouterr().out
+    assert f"submitted data-{command[1]} job 77" in out and "--dependency afterok:77" in out
+    (call,) = (tmp_path / "calls").read_text().splitlines()
+    script = Path(call.split()[-1])
+    assert script.parent.parent == tmp_path / ".cookbook-jobs" and script.parent.name.startswith(f"data-{command[1]}-")
+    text = script.read_text()
+    for line in (
+        "--partition=cpu",
+        "--time=00:20:00",
+        "--dependency=afterok:5",
+        "--mem=8G",
+        f"--job-name=data-{command[1]}",
+    ):
+        assert f"#SBATCH {line}" in text.replace("'", "")
+    assert "#SBATCH --gpus-per-node" not in text and "--requeue" not in text
+    last = text.rstrip().splitlines()[-1]
+    assert last.endswith("-m cookbook " + " ".join(f"'{w}'" if " " in w else w for w in command)), last
+    if shutil.which("shellcheck"):
+        assert subprocess.run(["shellcheck", str(script)], capture_output=True).returncode == 0

@@ -4,6 +4,7 @@ shellcheck, secrets nowhere in what is written, a tracker without its package re
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -35,14 +36,21 @@ def test_torchtune_logs_through_its_metric_logger(tmp_path, tracker):
     assert "DiskLogger" in _yaml(make_spec("llama3_3_70b_lora", "local-cpu"), tmp_path / "none")
 
 
-def test_torchtitan_switches_its_metrics_and_refuses_mlflow():
+def test_torchtitan_switches_its_metrics_and_its_trainer_logs_to_mlflow(tmp_path):
     script = render_job(make_spec("llama3_8b_c4", "local-cpu", tracker="tensorboard")).script
     assert (
         '--metrics.enable_tensorboard \\\n  --metrics.save_tb_folder \\\n  tensorboard/"${COOKBOOK_RUN_NAME}"' in script
     )
     assert "--metrics.enable_wandb" in render_job(make_spec("llama3_8b_c4", "local-cpu", tracker="wandb")).script
-    with pytest.raises(SpecError, match="logs to TensorBoard and W&B only"):
-        render_job(make_spec("llama3_8b_c4", "local-cpu", tracker="mlflow"))
+    job = render_job(make_spec("llama3_8b_c4", "local-cpu", tracker="mlflow"))  # the cookbook's trainer logs
+    assert "COOKBOOK_TRACKER=mlflow" in job.script and "cookbook_titan_trainer.py" in job.files
+    own = tmp_path / "my_titan.py"
+    own.write_text(
+        "def tiny():\n    from torchtitan.models.llama3.config_registry import llama3_debugmodel\n\n"
+        "    return llama3_debugmodel()\n"
+    )
+    with pytest.raises(SpecError, match="a module of one's own does not use"):
+        render_job(make_spec(f"titan:{own}:tiny", "local-cpu", tracker="mlflow"))
     with pytest.raises(SpecError, match="sets metrics.enable_wandb itself"):
         render_job(make_spec("llama3_8b_c4", "local-cpu", tracker="wandb", overrides={"metrics.enable_wandb": "false"}))
 
@@ -88,13 +96,40 @@ def test_mlflow_gets_one_run_in_a_local_file_store(tmp_path, monkeypatch):
     assert run.info.run_name == "fs-7"
 
 
+def test_torchtitans_mlflow_logger_continues_the_scripts_run_after_a_requeue(tmp_path, monkeypatch):
+    """The MLflow logger of the cookbook's torchtitan trainer (cookbook_titan_trainer.py, shipped beside the
+    script) against the local file store the script's tracker block sets up, as two starts of one job log."""
+    script = render_job(make_spec("llama3_8b_c4", "local-cpu", tracker="mlflow")).script
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NAME": "tt", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    env["PATH"] = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    for line in _run_block(script, tmp_path, env).stdout.splitlines():  # the job's environment, as the ranks get it
+        name, _, value = line.partition("=")
+        monkeypatch.setenv(name, value)
+    path = ROOT / "cookbook" / "recipes" / "configs" / "cookbook_titan_trainer.py"
+    module_spec = importlib.util.spec_from_file_location("cookbook_titan_trainer", path)
+    assert module_spec and module_spec.loader
+    trainer = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(trainer)
+    for steps in ([1, 2], [3]):  # the first start, then the requeued one
+        logger = trainer.MLflowLogger()
+        for step in steps:
+            logger.log({"loss_metrics/global_avg_loss": 3.0 / step, "memory/max_active(GiB)": 0.5, "n": "x"}, step)
+        logger.close()
+    from mlflow import MlflowClient
+
+    store = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    run = store.get_run((tmp_path / "run" / ".mlflow_run_id").read_text().strip())
+    assert run.info.run_name == "tt-7" and run.info.status == "FINISHED"
+    history = store.get_metric_history(run.info.run_id, "loss_metrics/global_avg_loss")
+    assert [(m.step, m.value) for m in history] == [(1, 3.0), (2, 1.5), (3, 1.0)]
+    assert set(run.data.metrics) == {"loss_metrics/global_avg_loss", "memory/max_active_GiB_"}
+
+
 @pytest.mark.parametrize("tracker", TRACKERS)
 def test_tracker_scripts_pass_shellcheck_and_carry_no_secret(tmp_path, monkeypatch, tracker):
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)
     for recipe in ("llama3_3_70b_full", "fsdp_llama3_2_1b", "llama3_8b_c4"):
-        if tracker == "mlflow" and recipe == "llama3_8b_c4":
-            continue
         folder = tmp_path / recipe
         write_job(make_spec(recipe, "local-cpu", tracker=tracker), folder / "job.sbatch")
         for path in folder.iterdir():

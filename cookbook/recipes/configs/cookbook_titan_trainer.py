@@ -17,6 +17,9 @@ The cookbook's one change to torchtitan's training, shipped beside the scripts w
   cookbook_rng``.
 
 A stop is checked only after this run's first step (a run stopped before it has nothing new to save).
+
+With ``--tracker mlflow`` (``COOKBOOK_TRACKER=mlflow`` in the job's environment) the trainer also logs
+torchtitan's metrics to MLflow (:class:`MLflowLogger`): torchtitan 0.3.0 has TensorBoard and W&B loggers only.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
+import time
 from typing import Any
 
 try:
@@ -102,6 +107,8 @@ def stoppable_trainer(owner: Any) -> Any:
             self._cookbook_rng = ckpt.states[RNG_STATE] = RngState(_rank())
         elif _rank() == 0:
             print("cookbook: checkpoint.enable is off: a stop request cannot save; training goes on", flush=True)
+        if os.environ.get("COOKBOOK_TRACKER") == "mlflow":
+            log_to_mlflow(self, config)
 
     def should_continue_training(self: Any) -> bool:
         hang_step(self.step)
@@ -152,6 +159,60 @@ def save_full(checkpointer: Any, step: int) -> str:
             checkpointer.last_save_model_only, checkpointer.last_save_in_hf = model_only, in_hf
     checkpointer.maybe_wait_for_saving()  # an async periodic save of this step must be on disk first
     return str(checkpointer._create_checkpoint_id(step))
+
+
+class MLflowLogger:
+    """torchtitan's metrics logger interface (``log(metrics, step)``, ``close()``, as its ``BaseLogger``) writing
+    to the MLflow run the job script created for this training run (``MLFLOW_RUN_ID``, named
+    ``<job name>-<first job id>``: a requeued job logs into the same run). The tracking URI, experiment and
+    credentials (``MLFLOW_TRACKING_URI``, ``MLFLOW_TRACKING_USERNAME/PASSWORD/TOKEN``) are MLflow's own
+    environment at run time."""
+
+    def __init__(self, run_id: str | None = None) -> None:
+        from mlflow import MlflowClient
+
+        self.client = MlflowClient()
+        self.run_id = run_id or os.environ["MLFLOW_RUN_ID"]
+        self.client.update_run(self.run_id, status="RUNNING")  # a requeue's start reopens the finished run
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = []
+        for key, value in metrics.items():
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                continue  # torchtitan logs numbers; anything else is not a metric
+            batch.append(Metric(key=metric_name(key), value=number, timestamp=now, step=step))
+        if batch:
+            self.client.log_batch(self.run_id, metrics=batch)
+
+    def close(self) -> None:
+        self.client.set_terminated(self.run_id)
+
+
+def metric_name(key: str) -> str:
+    """torchtitan's metric key as an MLflow metric name (``memory/max_active(GiB)`` -> ``memory/max_active_GiB_``):
+    MLflow takes letters, digits, ``_ - . /`` and spaces."""
+    return re.sub(r"[^\w\-. /]", "_", key)
+
+
+def log_to_mlflow(trainer: Any, config: Any) -> None:
+    """Add :class:`MLflowLogger` to the trainer's metrics loggers on the rank torchtitan logs metrics from
+    (rank 0, or the last pipeline stage's first rank), beside whatever torchtitan built."""
+    import torch
+    from torchtitan.components.metrics import LoggerContainer, _get_metrics_rank
+
+    pp_schedule = config.parallelism.pipeline_parallel_schedule
+    rank = _get_metrics_rank(parallel_dims=trainer.parallel_dims, pp_schedule=pp_schedule)
+    if torch.distributed.is_initialized() and torch.distributed.get_rank() != rank:
+        return
+    loggers = LoggerContainer()
+    loggers.add_logger(trainer.metrics_processor.logger)
+    loggers.add_logger(MLflowLogger())
+    trainer.metrics_processor.logger = loggers
 
 
 def _rank() -> int:

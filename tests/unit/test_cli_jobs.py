@@ -1,0 +1,39 @@
+"""The lifecycle verbs' error line without a cluster: a Slurm that cannot find its configuration.
+
+(The verbs against a real cluster: tests/cluster/test_cli_jobs.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cookbook.cli import main
+
+# what Debian's squeue 24.11 prints on a machine with no slurm.conf and no DNS SRV record (exit 1)
+NO_CONFIG = """squeue: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host
+squeue: error: fetch_config: DNS SRV lookup failed
+squeue: error: _establish_config_source: failed to fetch config
+squeue: fatal: Could not establish a configuration source
+"""
+
+
+def _slurm_without_config(folder: Path) -> Path:
+    """squeue, sacct and scontrol that fail as Slurm's own do without a configuration."""
+    folder.mkdir()
+    for command in ("squeue", "sacct", "scontrol"):
+        text = NO_CONFIG.replace("squeue:", f"{command}:")
+        exe = folder / command
+        exe.write_text(f"#!/bin/sh\ncat >&2 <<'END'\n{text}END\nexit 1\n")
+        exe.chmod(0o755)
+    return folder
+
+
+@pytest.mark.parametrize("verb", [["status", "99999999"], ["list"], ["cancel", "99999999"], ["logs", "99999999"]])
+def test_slurm_without_a_configuration_is_one_line(tmp_path, monkeypatch, capsys, verb):
+    bin_dir = _slurm_without_config(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path('/usr/bin')}:{Path('/bin')}")
+    assert main(verb) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == ["error: squeue: fatal: Could not establish a configuration source"]
+    assert captured.out == ""
