@@ -122,6 +122,7 @@ def test_outputs_of_each_kind_of_run_and_of_none(tmp_path, tiny_assets, capsys):
     assert out.kind == "full" and out.weights == full / "epoch_1" and out.size_bytes == 1500
     assert out.serve["vLLM"] == f"vllm serve {full / 'epoch_1'} --tensor-parallel-size 1"
     assert "AutoModelForCausalLM.from_pretrained" in out.serve["transformers"] and out.others == [full / "epoch_0"]
+    assert f"--model_args pretrained={full / 'epoch_1'},dtype=bfloat16" in out.serve["lm-eval"]
 
     lora = tmp_path / "lora"
     _config(lora, tiny_assets.llama_dir)
@@ -131,6 +132,7 @@ def test_outputs_of_each_kind_of_run_and_of_none(tmp_path, tiny_assets, capsys):
     assert out.kind == "lora" and out.size_bytes == size and out.adapter_rank == 8
     assert out.base == str(tiny_assets.llama_dir)
     assert "--enable-lora --lora-modules tuned=" in out.serve["vLLM"] and "PeftModel" in out.serve["transformers"]
+    assert f"pretrained={tiny_assets.llama_dir},peft={lora / 'epoch_0'}," in out.serve["lm-eval"]  # base + adapter
 
     titan = tmp_path / "titan"
     (titan / "checkpoint" / "step-3").mkdir(parents=True)  # incomplete: no .metadata
