@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cookbook.recipes import LOCAL_CPU, get_recipe
-from cookbook.recipes.base import Recipe
+from cookbook.recipes.base import Recipe, resolve_here
 from cookbook.secure_files import make_executable
 from cookbook.slurm.client import SlurmClient, SlurmError
 from cookbook.spec import (
@@ -136,6 +136,7 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
         recipe_dir=quote(spec.recipe_dir) if spec.recipe_dir else '"$SLURM_SUBMIT_DIR"',
         run_dir=quote_with_vars(spec.run_dir, names) if spec.run_dir else '"$RECIPE_DIR"/runs/' + quote(spec.name),
         prelude=launch.prelude.rstrip(),
+        check=launch.check.rstrip(),
         variables=variables,
         resume=recipe.resume(spec).rstrip(),
         tracker=tracker_block(spec, recipe.wandb_offline_runs(spec)),
@@ -150,18 +151,6 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
     warnings = recipe.warnings(spec) + start_path_warnings(spec, recipe) + mount_problems(spec, recipe)
     files = {**recipe.files(spec), **{name: path.read_text() for name, path in SHIPPED.items()}}
     return RenderedJob(script, files, warnings)
-
-
-def resolve_here(value: str, spec: JobSpec, variables: dict[str, str]) -> str | None:
-    """``value`` with ``$RECIPE_DIR``/``$RUN_DIR``/script variables expanded as far as this machine knows
-    them; None when something stays unknown (``$SLURM_*``, ``$HOME`` of another machine)."""
-    known = {"RECIPE_DIR": spec.recipe_dir or "", **variables}
-    for _ in range(4):
-        new = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: known.get(m.group(1), m.group(0)), value)
-        if new == value:
-            break
-        value = new
-    return None if "$" in value or not value else value
 
 
 def start_path_warnings(spec: JobSpec, recipe: Recipe) -> list[str]:

@@ -265,13 +265,16 @@ def submit(spec: JobSpec, root: str | os.PathLike[str] = "runs", client: SlurmCl
     (:meth:`cookbook.executor.Executor.submit_spec`).
 
     A fresh folder per submission: re-running a notebook starts a new run instead of resuming the last
-    one (resubmitting the same script resumes, see the recipe's resume logic).
+    one (resubmitting the same script resumes, see the recipe's resume logic). A spec the recipe rejects (it
+    validates again as it renders) is a :class:`NotebookStop` with its problems, one line each.
     """
     client = client or slurm_client(spec.profile)
     try:
         job = executor.Executor(root, spec.profile, client).submit_spec(spec)
     except SlurmError as e:
         raise NotebookStop(f"sbatch refused the job: {e.stderr or e}") from None
+    except SpecError as e:  # nothing was submitted: e.g. a use job whose run folder holds no checkpoint
+        raise NotebookStop(str(e)) from None
     return Job(**{f.name: getattr(job, f.name) for f in fields(Job)})
 
 

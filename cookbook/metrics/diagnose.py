@@ -40,6 +40,10 @@ def _slurm_state(state: str) -> str:
 # First matching rule wins for a line; order = most specific first.
 # fmt: off
 RULES: tuple[Rule, ...] = (
+    # a program the cookbook ships refusing its input: `PROGRAM: error: WHAT TO CHANGE` (argparse's form), shown whole
+    Rule("job_refused", r"(?:use_lm\.py|_use): error: ",
+         "the job refused its input (the line says what to change): fix it and resubmit; `cookbook render` runs "
+         "the same checks before submitting wherever the login node sees the files"),
     Rule("slurm_timeout", r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT|"
          + _slurm_state("TIMEOUT"),
          "the job hit its --time limit: raise --time, or checkpoint more often and resubmit to resume"),
@@ -112,8 +116,11 @@ NEEDLES: tuple[str, ...] = (
     "ncclSystemError", "ncclUnhandledCudaError", "No such file", "NODE FAIL", "Node failure", "NODE_FAIL",
     "onnection refused", "oom-kill", "oom_kill", "Out of memory", "out of memory", "OUT_OF_MEMORY",
     "OutOfMemoryError", "PREEMPTED", "ProcessGroupNCCL", "Rendezvous", "server socket", "srun: error:",
-    "timed out", "TIMEOUT", "Unauthorized", "cookbook: ",
+    "timed out", "TIMEOUT", "Unauthorized", "cookbook: ", "use_lm.py: error: ", "_use: error: ",
 )
+# kinds whose line is the message itself (printed whole), and the generic kinds such a line makes redundant
+WHOLE_LINE = {"job_refused"}
+SUPERSEDES = {"job_refused": ("rank_failed",)}
 # fmt: on
 _PREFILTER = re.compile(b"|".join(re.escape(n.encode()) for n in sorted(NEEDLES, key=len, reverse=True)))
 _COMPILED = tuple((r, re.compile(r.pattern), re.compile(r.context.encode()) if r.context else None) for r in RULES)
@@ -139,7 +146,8 @@ class Finding:
 
     def __str__(self) -> str:
         times = f" (x{self.count})" if self.count > 1 else ""
-        return f"line {self.line_number}: {self.kind}{times}: {self.line[:160]}\n    -> {self.hint}"
+        line = self.line if self.kind in WHOLE_LINE else self.line[:160]
+        return f"line {self.line_number}: {self.kind}{times}: {line}\n    -> {self.hint}"
 
 
 def diagnose(path: str | os.PathLike[str], lines_with: list[tuple[int, str]] | None = None) -> list[Finding]:
@@ -193,4 +201,5 @@ def _scan(f: io.BufferedIOBase, lines_with: list[tuple[int, str]] | None = None)
         before = (before + data[max(0, cut - CONTEXT_BYTES) : cut])[-CONTEXT_BYTES:]
         data[: size - cut], keep = data[cut:size], size - cut
         if not got:
-            return list(found.values())
+            gone = {kind for mine in found for kind in SUPERSEDES.get(mine, ())}
+            return [f for kind, f in found.items() if kind not in gone]

@@ -36,6 +36,7 @@ launcher flags and everything else stay the same.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,6 +62,18 @@ def path_problem(label: str, value: str, fix: str) -> str | None:
     if top.exists() and not Path(value).exists():
         return f"{label}={value} does not exist ({fix})"
     return None
+
+
+def resolve_here(value: str, spec: JobSpec, variables: dict[str, str]) -> str | None:
+    """``value`` with ``$RECIPE_DIR``/``$RUN_DIR``/script variables expanded as far as this machine knows
+    them; None when something stays unknown (``$SLURM_*``, ``$HOME`` of another machine)."""
+    known = {"RECIPE_DIR": spec.recipe_dir or "", **variables}
+    for _ in range(4):
+        new = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: known.get(m.group(1), m.group(0)), value)
+        if new == value:
+            break
+        value = new
+    return None if "$" in value or not value else value
 
 
 @dataclass(frozen=True)
@@ -100,6 +113,9 @@ class Launch:
     # (args and RUN_DIR may use them)
     prelude: str = ""
     prelude_variables: tuple[str, ...] = ()
+    # shell text run once the variables are set, before the run folder is made: a job that could only do harm
+    # or nothing (e.g. sample from random weights) stops here with one `error:` line on stderr and exit status 2
+    check: str = ""
 
 
 class Recipe(ABC):

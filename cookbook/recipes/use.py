@@ -9,17 +9,28 @@
 - ``flux_schnell_use``: torchtitan's FLUX sampling (``torchtitan.models.flux.inference.infer``) on the newest
   checkpoint of the training run ``TRAINED_DIR``, with the training's own config; images in ``$RUN_DIR/images``.
   Overrides are torchtitan keys (``inference.img_size``...), checked by torchtitan's parser.
+
+What the job will load is checked when it renders, on the login node, cheaply (file listings and safetensors
+headers, never the weights): the run folder holds a checkpoint (torchtune's ``epoch_N/`` with its files, a LoRA
+adapter whose shapes fit the base model; torchtitan's ``checkpoint/step-N/.metadata``), the prompt file is UTF-8.
+Each problem is one line of :class:`cookbook.spec.SpecError` (``cookbook render`` exits 2; nothing is submitted).
+A path this machine cannot see is left to the job (a warning); with ``--dependency`` the checks are warnings
+(the training may still be writing the checkpoint). The FLUX script also refuses by itself, before torchrun, when
+the run has no checkpoint (torchtitan would otherwise sample from random weights).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import difflib
 import io
+import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from cookbook.recipes.base import Launch, Recipe, StartPath, register_recipe
+from cookbook.recipes.base import Launch, Recipe, StartPath, path_problem, register_recipe, resolve_here
 from cookbook.recipes.torchtitan import FluxSchnell, cli_args
 from cookbook.spec import JobSpec
 
@@ -41,10 +52,30 @@ CAPTIONS = (
 # the program's flags the recipe sets (a start path's key changes its variable's default instead). The flags
 # must not be prefixes of torchrun's own options (torchrun's argparse takes `--run=` for its --run-path).
 _FIXED = {"out": "the job writes into its run folder ($RUN_DIR); set run_dir on the job instead"}
+_MISSING = "give the folder or file the job should read, or leave the key out"
+# the FLUX job without a checkpoint: the render-time problem and the script's own refusal say the same
+FLUX_NO_CHECKPOINT = (
+    "no checkpoint in {folder} (no step-N/ with .metadata): torchtitan would sample from random weights; "
+    "point TRAINED_DIR (--set dump_folder=) at a flux_schnell run folder that saved one"
+)
 
 
 def program_text() -> str:
     return PROGRAM_FILE.read_text()
+
+
+def here(recipe: Recipe, spec: JobSpec, value: str | None) -> Path | None:
+    """``value`` (a start path or a program flag, ``$VARIABLES`` and all) as an absolute path on this machine; None
+    when this machine cannot know it (an unknown variable, ``$RECIPE_DIR`` before the script has a folder)."""
+    if not value or (spec.recipe_dir is None and "RECIPE_DIR" in value):
+        return None
+    path = resolve_here(value, spec, recipe.command(spec).variables)
+    return Path(path) if path and path.startswith("/") else None
+
+
+def as_warnings(spec: JobSpec, problems: list[str]) -> list[str]:
+    """With ``--dependency`` the training may still be writing what the job reads: its problems only warn."""
+    return [f"{p} (the job starts after {spec.dependency}: it may be there by then)" for p in problems]
 
 
 def _trained_default(train: str, spec: JobSpec) -> str:
@@ -98,8 +129,6 @@ class TorchtuneUse(Recipe):
         return {**self.start_args(spec), "out": "$RUN_DIR", **user}
 
     def validate(self, spec: JobSpec) -> list[str]:
-        import argparse
-
         from cookbook.use.lm_job import build_parser
 
         parser = build_parser()
@@ -118,15 +147,63 @@ class TorchtuneUse(Recipe):
             problems.append("merge: a full fine-tune is already a whole model in HF layout (merge is for LoRA)")
         if problems:
             return problems
-        err = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(err):
-                ns: argparse.Namespace = parser.parse_args([f"--{k}={v}" for k, v in self.program_args(spec).items()])
-        except SystemExit:
-            return [f"{PROGRAM} rejects the overrides: {(err.getvalue().strip().splitlines() or ['?'])[-1]}"]
+        ns = self.parsed(spec)
+        if isinstance(ns, str):
+            return [ns]
         for flag in ("rows", "max_new_tokens", "eval_rows"):
             if getattr(ns, flag) < 1:
                 problems.append(f"{flag}={getattr(ns, flag)}: use a positive integer")
+        for key in ("trained", "base", "checkpoint", "prompts", "config"):
+            if key in spec.overrides and (found := path_problem(key, spec.overrides[key], _MISSING)):
+                problems.append(found)
+        if problems or spec.dependency:
+            return problems
+        return self.input_problems(spec, ns)
+
+    def warnings(self, spec: JobSpec) -> list[str]:
+        ns = self.parsed(spec)
+        return as_warnings(spec, self.input_problems(spec, ns)) if spec.dependency and not isinstance(ns, str) else []
+
+    def parsed(self, spec: JobSpec) -> argparse.Namespace | str:
+        """The program's flags as its own parser reads them, or the one line it rejects them with."""
+        from cookbook.use.lm_job import build_parser
+
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                return build_parser().parse_args([f"--{k}={v}" for k, v in self.program_args(spec).items()])
+        except SystemExit:
+            return f"{PROGRAM} rejects the overrides: {(err.getvalue().strip().splitlines() or ['?'])[-1]}"
+
+    def input_problems(self, spec: JobSpec, ns: argparse.Namespace) -> list[str]:
+        """What the job would refuse, found here with the job's own checks (:mod:`cookbook.use.lm_job`): the
+        checkpoint it loads and its files, the training config, a LoRA adapter's shapes against the base model's
+        (safetensors headers only), the prompt file's text. Paths this machine cannot see are skipped."""
+        from cookbook.use import lm_job
+
+        problems: list[str] = []
+
+        def check(fn: Callable[..., Any], *args: Any) -> Any:
+            try:
+                return fn(*args)
+            except lm_job.UseError as e:
+                problems.append(str(e))
+                return None
+
+        seen = {k: here(self, spec, getattr(ns, k)) for k in ("trained", "base", "checkpoint", "prompts", "config")}
+        visible = {k: v for k, v in seen.items() if v is not None and v.exists()}
+        if "prompts" in visible:
+            check(lm_job.read_prompts, visible["prompts"])
+        run = visible.get("trained")
+        ckpt = None
+        if "checkpoint" in visible:
+            ckpt = check(lm_job.checkpoint_of, visible["checkpoint"].parent, visible["checkpoint"])
+        elif run is not None and not ns.checkpoint:
+            ckpt = check(lm_job.checkpoint_of, run)
+        if run is not None and (visible.get("config") or not ns.config):
+            check(lm_job.config_file, run, visible.get("config"))
+        if ckpt is not None and lm_job.is_adapter(ckpt) and "base" in visible and visible["base"].is_dir():
+            check(lm_job.check_lora, ckpt, visible["base"])
         return problems
 
     def files(self, spec: JobSpec) -> dict[str, str]:
@@ -163,6 +240,40 @@ class FluxSchnellUse(FluxSchnell):
         )
         return [trained, *super().start_paths(spec)]
 
+    def validate(self, spec: JobSpec) -> list[str]:
+        problems = super().validate(spec)
+        if "dump_folder" in spec.overrides and (
+            found := path_problem("dump_folder", spec.overrides["dump_folder"], _MISSING)
+        ):
+            problems.append(found)
+        if problems or spec.dependency:
+            return problems
+        return self.input_problems(spec)
+
+    def warnings(self, spec: JobSpec) -> list[str]:
+        return super().warnings(spec) + (as_warnings(spec, self.input_problems(spec)) if spec.dependency else [])
+
+    def checkpoint_folder(self, spec: JobSpec) -> str:
+        """The run's checkpoint folder, relative to the run folder (torchtitan's ``checkpoint.folder``)."""
+        return spec.overrides.get("checkpoint.folder", "checkpoint").strip("/")
+
+    def input_problems(self, spec: JobSpec) -> list[str]:
+        """A run folder (seen here) without a complete checkpoint, a prompt file that is not UTF-8 text."""
+        from cookbook.use import lm_job
+
+        problems = []
+        run = here(self, spec, self.start_path_values(spec)["dump_folder"])
+        folder = run / self.checkpoint_folder(spec) if run else None
+        if run is not None and run.is_dir() and folder is not None and not any(folder.glob("step-*/.metadata")):
+            problems.append(FLUX_NO_CHECKPOINT.format(folder=folder))
+        prompts = here(self, spec, spec.overrides.get("inference.prompts_path"))
+        if prompts is not None and prompts.exists():
+            try:
+                lm_job.read_prompts(prompts)
+            except lm_job.UseError as e:
+                problems.append(str(e))
+        return problems
+
     def launch_overrides(self, spec: JobSpec) -> dict[str, str]:
         return {
             **super().launch_overrides(spec),
@@ -193,8 +304,27 @@ class FluxSchnellUse(FluxSchnell):
 
             variables["TINY_DIR"] = spec.assets_dir or str(cache_dir() / "tiny")
             variables.update(self.start_variables(spec))
-            return Launch("torchrun", ("-m", "cookbook.local.compat.cpu", "torchtitan-flux-infer", *args), variables)
-        return Launch("torchrun", ("-m", FLUX_INFER, *args), self.start_variables(spec))
+            return Launch(
+                "torchrun",
+                ("-m", "cookbook.local.compat.cpu", "torchtitan-flux-infer", *args),
+                variables,
+                check=self.check(spec),
+            )
+        return Launch("torchrun", ("-m", FLUX_INFER, *args), self.start_variables(spec), check=self.check(spec))
+
+    def check(self, spec: JobSpec) -> str:
+        """The script's own refusal to sample without a checkpoint (for a script run without ``cookbook render``)."""
+        folder = self.checkpoint_folder(spec)
+        if not re.fullmatch(r"[\w.-]+(/[\w.-]+)*", folder):
+            return ""  # a name bash would need quoting for: torchtitan alone decides
+        message = FLUX_NO_CHECKPOINT.format(folder=f"$TRAINED_DIR/{folder}")
+        return (
+            "# --- the checkpoint to sample from (torchtitan alone would start from random weights)\n"
+            f'if ! compgen -G "$TRAINED_DIR/{folder}/step-*/.metadata" > /dev/null; then\n'
+            f'  echo "{self.name}: error: {message}" >&2\n'
+            "  exit 2\n"
+            "fi"
+        )
 
     def resume(self, spec: JobSpec) -> str:
         return ""

@@ -12,7 +12,9 @@ rows of that dataset (``--heldout``, a datasets split such as ``train[90%:]``); 
 message per line (UTF-8). Results: ``OUT/use.json`` (see :func:`run`).
 
 A user error (no checkpoint in the run, an adapter of another model, a prompt file that is not UTF-8) is one line
-on stderr and exit status 2.
+on stderr, ``use_lm.py: error: ...``, and exit status 2. The same checks (:func:`checkpoint_of`, :func:`config_file`,
+:func:`read_prompts`, :func:`check_lora`: cheap, safetensors headers only) run when the ``*_use`` recipes render,
+on the login node, so the job meets them only where the login node could not see the files.
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ import math
 import os
 import re
 import shutil
+import struct
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+PROG = "use_lm.py"  # the name the *_use recipes write this file under; error lines start with it
 RESULT = "use.json"
 ADAPTER = "adapter_model.safetensors"
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
@@ -63,14 +68,37 @@ def newest_checkpoint(run: Path) -> Path:
     return usable[-1]
 
 
+def checkpoint_of(run: Path, checkpoint: Path | None = None) -> Path:
+    """The checkpoint the job loads (``checkpoint``, else the newest of ``run``) with the files loading it needs: a
+    LoRA adapter (PEFT layout), or weights with their ``config.json`` (Hugging Face layout); else :class:`UseError`."""
+    ckpt = checkpoint or newest_checkpoint(run)
+    if not ckpt.is_dir():
+        raise UseError(f"{ckpt}: no such checkpoint folder (give an epoch_N folder of the run, or leave it out)")
+    if is_adapter(ckpt):
+        return ckpt
+    if not has_weights(ckpt):
+        raise UseError(
+            f"{ckpt}: neither a LoRA adapter ({ADAPTER} + adapter_config.json) nor weights (model*.safetensors)"
+        )
+    if not (ckpt / "config.json").is_file():
+        raise UseError(f"{ckpt}: no config.json beside the weights (torchtune's HF checkpointer writes one)")
+    return ckpt
+
+
+def config_file(run: Path, config: Path | None = None) -> Path:
+    """The run's torchtune config file (``config``, else ``torchtune_config.yaml`` of the run); :class:`UseError`
+    when it is missing."""
+    path = config or run / "torchtune_config.yaml"
+    if not path.is_file():
+        raise UseError(f"{path}: no training config (torchtune writes torchtune_config.yaml into the run folder)")
+    return path
+
+
 def training_config(run: Path, config: Path | None = None) -> Any:
     """The run's torchtune config (``torchtune_config.yaml``, which torchtune writes into the run folder)."""
     from omegaconf import OmegaConf
 
-    path = config or run / "torchtune_config.yaml"
-    if not path.is_file():
-        raise UseError(f"{path}: no training config (torchtune writes torchtune_config.yaml into the run folder)")
-    return OmegaConf.load(path)
+    return OmegaConf.load(config_file(run, config))
 
 
 def read_prompts(path: Path) -> list[str]:
@@ -100,6 +128,40 @@ def heldout_split(train_split: str) -> tuple[str, bool]:
 
 
 # ----------------------------------------------------------------------------------------------- LoRA
+def safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """``{tensor name: shape}`` from a safetensors file's JSON header (8-byte length, then the header): no tensor
+    is read, so a 70B shard costs a few kilobytes."""
+    try:
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(size))
+    except (OSError, struct.error, ValueError) as e:
+        raise UseError(f"{path}: not a readable safetensors file ({e})") from None
+    return {k: tuple(v["shape"]) for k, v in header.items() if k != "__metadata__"}
+
+
+def _target(lora_a: str) -> str:
+    """The base weight a ``lora_A`` tensor adapts (HF name, e.g. ``model.layers.0.self_attn.q_proj.weight``)."""
+    return lora_a.replace("base_model.model.", "", 1).replace(".lora_A.weight", ".weight")
+
+
+def adapter_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
+    """``{base weight name: (out, in)}`` the adapter changes: ``(B.shape[0], A.shape[1])`` of each lora_A/lora_B
+    pair, read from the header only."""
+    shapes = safetensors_shapes(folder / ADAPTER)
+    out: dict[str, tuple[int, ...]] = {}
+    for name, a in shapes.items():
+        if ".lora_A." not in name:
+            continue
+        b = shapes.get(name.replace(".lora_A.", ".lora_B."))
+        if b is None:
+            raise UseError(f"adapter: {name} has no lora_B partner (not a LoRA adapter torchtune or PEFT wrote)")
+        out[_target(name)] = (b[0], a[-1])
+    if not out:
+        raise UseError(f"adapter: no lora_A/lora_B weights in {folder / ADAPTER}")
+    return out
+
+
 def load_adapter(folder: Path) -> tuple[dict[str, Any], float]:
     """The adapter's tensors (PEFT names) and its scale ``lora_alpha / r``."""
     from safetensors.torch import load_file
@@ -111,56 +173,56 @@ def load_adapter(folder: Path) -> tuple[dict[str, Any], float]:
     return load_file(folder / ADAPTER), scale
 
 
-def adapter_deltas(tensors: dict[str, Any], scale: float) -> dict[str, Any]:
-    """``{base weight name: scale * B @ A}`` (HF names, e.g. ``model.layers.0.self_attn.q_proj.weight``)."""
-    out = {}
+def lora_pairs(tensors: dict[str, Any]) -> Iterator[tuple[str, Any, Any]]:
+    """``(base weight name, A, B)`` of each adapted module, one at a time: the caller adds ``scale * B @ A`` to
+    that weight, so no full-size delta outlives its module (a 70B model's would take hundreds of GB)."""
     for name, a in tensors.items():
-        if ".lora_A." not in name:
-            continue
-        b = tensors.get(name.replace(".lora_A.", ".lora_B."))
-        if b is None:
-            raise UseError(f"adapter: {name} has no lora_B partner (not a LoRA adapter torchtune or PEFT wrote)")
-        target = name.replace("base_model.model.", "", 1).replace(".lora_A.weight", ".weight")
-        out[target] = (b.float() @ a.float()) * scale
-    if not out:
-        raise UseError("adapter: no lora_A/lora_B weights in adapter_model.safetensors")
-    return out
+        if ".lora_A." in name:
+            b = tensors.get(name.replace(".lora_A.", ".lora_B."))
+            if b is None:
+                raise UseError(f"adapter: {name} has no lora_B partner (not a LoRA adapter torchtune or PEFT wrote)")
+            yield _target(name), a, b
 
 
-def check_adapter(deltas: dict[str, Any], shapes: dict[str, tuple[int, ...]], adapter_dir: Path, base: Path) -> None:
-    """An adapter of another model (a module the base lacks, or another shape) is a :class:`UseError`."""
-    for name, delta in deltas.items():
+def check_adapter(
+    adapter: dict[str, tuple[int, ...]], shapes: dict[str, tuple[int, ...]], adapter_dir: Path, base: Path
+) -> None:
+    """An adapter of another model (a module the base lacks, or another shape) is a :class:`UseError`;
+    ``adapter`` is :func:`adapter_shapes`, ``shapes`` the base's weight shapes."""
+    for name, shape in adapter.items():
         if name not in shapes:
             raise UseError(f"the adapter in {adapter_dir} is for another model: {base} has no weight {name}")
-        if tuple(delta.shape) != tuple(shapes[name]):
+        if tuple(shape) != tuple(shapes[name]):
             raise UseError(
                 f"the adapter in {adapter_dir} is for another model: {name} is {tuple(shapes[name])} in {base}, "
-                f"the adapter expects {tuple(delta.shape)}"
+                f"the adapter expects {tuple(shape)}"
             )
 
 
 def base_shapes(base: Path) -> dict[str, tuple[int, ...]]:
     """Shapes of the base model's weights, read from the safetensors headers (no weights loaded)."""
-    from safetensors import safe_open
-
     shapes: dict[str, tuple[int, ...]] = {}
     for shard in sorted(base.glob("*.safetensors")):
-        with safe_open(str(shard), framework="pt") as f:
-            for key in f.keys():
-                shapes[key] = tuple(f.get_slice(key).get_shape())
+        shapes.update(safetensors_shapes(shard))
     if not shapes:
         raise UseError(f"{base}: no *.safetensors weights (the base model the adapter was trained on)")
     return shapes
 
 
+def check_lora(adapter_dir: Path, base: Path) -> None:
+    """:func:`check_adapter` from the headers of the adapter and of the base's shards (cheap at any size)."""
+    check_adapter(adapter_shapes(adapter_dir), base_shapes(base), adapter_dir, base)
+
+
 def merge_lora(base: Path, adapter_dir: Path, dest: Path) -> Path:
-    """The base's HF folder with the adapter merged into its weights, shard by shard (never the whole model in
-    memory): same file names, config and tokenizer files copied. ``transformers`` loads ``dest``."""
+    """The base's HF folder with the adapter merged into its weights, shard by shard and module by module (never
+    the whole model, nor every delta, in memory): same file names, config and tokenizer files copied.
+    ``transformers`` loads ``dest``."""
     from safetensors.torch import load_file, save_file
 
+    check_lora(adapter_dir, base)
     tensors, scale = load_adapter(adapter_dir)
-    deltas = adapter_deltas(tensors, scale)
-    check_adapter(deltas, base_shapes(base), adapter_dir, base)
+    pairs = {name: (a, b) for name, a, b in lora_pairs(tensors)}  # the adapter's own tensors, no deltas
     dest.mkdir(parents=True, exist_ok=True)
     for item in base.iterdir():
         if item.is_file() and not item.name.endswith(WEIGHT_SUFFIXES):
@@ -168,10 +230,13 @@ def merge_lora(base: Path, adapter_dir: Path, dest: Path) -> Path:
     for shard in sorted(base.glob("*.safetensors")):
         weights = load_file(shard)
         for name in list(weights):
-            if name in deltas:
+            if name in pairs:
+                a, b = pairs[name]
                 w = weights[name]
-                weights[name] = (w.float() + deltas[name]).to(w.dtype)
+                # float32 for the sum, one module at a time: W + scale * B @ A, rounded once to W's dtype
+                weights[name] = w.float().addmm_(b.float(), a.float(), alpha=scale).to(w.dtype)
         save_file(weights, dest / shard.name, metadata={"format": "pt"})
+        del weights
     (dest / "MERGED_FROM.json").write_text(json.dumps({"base": str(base), "adapter": str(adapter_dir)}, indent=1))
     return dest
 
@@ -200,16 +265,16 @@ def apply_adapter(model: Any, adapter_dir: Path, base: Path) -> Any:
     merge done in place (``W += lora_alpha / r * B @ A``)."""
     import torch
 
-    tensors, scale = load_adapter(adapter_dir)
-    deltas = adapter_deltas(tensors, scale)
     params = dict(model.named_parameters())
-    check_adapter(deltas, {k: tuple(v.shape) for k, v in params.items()}, adapter_dir, base)
+    check_adapter(adapter_shapes(adapter_dir), {k: tuple(v.shape) for k, v in params.items()}, adapter_dir, base)
     try:
         from peft import PeftModel  # type: ignore[import-not-found]
     except ImportError:
+        tensors, scale = load_adapter(adapter_dir)
         with torch.no_grad():
-            for name, delta in deltas.items():
-                params[name].add_(delta.to(device=params[name].device, dtype=params[name].dtype))
+            for name, a, b in lora_pairs(tensors):  # one module at a time, in the weight's dtype, on its device
+                w = params[name]
+                w.addmm_(b.to(device=w.device, dtype=w.dtype), a.to(device=w.device, dtype=w.dtype), alpha=scale)
         return model
     return PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
 
@@ -325,14 +390,14 @@ def run(
 
     user_prompts = read_prompts(prompts_file) if prompts_file else None  # a bad file stops before any model loads
     run_dir = Path(run_dir)
-    ckpt = Path(checkpoint) if checkpoint else newest_checkpoint(run_dir)
+    ckpt = checkpoint_of(run_dir, Path(checkpoint) if checkpoint else None)
     cfg = training_config(run_dir, config)
     base_dir = Path(base or OmegaConf.select(cfg, "checkpointer.checkpoint_dir"))
     if not base_dir.is_dir():
         raise UseError(f"{base_dir}: no base model there (the folder the training started from)")
     lora = is_adapter(ckpt)
-    if lora:  # fail fast on an adapter of another model, before loading anything
-        check_adapter(adapter_deltas(*load_adapter(ckpt)), base_shapes(base_dir), ckpt, base_dir)
+    if lora:  # fail fast on an adapter of another model, before loading anything (headers only)
+        check_lora(ckpt, base_dir)
     tokenizer = tt_config.instantiate(cfg.tokenizer)
     split, trained_on = heldout_split(heldout or str(OmegaConf.select(cfg, "dataset.split", default="train")))
     if heldout:
@@ -389,7 +454,7 @@ def run(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--trained", required=True, help="the training run folder (torchtune_config.yaml, epoch_N/)")
     p.add_argument("--out", required=True, help="where use.json (and --merge's default) go")
     p.add_argument("--base", default=None, help="the base model (default: the training config's checkpoint_dir)")
@@ -436,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
             config=Path(args.config) if args.config else None,
         )
     except UseError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {e}", file=sys.stderr)  # argparse's form: `cookbook diagnose` names the line
         return 2
     print_result(result)
     return 0

@@ -110,10 +110,16 @@ def run_and_check(name: str, tiny_assets, artifacts: Path, tmp_path: Path, known
     check_use_section(name, executed, jobs)
 
 
+def _shown_part(generated: str) -> str:
+    """The start of a generation as a pandas table shows it: up to its first tab or line end (pandas writes those
+    escaped), at most 20 characters (a long cell is cut after 47)."""
+    return re.split(r"[\t\r\n]", generated.strip())[0][:20].strip()
+
+
 def check_use_section(name: str, executed, jobs: list) -> None:
-    """The "Use the model" section: 02/03 print base vs fine-tuned generations (they differ) and the held-out
-    loss table, 03's merged folder loads with transformers; 04 shows the FLUX grid; every one prints where the
-    weights are (`cookbook outputs`)."""
+    """The "Use the model" section: 02/03 print base vs fine-tuned generations (they differ; the generated text
+    itself is in the output) and show the held-out loss table and plot, 03's merged folder loads with
+    transformers; 04 shows the FLUX grid; every one prints where the weights are (`cookbook outputs`)."""
     from cookbook.use.report import UseResult, sampled_images
 
     text = output_text(executed)
@@ -136,6 +142,11 @@ def check_use_section(name: str, executed, jobs: list) -> None:
     assert re.search(r"fine-tuned\s+[\d.]+\s+[\d.]+", text), "the held-out table (before/after) is not shown"
     shown = all(p[:30] in text for p in gens["prompt"]) and "reference" in text and "fine-tuned" in text
     assert shown, "the generations (prompt, reference, base, fine-tuned) are not shown"
+    said = [_shown_part(g) for g in [*gens["base"], *gens["fine-tuned"]]]
+    assert any(said), f"neither model generated any text: {gens.to_dict('records')}"
+    missing = [g for g in said if g and g not in text]
+    assert not missing, f"generated text not in the notebook's output (only the table's frame?): {missing}"
+    assert _images(executed) >= 2, "the held-out plot (before vs after) is not shown beside the metrics plot"
     assert "/llama3 (LoRA rank" in text or not name.startswith("03_"), "the base model is not named"
     h = result.data["heldout"]
     assert h["tuned_loss"] < h["base_loss"], h
