@@ -16,13 +16,22 @@ gets a fresh folder ``folder/<job name>-<time>/`` with its script, configs, log 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cookbook.render import test_only, validate, write_array, write_job
-from cookbook.slurm.client import TERMINAL_STATES, JobInfo, JobTimeout, SlurmClient, SlurmError, read_output
+from cookbook.slurm.client import (
+    REQUEUED_STATES,
+    TERMINAL_STATES,
+    JobInfo,
+    JobTimeout,
+    SlurmClient,
+    SlurmError,
+    read_output,
+)
 from cookbook.slurm.record import JobRecord
 from cookbook.spec import JobSpec, make_spec
 
@@ -90,6 +99,29 @@ class Job(JobRecord):
     def requeue(self) -> None:
         """Back into the queue; the script resumes from its newest complete checkpoint."""
         self.slurm.requeue(self.job_id)
+
+    def preempt(self, after_step: int = 2, timeout: float = 600, poll: float = 0.5) -> str:
+        """Do to the job what Slurm does before a preemption or its time limit, to see what that costs: once
+        the run has logged ``after_step``, send the batch script USR1 (``scancel --signal=USR1 --batch``, as
+        ``--signal=B:USR1@N`` does). The ranks save at their next step boundary and the job requeues; it is
+        then started again at once (Slurm holds a requeued job back about two minutes). One line says what
+        happened; :func:`cookbook.analysis.preemption.preemption_report` of the log says what it cost."""
+        end = time.monotonic() + timeout
+        while (steps := self.metrics()).empty or steps["step"].max() < after_step:
+            if self.done():
+                return f"job {self.job_id} ended before step {after_step}: not preempted"
+            if time.monotonic() > end:
+                raise JobTimeout(f"job {self.job_id} logged no step {after_step} in {timeout:.0f} s")
+            time.sleep(poll)
+        self.slurm.run("scancel", "--signal=USR1", "--batch", self.job_id)
+        while (info := self.info()).state not in REQUEUED_STATES:
+            if info.done:
+                return f"job {self.job_id} ended {info.state} before its next step boundary: not preempted"
+            if time.monotonic() > end:
+                raise JobTimeout(f"job {self.job_id} was not requeued {timeout:.0f} s after USR1")
+            time.sleep(poll)
+        self.slurm.release_requeued(self.job_id, timeout=max(1.0, end - time.monotonic()))
+        return f"job {self.job_id}: USR1 after step {after_step}; the ranks saved, the job requeued and starts again"
 
     # --------------------------------------------------------------- what the run wrote
     def tail(self, lines: int = 20) -> str:

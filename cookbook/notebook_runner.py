@@ -106,8 +106,8 @@ def default_parameters(notebook: str | os.PathLike) -> dict[str, Any]:
             "overrides": {"max_steps_per_epoch": 20},
             "run_root": c["run_root"],
         },
-        "02_llama3_3_70b_full_finetune": {**c, "model_dir": None},
-        "03_llama3_3_70b_lora": {**c, "model_dir": None},
+        "02_llama3_3_70b_full_finetune": {**c, "model_dir": None, "try_preemption": False},
+        "03_llama3_3_70b_lora": {**c, "model_dir": None, "try_preemption": False},
         "04_flux_schnell_pretraining": {**c, "model_dir": None},
         "05_profiling": {**c, "model_dir": None},
         "06_llama3_8b_c4_torchtitan": {**c, "model_dir": None},
@@ -152,8 +152,9 @@ def local_parameters(notebook: str | os.PathLike, assets: Any = None) -> dict[st
     name = notebook_name(notebook)
     if name == "00_setup":
         return {"profile": LOCAL_CPU, "probe": True}
-    if name == "07_sweep_lora_rank":
-        return {"ranks": [4, 16], "base_parameters": local_parameters("03_llama3_3_70b_lora")}
+    if name == "07_sweep_lora_rank":  # the sweep's runs are not preempted
+        base = {k: v for k, v in local_parameters("03_llama3_3_70b_lora").items() if k != "try_preemption"}
+        return {"ranks": [4, 16], "base_parameters": base}
     local = cluster_parameters(LOCAL_CPU)
     params = {k: local[k] for k in ("profile", "gpus_per_node", "time_limit")}
     if name == "01_plug_in_your_dataset":
@@ -171,8 +172,9 @@ def local_parameters(notebook: str | os.PathLike, assets: Any = None) -> dict[st
     elif "model_dir" in default_parameters(name):
         params["model_dir"] = None  # the tiny config points at the tiny model itself
     if name in ("02_llama3_3_70b_full_finetune", "03_llama3_3_70b_lora"):
-        # train on 90% of the rows, so the "Use the model" section scores the other 10%, never trained on
-        params["overrides"] = {"dataset.split": "train[:90%]"}
+        # train on 90% of the rows, so the "Use the model" section scores the other 10%, never trained on;
+        # preempt the run once (USR1 after step 2) to show what a preemption costs
+        params.update(overrides={"dataset.split": "train[:90%]"}, try_preemption=True)
     return params
 
 

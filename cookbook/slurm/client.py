@@ -30,6 +30,7 @@ TERMINAL_STATES = frozenset(
     }
 )
 
+REQUEUED_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD"})  # back in the queue after a requeue
 REQUEUE_SETTLE_S = 5.0  # requeue to forced start: slurmd revokes the last start's credential by the second
 
 
@@ -126,7 +127,7 @@ class SlurmClient:
         carries a credential slurmd still counts as revoked ("Job credential revoked"), and the job ends FAILED.
         """
         end = time.monotonic() + timeout
-        while self.state(job_id).state not in ("PENDING", "REQUEUED", "REQUEUE_HOLD"):
+        while self.state(job_id).state not in REQUEUED_STATES:
             if time.monotonic() > end:
                 raise JobTimeout(f"job {job_id} was not back in the queue after {timeout:.0f} s")
             time.sleep(0.5)

@@ -107,7 +107,20 @@ def run_and_check(name: str, tiny_assets, artifacts: Path, tmp_path: Path, known
     assert _images(executed) >= 1, "the metrics plot is not in the executed notebook"
     if name.startswith("06_"):
         check_ledger_and_explanation(executed)
+    if name.startswith(("02_", "03_")):
+        check_preemption(executed)
     check_use_section(name, executed, jobs)
+
+
+def check_preemption(executed) -> None:
+    """02/03 locally (``try_preemption``): USR1 after step 2, every rank saved at one step boundary, the job
+    requeued and resumed at that step; the preemption report shows both starts and no step redone."""
+    text = output_text(executed)
+    assert "USR1 after step 2; the ranks saved" in text, f"the run was not preempted:\n{text[-3000:]}"
+    first = re.search(r"start 1: started afresh, trained steps 1-(\d+); USR1: saved at step (\d+)", text)
+    assert first and first[1] == first[2] and int(first[2]) >= 2, f"no stop-save at a step boundary:\n{text[-3000:]}"
+    assert re.search(rf"start 2: resumed from \S+, trained steps {int(first[2]) + 1}-\d+", text), text[-3000:]
+    assert "steps redone after a resume: 0" in text, text[-3000:]
 
 
 def _shown_part(generated: str) -> str:
