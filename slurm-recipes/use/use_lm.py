@@ -289,7 +289,8 @@ def generate(model: Any, tokenizer: Any, prompt_tokens: list[list[int]], max_new
     import torch
 
     device = next(model.parameters()).device
-    regular = getattr(tokenizer, "base_vocab_size", None) or min(stop_ids(tokenizer))
+    stops = stop_ids(tokenizer)
+    regular = getattr(tokenizer, "base_vocab_size", None) or min(stops)
     out = []
     for tokens in prompt_tokens:
         ids = torch.tensor([tokens], device=device)
@@ -299,12 +300,16 @@ def generate(model: Any, tokenizer: Any, prompt_tokens: list[list[int]], max_new
                 attention_mask=torch.ones_like(ids),
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
-                eos_token_id=stop_ids(tokenizer),
-                pad_token_id=stop_ids(tokenizer)[0],
+                eos_token_id=stops,
+                pad_token_id=stops[0],
             )
-        # special and reserved tokens (an untrained model emits those too) are not text
-        new = [t for t in gen[0, len(tokens) :].tolist() if t < regular]
-        out.append(tokenizer.decode(new, skip_special_tokens=True).strip())
+        # special and reserved tokens (an untrained model emits those too) are not text; a completion without
+        # text says what the model did instead (a blank cell reads as a bug)
+        new = gen[0, len(tokens) :].tolist()
+        text = tokenizer.decode([t for t in new if t < regular], skip_special_tokens=True).strip()
+        if not text:
+            text = "(stopped at once)" if new[:1] and new[0] in stops else f"(no text; token ids {new[:8]})"
+        out.append(text)
     return out
 
 
