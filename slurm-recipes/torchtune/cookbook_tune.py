@@ -22,7 +22,8 @@ subclass in the class's place and runs the file's own ``recipe_main``. What the 
   steps take ~0.3 s, too fast for a signal to land mid-run), like the FSDP script's ``--throttle_seconds``.
 - Resume: torchtune 0.6.1 restarts at the saved epoch's beginning (it saves the dataloader state but never
   loads it); the subclass restores the data position, the global step and the LR scheduler, and ends the
-  resumed epoch after its remaining steps.
+  resumed epoch after its remaining steps. A full finetune stopped in its first epoch (no ``epoch_N/`` yet)
+  resumes too: torchtune's adapter lookup would fail on it (:func:`_resume_before_any_epoch_folder`).
 
 Checkpoint layout: ``$output_dir/step_N/{epoch_E/..., recipe_state/recipe_state.pt}``, written by torchtune's
 checkpointer under ``.step_N.partial`` and renamed when complete (older ``step_*`` folders are then removed).
@@ -314,6 +315,24 @@ def _recipe_file(name: str) -> str:
     return os.path.join(list(spec.submodule_search_locations)[0], f"{name}.py")
 
 
+def _resume_before_any_epoch_folder() -> None:
+    """torchtune 0.6.1's HF checkpointers, resuming, look for an adapter in the newest ``epoch_N/`` of the output
+    folder even for a full finetune, and fail (``os.path.join(output_dir, None)``) when there is none yet: a stop
+    in the first epoch. There is then no adapter to find: the lookup answers None."""
+    from torchtune.training.checkpointing import _checkpointer
+    from torchtune.training.checkpointing._utils import get_largest_iter_folder
+
+    lookup = _checkpointer.get_adapter_checkpoint_path
+
+    def adapter_path(output_dir: Any, adapter_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
+        pattern = kwargs.get("pattern", r"^epoch_(\d+)")
+        if not adapter_checkpoint and get_largest_iter_folder(output_dir, pattern=pattern) is None:
+            return None
+        return lookup(output_dir, adapter_checkpoint, *args, **kwargs)
+
+    _checkpointer.get_adapter_checkpoint_path = adapter_path
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in RECIPES:
@@ -323,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if torchtune.__version__.split("+")[0] != TESTED_TORCHTUNE:
         log.warning("cookbook_tune was tested with torchtune %s, not %s", TESTED_TORCHTUNE, torchtune.__version__)
+    _resume_before_any_epoch_folder()
     name, path = args[0], _recipe_file(args[0])
     sys.argv = [path, *args[1:]]
     module = runpy.run_path(path, run_name=f"cookbook_tune_{name}")  # torchtune's file, not as __main__
