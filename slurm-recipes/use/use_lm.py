@@ -308,7 +308,7 @@ def generate(model: Any, tokenizer: Any, prompt_tokens: list[list[int]], max_new
         new = gen[0, len(tokens) :].tolist()
         text = tokenizer.decode([t for t in new if t < regular], skip_special_tokens=True).strip()
         if not text:
-            text = "(stopped at once)" if new[:1] and new[0] in stops else f"(no text; token ids {new[:8]})"
+            text = "(stopped at once)" if new[:1] and new[0] in stops else f"(no visible text; token ids {new[:8]})"
         out.append(text)
     return out
 
