@@ -118,8 +118,7 @@ NEEDLES: tuple[str, ...] = (
     "OutOfMemoryError", "PREEMPTED", "ProcessGroupNCCL", "Rendezvous", "server socket", "srun: error:",
     "timed out", "TIMEOUT", "Unauthorized", "cookbook: ", "use_lm.py: error: ", "_use: error: ",
 )
-# kinds whose line is the message itself (printed whole), and the generic kinds such a line makes redundant
-WHOLE_LINE = {"job_refused"}
+# kinds whose line is the message itself (printed whole), with the generic kinds such a line makes redundant
 SUPERSEDES = {"job_refused": ("rank_failed",)}
 # fmt: on
 _PREFILTER = re.compile(b"|".join(re.escape(n.encode()) for n in sorted(NEEDLES, key=len, reverse=True)))
@@ -146,7 +145,7 @@ class Finding:
 
     def __str__(self) -> str:
         times = f" (x{self.count})" if self.count > 1 else ""
-        line = self.line if self.kind in WHOLE_LINE else self.line[:160]
+        line = self.line if self.kind in SUPERSEDES else self.line[:160]
         return f"line {self.line_number}: {self.kind}{times}: {line}\n    -> {self.hint}"
 
 
@@ -191,11 +190,11 @@ def _scan(f: io.BufferedIOBase, lines_with: list[tuple[int, str]] | None = None)
                 rule = _rule(line, context, len(before) + start, len(before) + end)
                 if lines_with is not None and "cookbook: " in line:
                     lines_with.append((line_no + window.count(b"\n", 0, start), line))
-                if rule is not None and rule.kind in found:
-                    found[rule.kind] = replace(found[rule.kind], count=found[rule.kind].count + 1)
-                elif rule is not None:
-                    number = line_no + window.count(b"\n", 0, start)
-                    found[rule.kind] = Finding(rule.kind, number, line.split("\r")[-1], rule.hint)
+                if rule is not None:
+                    first = found.get(rule.kind) or Finding(
+                        rule.kind, line_no + window.count(b"\n", 0, start), line.split("\r")[-1], rule.hint, 0
+                    )
+                    found[rule.kind] = replace(first, count=first.count + 1)
         del array, offsets
         line_no += int(np.count_nonzero(np.frombuffer(data, np.uint8, cut) == 10))  # \n
         before = (before + data[max(0, cut - CONTEXT_BYTES) : cut])[-CONTEXT_BYTES:]
