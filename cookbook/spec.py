@@ -77,7 +77,10 @@ SBATCH_OWN: dict[str, str] = {
     "--dependency": "dependency (--dependency)",
     "--array": "Executor.map_array(..., parallelism=N): one array, a script per task",
 }
-SHARED_PORT_SPAN = 10000  # non-exclusive jobs: rendezvous port = port + job id % SHARED_PORT_SPAN
+SHARED_PORT_SPAN = 2000  # non-exclusive jobs: rendezvous port = port + job id % SHARED_PORT_SPAN
+# Linux's ephemeral ports (net.ipv4.ip_local_port_range) start here: an outgoing connection (gloo, NCCL, another
+# job's store) may hold any of them, and a store that binds one fails with EADDRINUSE although nothing listens
+EPHEMERAL_PORTS_START = 32768
 
 
 class SpecError(ValueError):
@@ -214,7 +217,7 @@ def session_defaults(profile: str) -> dict[str, Any]:
     random rendezvous port (shared nodes: jobs on one node must not collide) and this virtualenv."""
     defaults = profile_defaults(profile)
     if is_local_cpu(profile):
-        defaults["port"] = random.randint(20000, 39999)
+        defaults["port"] = random.randint(20000, EPHEMERAL_PORTS_START - SHARED_PORT_SPAN)  # all below the ephemeral
         if sys.prefix != sys.base_prefix:
             defaults["venv"] = sys.prefix
     return defaults

@@ -210,11 +210,11 @@ def test_jobs_sharing_nodes_rendezvous_on_ports_of_their_own():
     from cookbook.spec import SpecError, make_spec
 
     shared = render_job(make_spec("llama3_3_70b_lora", profile="local-cpu", port=29500)).script
-    assert {_rdzv_port(shared, j) for j in (116, 117, 10116)} == {29616, 29617}  # 10116 wraps onto 116
+    assert {_rdzv_port(shared, j) for j in (116, 117, 2116)} == {29616, 29617}  # 2116 wraps onto 116
     exclusive = render_job(make_spec("llama3_3_70b_lora", profile="generic")).script
     assert _rdzv_port(exclusive, 116) == _rdzv_port(exclusive, 117) == 29500
-    with pytest.raises(SpecError, match="port=60000"):
-        render_job(make_spec("llama3_3_70b_lora", profile="local-cpu", port=60000))
+    with pytest.raises(SpecError, match="port=64000"):
+        render_job(make_spec("llama3_3_70b_lora", profile="local-cpu", port=64000))
 
 
 def _run_resume_block(script: str, run_dir: Path) -> tuple[str, list[str]]:

@@ -17,7 +17,7 @@ import pytest
 from cookbook.recipes import get_recipe, list_recipes
 from cookbook.rehearsal.rehearse import manifest, possibly_empty_arrays, static_problems
 from cookbook.render import generated_files, render_job, write_job
-from cookbook.spec import JobSpec, make_spec, profiles
+from cookbook.spec import SHARED_PORT_SPAN, JobSpec, make_spec, profiles
 
 SCRIPTS = {name: text for name, text in generated_files().items() if name.endswith(".sbatch")}
 GPU_SCRIPTS = {n: t for n, t in SCRIPTS.items() if ".local-cpu." not in n}
@@ -213,7 +213,7 @@ def test_a_rendezvous_port_already_listened_on_is_skipped(name):
             also_taken.listen()
         except OSError:
             pytest.skip(f"port {port + 1} is in use here")
-        base = port - 1234 % 10000 if "local-cpu" in name else port
+        base = port - 1234 % SHARED_PORT_SPAN if "local-cpu" in name else port
         block = re.sub(r"RDZV_PORT=\$\(\( \d+ ", f"RDZV_PORT=$(( {base} ", block)
         block = block.replace("RDZV_PORT=29500", f"RDZV_PORT={port}")
         script = f'set -euo pipefail; HEAD_ADDR=127.0.0.1 SLURM_JOB_ID=1234\n{block}\necho "port $RDZV_PORT"'

@@ -2,7 +2,15 @@
 
 import pytest
 
-from cookbook.spec import JobSpec, SpecError, check_spec, parse_overrides, time_seconds
+from cookbook.spec import (
+    EPHEMERAL_PORTS_START,
+    SHARED_PORT_SPAN,
+    JobSpec,
+    SpecError,
+    check_spec,
+    parse_overrides,
+    time_seconds,
+)
 
 
 def test_default_spec_is_valid():
@@ -41,6 +49,8 @@ def test_profile_defaults_fill_only_what_the_user_did_not_give():
 
     local = make_spec("llama3_3_70b_lora", "local-cpu", time=None)
     assert local.gpus_per_node == 0 and not local.exclusive and local.time == "00:10:00"
-    assert 20000 <= local.port < 40000, "jobs sharing a local node need their own rendezvous port"
+    assert 20000 <= local.port, "jobs sharing a local node need their own rendezvous port"
+    # every port a job may get (port + job id % span) is below the kernel's ephemeral ports
+    assert local.port + SHARED_PORT_SPAN - 1 < EPHEMERAL_PORTS_START
     gpu = make_spec("llama3_3_70b_lora", "nebius", nodes=4, time="01:00:00")
     assert (gpu.gpus_per_node, gpu.exclusive, gpu.nodes, gpu.time, gpu.port) == (8, True, 4, "01:00:00", 29500)
