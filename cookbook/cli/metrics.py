@@ -115,7 +115,8 @@ def _metrics(args: argparse.Namespace) -> int:
 
 def _derive(df: pd.DataFrame, args: argparse.Namespace) -> pd.DataFrame:
     """``add_derived`` with FLOPs from ``--model`` (the planner) or ``--flops-per-token``; prints what it assumed."""
-    from cookbook.metrics.derived import add_derived, peak_tflops, planner_flops
+    from cookbook.metrics.derived import add_derived, peak_tflops
+    from cookbook.planner.estimate import planner_flops
 
     per_token, per_sample = args.flops_per_token, None
     try:

@@ -11,7 +11,7 @@ import importlib
 from typing import Any
 
 from cookbook.gpus import peak_tflops
-from cookbook.metrics.derived import add_derived, eta, hf_config_flops_per_token, planner_flops, tokens_seen
+from cookbook.metrics.derived import add_derived, eta, tokens_seen
 from cookbook.metrics.diagnose import Finding, diagnose, diagnose_text
 from cookbook.metrics.follow import LogFollower
 from cookbook.metrics.parse import best_source, parse_log, parse_text, read_tensorboard
@@ -25,9 +25,15 @@ __all__ = [
 # fmt: on
 
 
+# loaded on first use only (start-up speed and memory): matplotlib; the planner (its recipes table)
+_LAZY = {"plots": ("cookbook.metrics.plots", None), "plot_runs": ("cookbook.metrics.plots", "plot_runs")} | {
+    name: ("cookbook.planner.estimate", name) for name in ("planner_flops", "hf_config_flops_per_token")
+}
+
+
 def __getattr__(name: str) -> Any:
-    """``plots`` / ``plot_runs`` load matplotlib on first use only (start-up speed and memory)."""
-    if name not in ("plots", "plot_runs"):
+    """The names of ``_LAZY``, imported when first asked for."""
+    if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    plots = importlib.import_module("cookbook.metrics.plots")
-    return plots if name == "plots" else plots.plot_runs
+    module = importlib.import_module(_LAZY[name][0])
+    return getattr(module, attr) if (attr := _LAZY[name][1]) else module

@@ -1,4 +1,5 @@
-"""Numbers the frameworks do not print: MFU/TFLOPs from model FLOPs, tokens seen, ETA.
+"""Numbers the frameworks do not print: MFU/TFLOPs from model FLOPs (the planner counts them:
+``cookbook.planner.estimate.planner_flops``), tokens seen, ETA.
 
 MFU follows the PaLM definition torchtitan uses: achieved model FLOPs per second per GPU divided by
 the GPU's peak dense bf16 FLOPs. Model FLOPs per token = 6 * N (N = non-embedding parameters) plus
@@ -7,50 +8,12 @@ attention 12 * layers * heads * head_dim * seq_len.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-from collections.abc import Mapping
 from datetime import timedelta
-from pathlib import Path
 
 import pandas as pd
 
 from cookbook.gpus import peak_tflops as peak_tflops  # re-exported: cookbook.metrics.peak_tflops
-
-
-def hf_config_flops_per_token(config: Mapping[str, object] | str | os.PathLike[str], seq_len: int) -> float:
-    """FLOPs per token of a Llama-style model from its Hugging Face ``config.json`` (dict or path),
-    counted by the planner's formula (the one count of the package: 6N + 12 * layers * heads * head_dim * s)."""
-    from cookbook.planner.estimate import Settings, flops_per_token
-    from cookbook.planner.models import shape_from_config
-
-    p = Path() if isinstance(config, Mapping) else Path(config)
-    values = config if isinstance(config, Mapping) else json.loads((p / "config.json" if p.is_dir() else p).read_text())
-    return flops_per_token(shape_from_config(values), Settings(seq_len=seq_len))
-
-
-# torchtitan's FLUX trainer (2025, e.g. ``tps: 1,541,366`` in the Nebius FLUX.1-schnell guide,
-# https://github.com/nebius/ml-cookbook) counted ``labels.numel()`` as tokens: the pixel values of each
-# image, 3 * image_size**2. Later versions count seq_len per image instead.
-FLUX_TPS_PER_IMAGE_PIXEL = 3
-
-
-def planner_flops(model: str, seq_len: int | None = None, image_size: int | None = None) -> tuple[float, float]:
-    """(FLOPs per unit of the logged ``tokens_per_second_per_gpu``, FLOPs per sample) of a planner model.
-
-    ``model`` is a planner key (``llama3_1_8b``, ``flux_schnell`` ...), counted by the planner's formulas (unset
-    sizes: the planner's ``Settings`` defaults). An LLM's unit is a token; FLUX trains on images, so its unit is one
-    pixel value (see ``FLUX_TPS_PER_IMAGE_PIXEL``): FLOPs per image / (3 * image_size**2)."""
-    from cookbook.planner.estimate import Settings, flops_per_sample, flops_per_token
-    from cookbook.planner.models import FluxShape, get_model
-
-    shape = get_model(model)
-    s = Settings().with_overrides(**{k: v for k, v in (("seq_len", seq_len), ("image_size", image_size)) if v})
-    per_sample = flops_per_sample(shape, s)
-    if isinstance(shape, FluxShape):
-        return per_sample / (FLUX_TPS_PER_IMAGE_PIXEL * s.image_size**2), per_sample
-    return flops_per_token(shape, s), per_sample
 
 
 def add_derived(df: pd.DataFrame, *, flops_per_token: float | None = None, flops_per_sample: float | None = None,

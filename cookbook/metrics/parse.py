@@ -9,6 +9,7 @@ and memory are linear in the file, whatever its shape and wherever the windows f
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import warnings
@@ -28,11 +29,12 @@ from cookbook.metrics.table import resolve, to_frame
 WINDOW = 1 << 20
 MAX_PARTIAL = 1 << 20  # a longer "line" (no \\n or \\r in it) is no log line (binary junk): dropped
 _EARLIER = {f: (*(m := [e.marker for e in FORMATS[: FORMATS.index(f)]]), *["\0\1\0"] * (4 - len(m))) for f in FORMATS}
+_STEP = {f: f.regex.groupindex["step"] for f in FORMATS if f.regex is not None}
 BATCH = 5_000  # rows converted at a time (their strings held until then)
 _KEYS = ("split", "step", "rank", "node")
 
 
-def _hms(col: list[Any]) -> np.ndarray:
+def _hms(col: Sequence[Any] | np.ndarray) -> np.ndarray:
     """tqdm's ``05:03`` / ``49:53:19`` (str, ``?`` or None) -> seconds (NaN for ``?``/None), column-wise."""
     arr = pa.array(col, pa.string())
     lists = pc.split_pattern(pc.if_else(pc.equal(arr, "?"), pa.scalar(None, pa.string()), arr), ":")
@@ -49,13 +51,13 @@ def _per_step(rate_unit: tuple[str | None, str | None]) -> float:
     return value if rate_unit[1] == "s/it" else (1 / value if value else math.nan)
 
 
-def _each(fn: Callable[[Any], Any], col: Sequence[Any]) -> list[Any]:
+def _each(fn: Callable[[Any], Any], col: Sequence[Any] | np.ndarray) -> list[Any]:
     """``fn`` of each value, computed once per distinct value (logs repeat them a lot)."""
     done = {v: fn(v) for v in set(col)}
     return [done[v] for v in col]
 
 
-def _floats(col: list[Any]) -> np.ndarray | None:
+def _floats(col: Sequence[Any] | np.ndarray) -> np.ndarray | None:
     """Captured numbers (str or None) -> float64 (None -> NaN); None if no value was captured."""
     try:
         return np.fromiter(map(float, col), dtype=np.float64, count=len(col))
@@ -87,19 +89,26 @@ class Collector:
         """Read ``text``: complete lines (it ends at a line end or at the end of the log)."""
         seq, redraw, found, add_loser = self.seq, self._redraw, self._found, self._losers.add
         last_key, last_fmt, (e0, e1, e2, e3), last_pre = self._last
-        if text.count(NEEDLE, 0, 1 << 16) * 8 < text.count("\n", 0, 1 << 16):  # mostly other lines: find the needle's
-            segs, starts, pos, end = [], [], 0, len(text)
-            while (i := text.find(NEEDLE, pos)) >= 0:
-                starts.append(text.rfind("\n", 0, i) + 1)
-                pos = end if (pos := text.find("\n", i)) < 0 else pos
-                segs.append(text[starts[-1] : pos])
-            line_of: Callable[[int], int] = lambda n: text.count("\n", 0, starts[n])  # noqa: E731
+        body, starts = text.replace("\r", "\n") if "\r" in text else text, None  # tqdm: a \r ends a line too
+        if body.count(NEEDLE, 0, 1 << 16) * 8 < body.count("\n", 0, 1 << 16):  # mostly other lines: find the needle's
+            segs, starts, pos, end = [], [], 0, len(body)
+            while (i := body.find(NEEDLE, pos)) >= 0:
+                starts.append(body.rfind("\n", 0, i) + 1)
+                pos = end if (pos := body.find("\n", i)) < 0 else pos
+                segs.append(body[starts[-1] : pos])
         else:
-            segs, line_of = text.split("\n"), int  # segment n is line n
-        if "\r" in text:  # tqdm: each \r-separated piece is read alone
-            lines = [n for n, line in enumerate(segs) for _ in range(line.count("\r") + 1)]
-            outer, segs = line_of, [seg for line in segs for seg in line.split("\r")]
-            line_of = lambda n: outer(lines[n])  # noqa: E731
+            segs = body.split("\n")
+        at = [0, 0]  # an offset in text and the \n before it: line numbers of skipped lines, counted forward once
+
+        def line_of(n: int) -> int:  # the line (in text) of segment n
+            nonlocal starts
+            if starts is None:
+                if body is text:
+                    return n
+                starts = [0, *itertools.accumulate(len(s) + 1 for s in segs)]
+            at[1], at[0] = at[1] + text.count("\n", at[0], starts[n]), starts[n]
+            return at[1]
+
         for n, seg in enumerate(segs):
             if NEEDLE not in seg or (seg.startswith(redraw) and "step:" not in seg):
                 continue  # a tqdm redraw of the bar just read: its step is taken (first line wins)
@@ -116,11 +125,13 @@ class Collector:
                 rows = found[fmt]
                 rows.append(seq)
                 rows.extend(m.groups())
+                step_end = m.end(_STEP[fmt])
                 if fmt.name == "torchtune-tqdm":
-                    redraw = seg[: m.end("step") + 6]  # prefix, "E|S|Loss:"
-                if self._first and ((r := m["glob"] or m["tag"] or m["srun"]) is None or int(r) == 0):  # rank 0
-                    last_fmt, (e0, e1, e2, e3), last_pre = fmt, _EARLIER[fmt], seg[: m.start("_head")]
-                    last_key = seg[m.end("_head") : m.end("step") + 1]  # and the non-digit after the step
+                    redraw = seg[: step_end + 6]  # prefix, "E|S|Loss:"
+                if self._first and ((r := m[3] or m[2] or m[1]) is None or int(r) == 0):  # rank 0 (glob, tag, srun)
+                    head, head_end = m.span(4)
+                    last_fmt, (e0, e1, e2, e3), last_pre = fmt, _EARLIER[fmt], seg[:head]
+                    last_key = seg[head_end : step_end + 1]  # and the non-digit after the step
             else:
                 m.update(seq=seq, format=fmt.name)
                 m.setdefault("split", fmt.split)
@@ -130,45 +141,45 @@ class Collector:
         self.lines += text.count("\n")
 
     def frame(self, ranks: str = "all") -> pd.DataFrame:
-        """The rows read since the last call, in line order, then forget them. ``ranks="first"`` drops the
-        rows that cannot win their step (see table.py) before their numbers are converted."""
-        parts = [self._convert(fmt, found, ranks) for fmt, found in self._found.items() if found]
+        """The rows read since the last call, in line order, then forget them. ``ranks="first"`` drops the rows that
+        cannot win their step (see table.py), of all formats at once, before their numbers are converted."""
+        parts: list[tuple[Format | None, pd.DataFrame]] = [(f, self._keys(f, v)) for f, v in self._found.items() if v]
         if self._rows:
-            parts.append(rows := pd.DataFrame.from_records(self._rows))
+            parts.append((None, rows := pd.DataFrame.from_records(self._rows)))
             self.formats.update(rows["format"].unique())
             self.ranks.update(int(r) for r in rows["rank"].dropna().unique())
         for fmt, head in self._losers:  # a line's launcher prefix is at the start of its head
             self.formats.add(fmt.name)
             if (p := fm.PREFIX.match(head)) and (rank := rank_node(*p.group("srun", "tag", "glob"))[0]) is not None:
                 self.ranks.add(int(rank))
-        for found in self._found.values():
-            found.clear()
+        wins = _winners([keys for _, keys in parts], ranks)
+        frames = [k[w] if f is None else self._convert(f, k, w) for (f, k), w in zip(parts, wins, strict=True)]
+        self._found, self._rows = {f: [] for f in self._found}, []
         self._losers.clear()
-        self._rows = []
-        if len(parts) < 2:
-            return parts[0] if parts else pd.DataFrame()
-        return pd.concat(parts, ignore_index=True).sort_values("seq", kind="stable", ignore_index=True)
+        if len(frames) < 2:
+            return frames[0] if frames else pd.DataFrame()
+        return pd.concat(frames, ignore_index=True).sort_values("seq", kind="stable", ignore_index=True)
 
-    def _convert(self, fmt: Format, flat: list[Any], ranks: str) -> pd.DataFrame:
+    def _keys(self, fmt: Format, flat: list[Any]) -> pd.DataFrame:
+        """The keys of a regex format's rows (seq, split, step, rank, node); notes the format and ranks seen."""
         assert fmt.regex is not None  # only regex formats collect flat matches
         index, width = fmt.regex.groupindex, fmt.regex.groups + 1
-        n = len(flat) // width
-        col = {name: flat[i::width] for name, i in index.items()}  # group i sits at offset i of a record
-        seq = np.array(flat[::width], dtype=np.int64)
+        n, (srun, tag, glob) = len(flat) // width, (flat[index[g] :: width] for g in ("srun", "tag", "glob"))
         rank = node = np.full(n, np.nan)
-        if not col["srun"].count(None) == col["tag"].count(None) == n:  # a launcher prefix
-            prefixes = list(zip(col["srun"], col["tag"], col["glob"], strict=True))
-            rank, node = np.array(_each(lambda p: rank_node(*p), prefixes), dtype=float).reshape(n, 2).T
+        if not srun.count(None) == tag.count(None) == n:  # a launcher prefix
+            pairs = _each(lambda p: rank_node(*p), list(zip(srun, tag, glob, strict=True)))
+            rank, node = np.array(pairs, dtype=float).reshape(-1, 2).T
             self.ranks.update(int(r) for r in np.unique(rank[~np.isnan(rank)]))
         self.formats.add(fmt.name)
-        steps = np.fromiter(map(int, col["step"]), dtype=np.int64, count=n)
-        if ranks != "all" and n > 1 and not (np.isnan(rank).all() and (np.diff(steps) > 0).all()):
-            keys = pd.DataFrame({"split": fmt.split, "step": steps, "rank": rank})
-            keep = resolve(keys, ranks).index.to_numpy()
-            if len(keep) < n:  # one format, one split: rows that cannot win their step are not converted
-                col = {name: [c[i] for i in keep] for name, c in col.items()}
-                seq, rank, node, steps, n = seq[keep], rank[keep], node[keep], steps[keep], len(keep)
-        out: dict[str, Any] = {"seq": seq, "rank": rank, "node": node}
+        steps = np.fromiter(map(int, flat[index["step"] :: width]), dtype=np.int64, count=n)
+        return pd.DataFrame({"seq": flat[::width], "split": fmt.split, "step": steps, "rank": rank, "node": node})
+
+    def _convert(self, fmt: Format, keys: pd.DataFrame, wins: slice | np.ndarray) -> pd.DataFrame:
+        """A regex format's winning rows (``wins``), their captured strings converted column-wise."""
+        assert fmt.regex is not None  # only regex formats collect flat matches
+        table = np.array(self._found[fmt], dtype=object).reshape(-1, fmt.regex.groups + 1)[wins]
+        out: dict[str, Any] = {c: v.to_numpy() for c, v in keys[wins].items()}
+        n, col = len(table), {name: table[:, i] for name, i in fmt.regex.groupindex.items()}
         if fmt.dated:
             dates = [f"{d}.{ms}" if ms else d for d, ms in _each(fm.head_time, col["_head"])]
             out["time"] = pd.to_datetime(dates, format="ISO8601", errors="coerce")  # no date: NaT
@@ -178,12 +189,23 @@ class Collector:
             elif name == "rate":
                 out["seconds_per_step"] = np.array(_each(_per_step, list(zip(values, col["unit"], strict=True))))
             elif name in fm.INT_COLUMNS:  # always captured, digits only
-                out[name] = steps if name == "step" else np.fromiter(map(int, values), np.int64, n)
+                out[name] = out["step"] if name == "step" else np.fromiter(map(int, values), np.int64, n)
             elif name not in ("srun", "tag", "glob", "_head", "unit") and (v := _floats(values)) is not None:
                 out[name] = v
         if fmt.name == "torchtitan":  # pipeline parallelism's placeholder on non-last stages
             out["loss"] = np.where(out["loss"] == -1.0, np.nan, out["loss"])
-        return pd.DataFrame({**out, "split": fmt.split, "format": fmt.name})
+        return pd.DataFrame({**out, "format": fmt.name})
+
+
+def _winners(keys: list[pd.DataFrame], ranks: str) -> list[slice | np.ndarray]:
+    """Per part (rows of one format), the rows that can win their key, judged in line order (``ranks="first"``)."""
+    one = len(keys) == 1 and keys[0]["rank"].isna().all() and (np.diff(keys[0]["step"]) > 0).all()
+    if ranks == "all" or not keys or one:  # ranks="all", or one format's steps increasing without ranks: all win
+        return [slice(None)] * len(keys)
+    df = pd.concat([k[["seq", "split", "step", "rank"]] for k in keys], ignore_index=True)
+    order, wins = np.argsort(df["seq"].to_numpy(), kind="stable"), np.zeros(len(df), dtype=bool)
+    wins[order[resolve(df.take(order).reset_index(drop=True), ranks).index.to_numpy()]] = True
+    return list[slice | np.ndarray](np.split(wins, np.cumsum([len(k) for k in keys])[:-1]))
 
 
 def _table(collector: Collector, parts: list[pd.DataFrame], ranks: str, source: str) -> pd.DataFrame:

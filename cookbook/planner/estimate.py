@@ -18,12 +18,16 @@ parallelism with sequence parallelism divides activations by the TP degree (Kort
 
 from __future__ import annotations
 
+import json
 import math
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Literal
 
 from cookbook.planner.hardware import COMPILE_ACTIVATION_FACTOR, COMPILE_SPEEDUP, GIB, GpuSpec
-from cookbook.planner.models import FluxShape, ModelShape
+from cookbook.planner.models import FluxShape, ModelShape, get_model, shape_from_config
 
 Checkpointing = Literal["none", "selective", "full"]
 CHECKPOINTING_MODES: tuple[str, ...] = ("none", "selective", "full")
@@ -226,6 +230,34 @@ def flops_per_sample(model: ModelShape | FluxShape, s: Settings) -> float:
     if isinstance(model, FluxShape):
         total += 2 * model.text_encoder_params * s.text_tokens + 2 * model.clip_params * 77
     return total
+
+
+def hf_config_flops_per_token(config: Mapping[str, object] | str | os.PathLike[str], seq_len: int) -> float:
+    """FLOPs per token of a Llama-style model from its Hugging Face ``config.json`` (dict or path),
+    counted by :func:`flops_per_token` (the one count of the package: 6N + 12 * layers * heads * head_dim * s)."""
+    p = Path() if isinstance(config, Mapping) else Path(config)
+    values = config if isinstance(config, Mapping) else json.loads((p / "config.json" if p.is_dir() else p).read_text())
+    return flops_per_token(shape_from_config(values), Settings(seq_len=seq_len))
+
+
+# torchtitan's FLUX trainer (2025, e.g. ``tps: 1,541,366`` in the Nebius FLUX.1-schnell guide,
+# https://github.com/nebius/ml-cookbook) counted ``labels.numel()`` as tokens: the pixel values of each
+# image, 3 * image_size**2. Later versions count seq_len per image instead.
+FLUX_TPS_PER_IMAGE_PIXEL = 3
+
+
+def planner_flops(model: str, seq_len: int | None = None, image_size: int | None = None) -> tuple[float, float]:
+    """(FLOPs per unit of the logged ``tokens_per_second_per_gpu``, FLOPs per sample) of a planner model.
+
+    ``model`` is a planner key (``llama3_1_8b``, ``flux_schnell`` ...), counted by :func:`flops_per_sample` (unset
+    sizes: the ``Settings`` defaults). An LLM's unit is a token; FLUX trains on images, so its unit is one
+    pixel value (see ``FLUX_TPS_PER_IMAGE_PIXEL``): FLOPs per image / (3 * image_size**2)."""
+    shape = get_model(model)
+    s = Settings().with_overrides(**{k: v for k, v in (("seq_len", seq_len), ("image_size", image_size)) if v})
+    per_sample = flops_per_sample(shape, s)
+    if isinstance(shape, FluxShape):
+        return per_sample / (FLUX_TPS_PER_IMAGE_PIXEL * s.image_size**2), per_sample
+    return flops_per_token(shape, s), per_sample
 
 
 def effective_mfu(gpu: GpuSpec, s: Settings, model: ModelShape | FluxShape | None = None) -> float:

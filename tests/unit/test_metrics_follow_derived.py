@@ -292,7 +292,7 @@ def test_cli_metrics_derives_flux_mfu_from_the_planner(tmp_path, capsys):
 
 
 def test_cli_metrics_derived_options(capsys):
-    from cookbook.metrics.derived import planner_flops
+    from cookbook.planner.estimate import planner_flops
 
     rc = main(["metrics", str(LOGS / "torchtune_disklogger.txt"), "--gpu", "a100", "--flops-per-token", "2e9"])
     out = capsys.readouterr().out
