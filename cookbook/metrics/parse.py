@@ -143,7 +143,7 @@ class Collector:
     def frame(self, ranks: str = "all") -> pd.DataFrame:
         """The rows read since the last call, in line order, then forget them. ``ranks="first"`` drops the rows that
         cannot win their step (see table.py), of all formats at once, before their numbers are converted."""
-        parts: list[tuple[Format | None, pd.DataFrame]] = [(f, self._keys(f, v)) for f, v in self._found.items() if v]
+        parts: list[tuple[Format | None, Any]] = [(f, self._keys(f, v)) for f, v in self._found.items() if v]
         if self._rows:
             parts.append((None, rows := pd.DataFrame.from_records(self._rows)))
             self.formats.update(rows["format"].unique())
@@ -152,7 +152,7 @@ class Collector:
             self.formats.add(fmt.name)
             if (p := fm.PREFIX.match(head)) and (rank := rank_node(*p.group("srun", "tag", "glob"))[0]) is not None:
                 self.ranks.add(int(rank))
-        wins = _winners([keys for _, keys in parts], ranks)
+        wins = _winners([{c: np.asarray(keys[c]) for c in ("seq", *_KEYS)} for _, keys in parts], ranks)
         frames = [k[w] if f is None else self._convert(f, k, w) for (f, k), w in zip(parts, wins, strict=True)]
         self._found, self._rows = {f: [] for f in self._found}, []
         self._losers.clear()
@@ -160,7 +160,7 @@ class Collector:
             return frames[0] if frames else pd.DataFrame()
         return pd.concat(frames, ignore_index=True).sort_values("seq", kind="stable", ignore_index=True)
 
-    def _keys(self, fmt: Format, flat: list[Any]) -> pd.DataFrame:
+    def _keys(self, fmt: Format, flat: list[Any]) -> dict[str, np.ndarray]:
         """The keys of a regex format's rows (seq, split, step, rank, node); notes the format and ranks seen."""
         assert fmt.regex is not None  # only regex formats collect flat matches
         index, width = fmt.regex.groupindex, fmt.regex.groups + 1
@@ -172,14 +172,15 @@ class Collector:
             self.ranks.update(int(r) for r in np.unique(rank[~np.isnan(rank)]))
         self.formats.add(fmt.name)
         steps = np.fromiter(map(int, flat[index["step"] :: width]), dtype=np.int64, count=n)
-        return pd.DataFrame({"seq": flat[::width], "split": fmt.split, "step": steps, "rank": rank, "node": node})
+        seq, split = np.array(flat[::width], dtype=np.int64), np.full(n, fmt.split, dtype=object)
+        return {"seq": seq, "split": split, "step": steps, "rank": rank, "node": node}
 
-    def _convert(self, fmt: Format, keys: pd.DataFrame, wins: slice | np.ndarray) -> pd.DataFrame:
+    def _convert(self, fmt: Format, keys: dict[str, np.ndarray], wins: slice | np.ndarray) -> pd.DataFrame:
         """A regex format's winning rows (``wins``), their captured strings converted column-wise."""
         assert fmt.regex is not None  # only regex formats collect flat matches
-        table = np.array(self._found[fmt], dtype=object).reshape(-1, fmt.regex.groups + 1)[wins]
-        out: dict[str, Any] = {c: v.to_numpy() for c, v in keys[wins].items()}
-        n, col = len(table), {name: table[:, i] for name, i in fmt.regex.groupindex.items()}
+        flat, width, out = self._found[fmt], fmt.regex.groups + 1, {c: v[wins] for c, v in keys.items()}
+        pick = (lambda c: c) if isinstance(wins, slice) else (lambda c: list(itertools.compress(c, wins)))  # noqa: E731
+        n, col = len(out["seq"]), {name: pick(flat[i::width]) for name, i in fmt.regex.groupindex.items()}
         if fmt.dated:
             dates = [f"{d}.{ms}" if ms else d for d, ms in _each(fm.head_time, col["_head"])]
             out["time"] = pd.to_datetime(dates, format="ISO8601", errors="coerce")  # no date: NaT
@@ -197,15 +198,15 @@ class Collector:
         return pd.DataFrame({**out, "format": fmt.name})
 
 
-def _winners(keys: list[pd.DataFrame], ranks: str) -> list[slice | np.ndarray]:
+def _winners(keys: list[dict[str, np.ndarray]], ranks: str) -> list[slice | np.ndarray]:
     """Per part (rows of one format), the rows that can win their key, judged in line order (``ranks="first"``)."""
-    one = len(keys) == 1 and keys[0]["rank"].isna().all() and (np.diff(keys[0]["step"]) > 0).all()
+    one = len(keys) == 1 and np.isnan(keys[0]["rank"].astype(float)).all() and (np.diff(keys[0]["step"]) > 0).all()
     if ranks == "all" or not keys or one:  # ranks="all", or one format's steps increasing without ranks: all win
         return [slice(None)] * len(keys)
-    df = pd.concat([k[["seq", "split", "step", "rank"]] for k in keys], ignore_index=True)
+    df = pd.DataFrame({c: np.concatenate([k[c] for k in keys]) for c in ("seq", "split", "step", "rank")})
     order, wins = np.argsort(df["seq"].to_numpy(), kind="stable"), np.zeros(len(df), dtype=bool)
     wins[order[resolve(df.take(order).reset_index(drop=True), ranks).index.to_numpy()]] = True
-    return list[slice | np.ndarray](np.split(wins, np.cumsum([len(k) for k in keys])[:-1]))
+    return list[slice | np.ndarray](np.split(wins, np.cumsum([len(k["seq"]) for k in keys])[:-1]))
 
 
 def _table(collector: Collector, parts: list[pd.DataFrame], ranks: str, source: str) -> pd.DataFrame:

@@ -23,8 +23,8 @@ COLUMNS: tuple[str, ...] = (
 
 def resolve(df: pd.DataFrame, ranks: str = "first") -> pd.DataFrame:
     """Raw rows in the order their lines appear -> one row per key (see the module docstring)."""
-    if df.empty:
-        return df
+    if df.empty or ((s := df["split"].to_numpy()) == s[0]).all() and (np.diff(df["step"].to_numpy(float)) > 0).all():
+        return df  # one split, steps increasing: no key repeats
     if ranks == "all":
         dup = df.duplicated([c for c in ("split", "step", "node", "rank") if c in df], keep="first")
     else:  # the first of each key once rank 0's rows (or rows without a rank) are put first
