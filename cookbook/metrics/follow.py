@@ -61,7 +61,7 @@ class LogFollower:
             cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
             self._partial = data[cut:] if len(data) - cut <= MAX_PARTIAL else b""
             if cut:
-                self._collector.feed(data[:cut].decode("utf-8", errors="replace"))
+                self._collector.feed(data[:cut])
         self.lines_skipped += [text for _, text in self._collector.skipped]
         self._collector.skipped.clear()
         new = self._emit(self._collector.frame())

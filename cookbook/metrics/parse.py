@@ -29,6 +29,7 @@ from cookbook.metrics.table import resolve, to_frame
 WINDOW = 1 << 20
 MAX_PARTIAL = 1 << 20  # a longer "line" (no \\n or \\r in it) is no log line (binary junk): dropped
 _EARLIER = {f: (*(m := [e.marker for e in FORMATS[: FORMATS.index(f)]]), *["\0\1\0"] * (4 - len(m))) for f in FORMATS}
+_BNEEDLE = NEEDLE.encode()
 _STEP = {f: f.regex.groupindex["step"] for f in FORMATS if f.regex is not None}
 BATCH = 5_000  # rows converted at a time (their strings held until then)
 _KEYS = ("split", "step", "rank", "node")
@@ -85,28 +86,29 @@ class Collector:
         self._first, self._losers = ranks != "all", set[tuple[Format, str]]()
         self._last: tuple[str, Format, tuple[str, ...], str] = ("\0", FORMATS[0], ("\0\1\0",) * 4, "")
 
-    def feed(self, text: str) -> None:
-        """Read ``text``: complete lines (it ends at a line end or at the end of the log)."""
+    def feed(self, data: bytes) -> None:
+        """Read ``data``: complete UTF-8 lines (bad bytes replaced); it ends at a line end or at the end of the log."""
         seq, redraw, found, add_loser = self.seq, self._redraw, self._found, self._losers.add
         last_key, last_fmt, (e0, e1, e2, e3), last_pre = self._last
-        body, starts = text.replace("\r", "\n") if "\r" in text else text, None  # tqdm: a \r ends a line too
-        if body.count(NEEDLE, 0, 1 << 16) * 8 < body.count("\n", 0, 1 << 16):  # mostly other lines: find the needle's
-            segs, starts, pos, end = [], [], 0, len(body)
-            while (i := body.find(NEEDLE, pos)) >= 0:
-                starts.append(body.rfind("\n", 0, i) + 1)
-                pos = end if (pos := body.find("\n", i)) < 0 else pos
-                segs.append(body[starts[-1] : pos])
+        text: Any = data  # a \r ends a line too (tqdm); line numbers count \n in text
+        if data.count(_BNEEDLE, 0, 1 << 16) * 8 < data.count(b"\n", 0, 1 << 16):  # mostly other lines
+            raw, segs, starts, pos = data.replace(b"\r", b"\n") if b"\r" in data else data, [], [], 0
+            while (i := raw.find(_BNEEDLE, pos)) >= 0:  # only the lines holding the needle are decoded
+                starts.append(raw.rfind(b"\n", 0, i) + 1)
+                pos = len(raw) if (pos := raw.find(b"\n", i)) < 0 else pos
+                segs.append(raw[starts[-1] : pos].decode("utf-8", "replace"))
         else:
-            segs = body.split("\n")
+            text, starts = data.decode("utf-8", "replace"), None
+            segs = (body := text.replace("\r", "\n") if "\r" in text else text).split("\n")
+        nl: Any = b"\n" if text is data else "\n"
         at = [0, 0]  # an offset in text and the \n before it: line numbers of skipped lines, counted forward once
 
         def line_of(n: int) -> int:  # the line (in text) of segment n
             nonlocal starts
-            if starts is None:
-                if body is text:
-                    return n
-                starts = [0, *itertools.accumulate(len(s) + 1 for s in segs)]
-            at[1], at[0] = at[1] + text.count("\n", at[0], starts[n]), starts[n]
+            if starts is None and body is text:
+                return n  # no \r: segment n is line n
+            starts = starts or [0, *itertools.accumulate(len(s) + 1 for s in segs)]
+            at[1], at[0] = at[1] + text.count(nl, at[0], starts[n]), starts[n]
             return at[1]
 
         for n, seg in enumerate(segs):
@@ -138,7 +140,7 @@ class Collector:
                 self._rows.append(m)
             seq += 1
         self.seq, self._redraw, self._last = seq, redraw, (last_key, last_fmt, (e0, e1, e2, e3), last_pre)
-        self.lines += text.count("\n")
+        self.lines += text.count(nl)
 
     def frame(self, ranks: str = "all") -> pd.DataFrame:
         """The rows read since the last call, in line order, then forget them. ``ranks="first"`` drops the rows that
@@ -242,8 +244,7 @@ def parse_log(path: str | os.PathLike[str], ranks: str = "first") -> pd.DataFram
             data = keep + block if keep else block
             cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1 if block else len(data)
             if cut:
-                with memoryview(data) as view:
-                    collector.feed(str(view[:cut], "utf-8", "replace"))
+                collector.feed(data[:cut])
             keep = data[cut:] if len(data) - cut <= MAX_PARTIAL else b""
             if collector.seq - converted >= BATCH or not block:
                 converted = collector.seq
@@ -264,7 +265,7 @@ def parse_log(path: str | os.PathLike[str], ranks: str = "first") -> pd.DataFram
 def parse_text(text: str | bytes, ranks: str = "first") -> pd.DataFrame:
     """Like :func:`parse_log` for log text already in memory (a notebook cell, a test)."""
     collector = Collector(ranks)
-    collector.feed(text.decode("utf-8", errors="replace") if isinstance(text, bytes) else text)
+    collector.feed(text if isinstance(text, bytes) else text.encode("utf-8", errors="surrogatepass"))
     return _table(collector, [collector.frame(ranks)], ranks, "<text>")
 
 
@@ -281,7 +282,7 @@ def best_source(folder: str | os.PathLike[str]) -> tuple[str, Path]:
     for pattern in _LOG_GLOBS:
         for f in sorted((f for f in folder.rglob(pattern) if f.is_file()), key=lambda f: -f.stat().st_mtime):
             with open(f, "rb") as fh:
-                if NEEDLE.encode() in fh.read(1 << 20):
+                if _BNEEDLE in fh.read(1 << 20):
                     return "log", f
     raise FileNotFoundError(f"no TensorBoard event files or training log with metrics under {folder}")
 
