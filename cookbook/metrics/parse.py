@@ -3,8 +3,8 @@
 A log is read in ``WINDOW``-byte windows cut after the last ``\\n``/``\\r``; each window's lines that hold the NEEDLE
 are read by :func:`~cookbook.metrics.formats.parse_line` (the one grammar, shared with the live follower) -- but a
 line of the step just read from another rank (launcher prefix), known by the text of its key, is not (it cannot
-win: table.py). Captured strings are converted column-wise every ``BATCH`` rows and reduced to one row per key. Time
-and memory are linear in the file, whatever its shape and wherever the windows fall.
+win: table.py). Every ``BATCH`` rows the keys of all formats are resolved, then the winners' strings converted
+column-wise. Time and memory are linear in the file, whatever its shape and wherever the windows fall.
 """
 
 from __future__ import annotations
