@@ -57,11 +57,11 @@ _MFU = rf"(?:\s++{_A}mfu:\s*+(?:(?P<mfu_pct>{_NUM})%|N/A))?"
 _HEAD = r"(?P<_head>(?!\d{16}).*?)"  # the text before a format's key: holds the date, no garbled number
 
 
-def _line(key: str, rest: str) -> re.Pattern[str]:
-    """A format's regex, matched from the line start: the launcher prefix (groups ``srun``, ``tag``, ``glob``), then
-    anything (``_head``, holding the date; not a garbled 16-digit number), then ``key`` (up to the step; its text
-    tells another rank's line of the step just read: :class:`~.parse.Collector`) and ``rest``: one ``match`` a line."""
-    return re.compile(_PREFIX + _HEAD + key + rest)
+def _line(key: str, rest: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """The regex of a format's line up to ``key`` (see :func:`parse_line`) and its whole regex, matched from the line
+    start: the launcher prefix (groups ``srun``, ``tag``, ``glob``), anything (``_head``, holding the date; not a
+    garbled 16-digit number), ``key`` (up to the step: :class:`~.parse.Collector`) and ``rest``."""
+    return re.compile(_PREFIX + _HEAD + key), re.compile(_PREFIX + _HEAD + key + rest)
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: a cheap dict key
@@ -72,6 +72,7 @@ class Format:
 
     name: str
     marker: str  # a substring every line of the format holds (cheap test first)
+    key: re.Pattern[str]  # the line up to its step (group ``step``), matched from its start
     regex: re.Pattern[str] | None = None
     split: str = "train"
     dated: bool = False  # take the time from the date before the match (the line's head)
@@ -112,29 +113,30 @@ def _jsonl(line: str) -> dict[str, Any] | None:
 
 # fmt: off
 FORMATS: tuple[Format, ...] = (
-    Format("torchtitan", "validate step:", _line(
-        rf"validate step:\s*(?P<step>{_C})\s+{_A}loss:",
-        rf"\s*(?P<loss>{_NUM}){_MEMORY}" + _f("tokens_per_second_per_gpu", "[tw]ps") + rf"{_A}\s*$",
+    Format("torchtitan", "validate step:", *_line(
+        rf"validate step:\s*+(?P<step>{_C})\s++{_A}loss:",
+        rf"\s*+(?P<loss>{_NUM}){_MEMORY}" + _f("tokens_per_second_per_gpu", "[tw]ps") + rf"{_A}\s*$",
     ), split="validation", dated=True),
-    Format("torchtitan", "step:", _line(
-        rf"step:(?<!validate step:)\s*(?P<step>{_C})\s+{_A}loss:",
-        rf"\s*(?P<loss>{_NUM})" + _f("grad_norm", "grad_norm") + _MEMORY + _f("tokens_per_second_per_gpu", "[tw]ps")
-        + _f("tflops", "tflops") + _MFU + rf"{_A}\s*\|?\s*$",
+    Format("torchtitan", "step:", *_line(
+        rf"step:(?<!validate step:)\s*+(?P<step>{_C})\s++{_A}loss:",
+        rf"\s*+(?P<loss>{_NUM})" + _f("grad_norm", "grad_norm") + _MEMORY + _f("tokens_per_second_per_gpu", "[tw]ps")
+        + _f("tflops", "tflops") + _MFU + rf"{_A}\s*+\|?\s*$",
     ), dated=True),
-    Format("torchtune-tqdm", "|Loss:", _line(
+    Format("torchtune-tqdm", "|Loss:", *_line(
         rf"(?<![\w.|])(?P<epoch>{_C})\|(?P<step>{_C})\|Loss:",
-        rf"\s*(?P<loss>{_NUM}):\s*\d+%\|[^|]*\|\s*(?P<progress>{_C})/(?P<total_steps>{_C})\s*"
-        r"\[(?P<elapsed>\d+(?::\d+)*)<(?P<remaining>\d+(?::\d+)*|\?)"
-        r"(?:,\s*(?P<rate>\d+(?:\.\d+)?|\?)(?P<unit>s/it|it/s))?(?:\]|\s*$)",
+        rf"\s*+(?P<loss>{_NUM}):\s*+\d++%\|[^|]*+\|\s*+(?P<progress>{_C})/(?P<total_steps>{_C})\s*+"
+        r"\[(?P<elapsed>\d++(?::\d++)*+)<(?P<remaining>\d++(?::\d++)*+|\?)"
+        r"(?:,\s*+(?P<rate>\d++(?:\.\d++)?+|\?)(?P<unit>s/it|it/s))?+(?:\]|\s*$)",
     )),
-    Format("torchtune-disk", "Step ", parse=_disk),
-    Format("fsdp", "Batch ", _line(  # the last two fields: our own fsdp_train.py
+    Format("torchtune-disk", "Step ", re.compile(rf"{_PREFIX}[ \t]*+Step (?P<step>{_C}) \| "), parse=_disk),
+    Format("fsdp", "Batch ", *_line(  # the last two fields: our own fsdp_train.py
         rf"Batch (?P<step>{_C}) Loss: ",
         rf"(?P<loss>{_NUM}), Speed: (?P<samples_per_second>{_NUM}) samples/sec"
         rf"(?:, lr: (?P<lr>{_NUM}))?(?:, tokens_per_second_per_gpu: (?P<tokens_per_second_per_gpu>{_NUM}))?"
         rf"(?:, mfu: (?:(?P<mfu_pct>{_NUM})%|N/A))?\s*$",
     ), dated=True),
-    Format("jsonl", "{", parse=_jsonl),
+    Format("jsonl", "{", re.compile(rf'{_PREFIX}[ \t]*+{{"step": (?P<step>{_C})[,}}](?!.*"s(?:tep|plit)")'),
+           parse=_jsonl),  # key: no "split" (a validation row) or second "step" after it, else read whole
 )
 # fmt: on
 
@@ -162,13 +164,18 @@ def prefix(line: str) -> tuple[str, int | None, int | None]:
     return line[end:], rank, node
 
 
-def parse_line(line: str) -> tuple[Format | None, Any, bool]:
+def parse_line(line: str, won_fmt: Any = None, won: Any = None) -> tuple[Format | None, Any, bool | None]:
     """Read one line (no ``\\n``/``\\r``): (format, its match or row dict, looks_like_metrics).
 
     A regex format's match holds the prefix groups (see :func:`rank_node`); a row dict has ``rank`` and ``node``. The
-    format is None when no format matches; ``looks_like_metrics`` then says whether to report the line."""
+    format is None when no format matches; ``looks_like_metrics`` then says whether to report the line. A line of a
+    format other than ``won_fmt`` with the split and step of ``won`` (a rank-0 row's match: table.py) loses to it and
+    is read only up to its step: (format, key match, None)."""
     for fmt in FORMATS:
         if fmt.marker in line:
+            k = fmt.key.match(line) if won and fmt is not won_fmt and fmt.split == won_fmt.split else None
+            if k and k["step"] == won["step"]:  # type: ignore[index]
+                return fmt, k, None
             if fmt.regex is not None:
                 if m := fmt.regex.match(line):
                     return fmt, m, True

@@ -1,10 +1,10 @@
 """``parse_log``: a training log file, a TensorBoard event folder or a run folder -> one row per step.
 
 A log is read in ``WINDOW``-byte windows cut after the last ``\\n``/``\\r``; each window's lines that hold the NEEDLE
-are read by :func:`~cookbook.metrics.formats.parse_line` (the one grammar, shared with the live follower) -- but a
-line of the step just read from another rank (launcher prefix), known by the text of its key, is not (it cannot
-win: table.py). Every ``BATCH`` rows the keys of all formats are resolved, then the winners' strings converted
-column-wise. Time and memory are linear in the file, whatever its shape and wherever the windows fall.
+are read by :func:`~cookbook.metrics.formats.parse_line` (the one grammar, shared with the live follower), but a line
+that cannot win its step (table.py) only until that is known: another rank's line of the step just read (its key's
+text), another format's (its regex up to the step). Every ``BATCH`` rows the keys of all formats are resolved, then
+the winners' strings converted column-wise. Time and memory are linear in the file, whatever its shape and windows.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,30 +27,24 @@ import cookbook.metrics.formats as fm
 from cookbook.metrics.formats import FORMATS, NEEDLE, Format, parse_line, rank_node
 from cookbook.metrics.table import resolve, to_frame
 
-WINDOW = 1 << 20
+WINDOW = 1 << 18  # 256 KB: 1 MB reads cost ~20% more CPU in page faults (glibc maps and unmaps each)
 MAX_PARTIAL = 1 << 20  # a longer "line" (no \\n or \\r in it) is no log line (binary junk): dropped
 _EARLIER = {f: (*(m := [e.marker for e in FORMATS[: FORMATS.index(f)]]), *["\0\1\0"] * (4 - len(m))) for f in FORMATS}
 _BNEEDLE = NEEDLE.encode()
-_STEP = {f: f.regex.groupindex["step"] for f in FORMATS if f.regex is not None}
+_GROUPS = {f: (f.regex.groupindex, f.regex.groups + 1) for f in FORMATS if f.regex is not None}  # a row: groups + seq
+_STEP = {f: groups["step"] for f, (groups, _) in _GROUPS.items()}
 BATCH = 5_000  # rows converted at a time (their strings held until then)
 _KEYS = ("split", "step", "rank", "node")
 
 
 def _hms(col: Sequence[Any] | np.ndarray) -> np.ndarray:
     """tqdm's ``05:03`` / ``49:53:19`` (str, ``?`` or None) -> seconds (NaN for ``?``/None), column-wise."""
-    arr = pa.array(col, pa.string())
-    lists = pc.split_pattern(pc.if_else(pc.equal(arr, "?"), pa.scalar(None, pa.string()), arr), ":")
+    lists = pc.split_pattern(pc.if_else(pc.equal(arr := pa.array(col, pa.string()), "?"), None, arr), ":")
     values = pc.cast(lists.flatten(), pa.float64()).to_numpy()
     ends, lens = lists.offsets.to_numpy()[1:], pc.list_value_length(lists).fill_null(0).to_numpy()
     parent = np.repeat(np.arange(len(col)), lens)
     secs = np.bincount(parent, values * 60.0 ** (ends[parent] - 1 - np.arange(len(values))), minlength=len(col))
     return np.where(lens > 0, secs, np.nan)
-
-
-def _per_step(rate_unit: tuple[str | None, str | None]) -> float:
-    """tqdm's rate (``131.58`` ``s/it`` or ``2.5`` ``it/s``) -> seconds per step."""
-    value = math.nan if rate_unit[0] in (None, "?") else float(rate_unit[0])
-    return value if rate_unit[1] == "s/it" else (1 / value if value else math.nan)
 
 
 def _each(fn: Callable[[Any], Any], col: Sequence[Any] | np.ndarray) -> list[Any]:
@@ -59,13 +54,10 @@ def _each(fn: Callable[[Any], Any], col: Sequence[Any] | np.ndarray) -> list[Any
 
 
 def _floats(col: Sequence[Any] | np.ndarray) -> np.ndarray | None:
-    """Captured numbers (str or None) -> float64 (None -> NaN); None if no value was captured."""
-    try:
-        return np.fromiter(map(float, col), dtype=np.float64, count=len(col))
-    except (TypeError, ValueError):  # None (an optional field), or tps: 1,541,366
-        if all(v is None for v in col):
-            return None
-        return np.array([math.nan if v is None else float(v.replace(",", "")) for v in col])
+    """Captured numbers (str or None; ``1,541,366``) -> float64 (None -> NaN); None if no value was captured."""
+    if (arr := pa.array(col, pa.string())).null_count == len(arr):
+        return None
+    return np.asarray(pc.cast(pc.replace_substring(arr, ",", ""), pa.float64()).to_numpy(zero_copy_only=False))
 
 
 class Collector:
@@ -79,24 +71,23 @@ class Collector:
         self._rows: list[dict[str, Any]] = []  # rows of formats without a regex
         self.skipped: list[tuple[int, str]] = []  # (line number, text): looked like metrics, matched no format
         self.formats, self.ranks = set[str](), set[int]()  # formats and ranks seen (before duplicates are dropped)
-        # ranks="first": the last rank-0 or rankless row: (its key text, e.g. "Batch 12 ", the markers of the formats
-        # read before its own (_EARLIER, padded to 4), its launcher prefix). A later line holding that text and none
-        # of those markers, with another prefix, is another rank's line of that step: read no further (head kept for
-        # attrs). Same prefix: read (a typo there is reported). Other formats' lines are read (columns in the table).
+        # ranks="first": the last rank-0 or rankless row's key text (e.g. "Batch 12 "), the markers of the formats read
+        # before its own (_EARLIER, padded to 4), its launcher prefix and its match. A later line holding that text,
+        # none of those markers and another prefix (same prefix: read; a typo is reported), or of another format with
+        # its split and step (parse_line's ``won``), loses its step: read no further (its head kept for attrs).
         self._first, self._losers = ranks != "all", set[tuple[Format, str]]()
-        self._last: tuple[str, Format, tuple[str, ...], str] = ("\0", FORMATS[0], ("\0\1\0",) * 4, "")
+        self._last: tuple[Any, ...] = ("\0", FORMATS[0], ("\0\1\0",) * 4, "", None)
 
     def feed(self, data: bytes) -> None:
         """Read ``data``: complete UTF-8 lines (bad bytes replaced); it ends at a line end or at the end of the log."""
         seq, redraw, found, add_loser = self.seq, self._redraw, self._found, self._losers.add
-        last_key, last_fmt, (e0, e1, e2, e3), last_pre = self._last
+        last_key, last_fmt, (e0, e1, e2, e3), last_pre, won = self._last
         text: Any = data  # a \r ends a line too (tqdm); line numbers count \n in text
-        if data.count(_BNEEDLE, 0, 1 << 16) * 8 < data.count(b"\n", 0, 1 << 16):  # mostly other lines
-            raw, segs, starts, pos = data.replace(b"\r", b"\n") if b"\r" in data else data, [], [], 0
-            while (i := raw.find(_BNEEDLE, pos)) >= 0:  # only the lines holding the needle are decoded
-                starts.append(raw.rfind(b"\n", 0, i) + 1)
-                pos = len(raw) if (pos := raw.find(b"\n", i)) < 0 else pos
-                segs.append(raw[starts[-1] : pos].decode("utf-8", "replace"))
+        if data.count(_BNEEDLE, 0, 1 << 14) * 8 < data.count(b"\n", 0, 1 << 14):  # mostly other lines
+            raw, segs, starts = data.replace(b"\r", b"\n") if b"\r" in data else data, [], []
+            for hit in re.finditer(re.escape(_BNEEDLE) + rb"[^\n]*", raw):  # a line's first needle (re: 2x bytes.find)
+                starts.append(raw.rfind(b"\n", 0, hit.start()) + 1)  # only the lines holding the needle are decoded
+                segs.append(raw[starts[-1] : hit.end()].decode("utf-8", "replace"))
         else:
             text, starts = data.decode("utf-8", "replace"), None
             segs = (body := text.replace("\r", "\n") if "\r" in text else text).split("\n")
@@ -117,15 +108,17 @@ class Collector:
             if last_key in seg and not (seg.startswith(last_pre) or e0 in seg or e1 in seg or e2 in seg or e3 in seg):
                 add_loser((last_fmt, seg[: seg.index(last_key)]))  # another rank's line of the step just read
                 continue
-            fmt, m, looks = parse_line(seg)
+            fmt, m, looks = parse_line(seg, last_fmt, won)
+            if looks is None:  # another format's line of the step just taken
+                add_loser((fmt, seg[: m.start("step")]))  # type: ignore[arg-type]
+                continue
             if fmt is None:
                 if looks:
                     shown = (fm._ANSI.sub("", seg) if "\x1b" in seg else seg).strip()[:300]
                     self.skipped.append((self.lines + 1 + line_of(n), shown))
                 continue
             if fmt.regex is not None:
-                rows = found[fmt]
-                rows.append(seq)
+                (rows := found[fmt]).append(seq)
                 rows.extend(m.groups())
                 step_end = m.end(_STEP[fmt])
                 if fmt.name == "torchtune-tqdm":
@@ -134,13 +127,14 @@ class Collector:
                     head, head_end = m.span(4)
                     last_fmt, (e0, e1, e2, e3), last_pre = fmt, _EARLIER[fmt], seg[:head]
                     last_key = seg[head_end : step_end + 1]  # and the non-digit after the step
+                    won = m
             else:
                 m.update(seq=seq, format=fmt.name)
                 m.setdefault("split", fmt.split)
                 self._rows.append(m)
             seq += 1
-        self.seq, self._redraw, self._last = seq, redraw, (last_key, last_fmt, (e0, e1, e2, e3), last_pre)
-        self.lines += text.count(nl)
+        self.seq, self._redraw, self._last = seq, redraw, (last_key, last_fmt, (e0, e1, e2, e3), last_pre, won)
+        self.lines += int(np.count_nonzero(np.frombuffer(data, np.uint8) == 10))  # \n
 
     def frame(self, ranks: str = "all") -> pd.DataFrame:
         """The rows read since the last call, in line order, then forget them. ``ranks="first"`` drops the rows that
@@ -155,7 +149,8 @@ class Collector:
             if (p := fm.PREFIX.match(head)) and (rank := rank_node(*p.group("srun", "tag", "glob"))[0]) is not None:
                 self.ranks.add(int(rank))
         wins = _winners([{c: np.asarray(keys[c]) for c in ("seq", *_KEYS)} for _, keys in parts], ranks)
-        frames = [k[w] if f is None else self._convert(f, k, w) for (f, k), w in zip(parts, wins, strict=True)]
+        kept = [(f, k, w) for (f, k), w in zip(parts, wins, strict=True) if w is not None]  # columns: of winners
+        frames = [k[w].dropna(axis=1, how="all") if f is None else self._convert(f, k, w) for f, k, w in kept]
         self._found, self._rows = {f: [] for f in self._found}, []
         self._losers.clear()
         if len(frames) < 2:
@@ -164,8 +159,7 @@ class Collector:
 
     def _keys(self, fmt: Format, flat: list[Any]) -> dict[str, np.ndarray]:
         """The keys of a regex format's rows (seq, split, step, rank, node); notes the format and ranks seen."""
-        assert fmt.regex is not None  # only regex formats collect flat matches
-        index, width = fmt.regex.groupindex, fmt.regex.groups + 1
+        index, width = _GROUPS[fmt]
         n, (srun, tag, glob) = len(flat) // width, (flat[index[g] :: width] for g in ("srun", "tag", "glob"))
         rank = node = np.full(n, np.nan)
         if not srun.count(None) == tag.count(None) == n:  # a launcher prefix
@@ -179,18 +173,19 @@ class Collector:
 
     def _convert(self, fmt: Format, keys: dict[str, np.ndarray], wins: slice | np.ndarray) -> pd.DataFrame:
         """A regex format's winning rows (``wins``), their captured strings converted column-wise."""
-        assert fmt.regex is not None  # only regex formats collect flat matches
-        flat, width, out = self._found[fmt], fmt.regex.groups + 1, {c: v[wins] for c, v in keys.items()}
+        (index, width), flat, out = _GROUPS[fmt], self._found[fmt], {c: v[wins] for c, v in keys.items()}
         pick = (lambda c: c) if isinstance(wins, slice) else (lambda c: list(itertools.compress(c, wins)))  # noqa: E731
-        n, col = len(out["seq"]), {name: pick(flat[i::width]) for name, i in fmt.regex.groupindex.items()}
+        n, col = len(out["seq"]), {name: pick(flat[i::width]) for name, i in index.items()}
         if fmt.dated:
             dates = [f"{d}.{ms}" if ms else d for d, ms in _each(fm.head_time, col["_head"])]
             out["time"] = pd.to_datetime(dates, format="ISO8601", errors="coerce")  # no date: NaT
         for name, values in col.items():
             if name in ("elapsed", "remaining"):
                 out[f"{name}_s"] = _hms(values)
-            elif name == "rate":
-                out["seconds_per_step"] = np.array(_each(_per_step, list(zip(values, col["unit"], strict=True))))
+            elif name == "rate":  # 131.58 s/it or 2.5 it/s -> seconds per step
+                v: Any = _floats(["nan" if r in (None, "?") else r for r in values])  # no rate: NaN
+                inverse = np.divide(1.0, v, out=np.full(n, math.nan), where=v != 0)
+                out["seconds_per_step"] = np.where(np.asarray(col["unit"]) == "s/it", v, inverse)
             elif name in fm.INT_COLUMNS:  # always captured, digits only
                 out[name] = out["step"] if name == "step" else np.fromiter(map(int, values), np.int64, n)
             elif name not in ("srun", "tag", "glob", "_head", "unit") and (v := _floats(values)) is not None:
@@ -200,15 +195,15 @@ class Collector:
         return pd.DataFrame({**out, "format": fmt.name})
 
 
-def _winners(keys: list[dict[str, np.ndarray]], ranks: str) -> list[slice | np.ndarray]:
-    """Per part (rows of one format), the rows that can win their key, judged in line order (``ranks="first"``)."""
+def _winners(keys: list[dict[str, np.ndarray]], ranks: str) -> list[slice | np.ndarray | None]:
+    """Per part (rows of one format), the rows that can win their key in line order (``ranks="first"``; None: none)."""
     one = len(keys) == 1 and np.isnan(keys[0]["rank"].astype(float)).all() and (np.diff(keys[0]["step"]) > 0).all()
     if ranks == "all" or not keys or one:  # ranks="all", or one format's steps increasing without ranks: all win
         return [slice(None)] * len(keys)
     df = pd.DataFrame({c: np.concatenate([k[c] for k in keys]) for c in ("seq", "split", "step", "rank")})
     order, wins = np.argsort(df["seq"].to_numpy(), kind="stable"), np.zeros(len(df), dtype=bool)
     wins[order[resolve(df.take(order).reset_index(drop=True), ranks).index.to_numpy()]] = True
-    return list[slice | np.ndarray](np.split(wins, np.cumsum([len(k["seq"]) for k in keys])[:-1]))
+    return [w if w.any() else None for w in np.split(wins, np.cumsum([len(k["seq"]) for k in keys])[:-1])]
 
 
 def _table(collector: Collector, parts: list[pd.DataFrame], ranks: str, source: str) -> pd.DataFrame:
@@ -237,8 +232,7 @@ def parse_log(path: str | os.PathLike[str], ranks: str = "first") -> pd.DataFram
     # windows: rows converted every ``BATCH`` rows (each batch reduced to one row per key) and the rows so
     # far reduced whenever they doubled, so memory follows the result, not the file
     collector, parts, keep, converted, held, reduced = Collector(ranks), [], b"", 0, 0, BATCH
-    # Plain reads, not mmap: a log truncated while mapped (Slurm truncates it on requeue) would SIGBUS.
-    with open(p, "rb") as f:
+    with open(p, "rb") as f:  # plain reads, not mmap: a log truncated while mapped (a requeue) would SIGBUS
         while True:
             block = f.read(WINDOW)
             data = keep + block if keep else block

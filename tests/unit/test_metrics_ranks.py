@@ -187,14 +187,16 @@ _NOT_THAT_STEP[-1] = _NOT_THAT_STEP[-1].replace("INFO - ", "INFO - Batch 5 of ")
 
 @pytest.mark.parametrize("shape", ["noisy", "dense", "fsdp", "tqdm", "mixed", "rehearsal", "not that step"])
 def test_the_other_ranks_shortcut_changes_nothing(monkeypatch, shape):
-    """ranks="first" reads a line holding the key text of the step just read from rank 0 no further; with that
-    shortcut off (every line holds a marker read "before" its format), every table and attr is the same."""
-    from cookbook.metrics import parse
+    """ranks="first" reads a line holding the key text of the step just read from rank 0 no further, and another
+    format's line of that step only up to its step; with both shortcuts off (every line holds a marker read
+    "before" its format; no step is taken), every table and attr is the same."""
+    from cookbook.metrics import formats, parse
 
     text = {"rehearsal": _mixed_log().decode("utf-8", "replace"), "not that step": "\n".join(_NOT_THAT_STEP * 15)}
     text = text.get(shape) or _bench_log(shape)
     fast = parse_text(text)
     monkeypatch.setattr(parse, "_EARLIER", {f: ("oss",) * 4 for f in parse._EARLIER})
+    monkeypatch.setattr(parse, "parse_line", lambda line, *won: formats.parse_line(line))
     slow = parse_text(text)
     pd.testing.assert_frame_equal(fast, slow)
     assert fast.attrs == slow.attrs and len(fast) >= 4
