@@ -247,7 +247,9 @@ CLI_LIMIT_S = 0.3  # the issue's start-up limit (verbs that only start: --help, 
 
 def cli_times(tmp: Path, repeat: int = 5) -> dict[str, float]:
     """Best-of-``repeat`` wall seconds of each command, run in turns (so load hits them alike)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    from cookbook.local import preload_value  # the torchtitan render's triton stand-in, as `make` sets it here
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COOKBOOK_PRELOAD": preload_value()}
     times: dict[str, list[float]] = {name: [] for name in CLI}
     for _ in range(repeat):
         for name, args in CLI.items():
@@ -322,7 +324,7 @@ def report(result: dict) -> str:
         "| shape | MB | steps | `grep -c` s | simple loop s | "
         + ("grammar loop s | " if grammar else "")
         + "`parse_log` s (wall) | parse_log vs simple loop (>= 1.0x, aim 2x) | parse MB/s "
-        "| `diagnose` s, MB/s (>= 100) | `cookbook metrics` / parse_log (<= 1.5) | DataFrame MB "
+        "| `diagnose` s, MB/s (>= 100) | `cookbook metrics` / parse_log (<= 1.5), CPU; wall | DataFrame MB "
         "| peak RSS MB, absolute | peak RSS above the import-only process (<= 2x DataFrame + 150) |",
         "|" + " --- |" * (13 if grammar else 12),
     ]
@@ -330,6 +332,7 @@ def report(result: dict) -> str:
     for shape, r in result["shapes"].items():
         p, simple, diag, mb = r["parse"], r["simple"]["seconds"], r["diagnose"]["seconds"], r["mb"]
         speed, ratio, limit = simple / p["seconds"], r["metrics"]["seconds"] / p["seconds"], 2 * p["df_mb"] + 150
+        wall = r["metrics"]["wall"] / p["wall"]  # the diagnosis reads beside the parse (a thread): what a user waits
         aim = "pass, aim met" if speed >= 2 else "pass, aim missed" if speed >= 1 else "**FAIL**"
         tqdm_1m = " (<= 3 s: " + _mark(p["seconds"] <= 3) + ")" if shape.startswith("tqdm 1,000,000") else ""
         plain = f"{r['plain']['seconds']:.2f} | " if grammar and r.get("plain") else "- | " if grammar else ""
@@ -337,7 +340,8 @@ def report(result: dict) -> str:
         lines.append(
             f"| {shape} | {mb:.0f} | {r['steps']:,} | {r['grep_s']:.2f} | {simple:.2f} | {plain}{p['seconds']:.2f}"
             f"{tqdm_1m} ({p['wall']:.2f}) | {speed:.2f}x {aim} | {mb / p['seconds']:.0f} | "
-            f"{diag:.2f}, {mb / diag:.0f} {_mark(mb / diag >= 100)} | {ratio:.2f} {_mark(ratio <= 1.5)} | "
+            f"{diag:.2f}, {mb / diag:.0f} {_mark(mb / diag >= 100)} | "
+            f"{ratio:.2f} {_mark(ratio <= 1.5)}; {wall:.2f} {_mark(wall <= 1.5)} | "
             f"{p['df_mb']:.1f} | {p['rss_mb']:.0f} (limit {limit:.0f}: {_mark(p['rss_mb'] <= limit)}) | "
             f"{above:.0f} (limit {limit:.0f}: {_mark(above <= limit)}) |"
         )

@@ -13,6 +13,8 @@ from cookbook.cli import UserError
 if TYPE_CHECKING:  # pandas is imported by the handlers only: fast `cookbook --help`
     import pandas as pd
 
+    from cookbook.metrics import Finding
+
 _SHOW = (
     "step",
     "split",
@@ -75,18 +77,24 @@ def format_rows(df: pd.DataFrame, header: bool = True) -> str:
 
 
 def _metrics(args: argparse.Namespace) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
     from cookbook.metrics import best_source, parse_log
 
     path = Path(args.log)
     if not path.exists():
         raise UserError(f"{path} does not exist")
+    pool = ThreadPoolExecutor(1)  # diagnose's scan (pyarrow's RE2) releases the GIL: it reads the log beside the parse
     try:
         if path.is_dir():
             kind, path = best_source(path)
             print(f"reading {path} ({'TensorBoard event files' if kind == 'tensorboard' else 'training log'})")
+        diagnosis = pool.submit(log_diagnosis, path) if path.is_file() else None
         df = parse_log(path, ranks="all" if args.all_ranks else "first")
     except FileNotFoundError as e:
         raise UserError(str(e)) from e
+    finally:
+        pool.shutdown(wait=False)
     if not df.empty and (args.gpu or args.model or args.flops_per_token):
         df = _derive(df, args)
     if df.empty:
@@ -100,8 +108,8 @@ def _metrics(args: argparse.Namespace) -> int:
         print(f"\n{len(df)} rows ({formats}){last}")
     for line_no, text in df.attrs.get("skipped", []):
         print(f"skipped line {line_no} (looks like metrics, matches no format): {text[:120]}", file=sys.stderr)
-    if path.is_file():
-        print_log_diagnosis(path)
+    if diagnosis is not None:
+        print_log_diagnosis(path, diagnosis.result())
     if args.csv:
         df.to_csv(args.csv, index=False)
         print(f"wrote {args.csv}")
@@ -143,16 +151,23 @@ def _derive(df: pd.DataFrame, args: argparse.Namespace) -> pd.DataFrame:
     return out
 
 
-def print_log_diagnosis(log: Path) -> int:
-    """The known failures in ``log`` (``cookbook.metrics.diagnose``), then the pre-flight gate's result and the node
-    exclusions it records (``cookbook.analysis.node_health``, from the ``cookbook: `` lines of the same read), each
-    as a ``nodes: `` line; a NODE_FAIL the job already excluded says so instead of advising it. ``metrics``,
-    ``watch`` and ``diagnose`` print this; returns the number of findings and node lines printed."""
-    from cookbook.analysis.node_health import node_events, node_report, settled
+def log_diagnosis(log: Path) -> tuple[list[Finding], list[tuple[int, str]]]:
+    """``diagnose(log)`` and the log's ``cookbook: `` lines, from one read (what :func:`print_log_diagnosis` prints)."""
     from cookbook.metrics import diagnose
 
     lines: list[tuple[int, str]] = []
-    findings = diagnose(log, lines_with=lines)
+    return diagnose(log, lines_with=lines), lines
+
+
+def print_log_diagnosis(log: Path, read: tuple[list[Finding], list[tuple[int, str]]] | None = None) -> int:
+    """The known failures in ``log`` (``cookbook.metrics.diagnose``), then the pre-flight gate's result and the node
+    exclusions it records (``cookbook.analysis.node_health``, from the ``cookbook: `` lines of the same read), each
+    as a ``nodes: `` line; a NODE_FAIL the job already excluded says so instead of advising it. ``metrics``,
+    ``watch`` and ``diagnose`` print this (``read``: what :func:`log_diagnosis` returned, else read now); returns the
+    number of findings and node lines printed."""
+    from cookbook.analysis.node_health import node_events, node_report, settled
+
+    findings, lines = read or log_diagnosis(log)
     for finding in settled(findings, node_events(log, lines)):
         print(finding)
     report = node_report(log, lines)
