@@ -1,9 +1,9 @@
 """The grammar: one compiled regex per training-log format, the line prefixes, and how a line is read.
 
-Every format's metrics line holds ``oss`` (``loss``/``Loss``): only lines holding it are matched. A line that looks
-like a metrics line but matches no format exactly is reported as skipped (a typo never becomes a wrong number). Commas
-are only thousands separators (``0,7052`` is a typo), counters (step, rank ...) have at most 15 digits (exact in
-float64), a date like ``2025-06-37`` gives NaT. ``FORMATS`` order is match order:
+Every format's metrics line holds ``oss`` (``loss``, ``Loss``): only lines holding it are matched. A line that looks
+like a metrics line but matches no format exactly is reported as skipped, unless it loses its step anyway (parse.py):
+a typo never becomes a wrong number. Commas are only thousands separators (``0,7052``: a typo), counters (step, rank
+...) have at most 15 digits (exact in float64), a date like ``2025-06-37`` gives NaT. ``FORMATS`` order is match order:
 
 - ``torchtitan``: ``[titan] 2025-06-10 21:58:27,008 - root - INFO - step: 700  loss:  0.7052  grad_norm: 2.9
   memory: 76.79GiB(96.97%)  tps: 1,541,366  tflops: 0.00  mfu: 0.00%`` (ANSI colours, optional fields,
