@@ -55,6 +55,7 @@ def _f(name: str, label: str, unit: str = "") -> str:
 _MEMORY = rf"(?:\s++{_A}memory:\s*+(?P<memory_gib>{_NUM})GiB\((?P<memory_pct>{_NUM})%\))?"
 _MFU = rf"(?:\s++{_A}mfu:\s*+(?:(?P<mfu_pct>{_NUM})%|N/A))?"
 _HEAD = r"(?P<_head>(?!\d{16}).*?)"  # the text before a format's key: holds the date, no garbled number
+_DISK_STEP = rf"Step (?P<step>{_C}) \| "  # a DiskLogger line's start (its key)
 
 
 def _line(key: str, rest: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
@@ -80,7 +81,7 @@ class Format:
 
 
 def _disk(line: str) -> dict[str, Any] | None:
-    m = re.match(r"^Step (?P<step>\d+) \| (?P<pairs>(?:[\w/.()%-]+:\S+ ?)+)\s*$", line.strip(" \t"))
+    m = re.match(_DISK_STEP + r"(?P<pairs>(?:[\w/.()%-]+:\S+ ?)+)\s*$", line.strip(" \t"))
     if not m:
         return None
     row: dict[str, Any] = {"step": float(m["step"])}
@@ -128,7 +129,7 @@ FORMATS: tuple[Format, ...] = (
         r"\[(?P<elapsed>\d++(?::\d++)*+)<(?P<remaining>\d++(?::\d++)*+|\?)"
         r"(?:,\s*+(?P<rate>\d++(?:\.\d++)?+|\?)(?P<unit>s/it|it/s))?+(?:\]|\s*$)",
     )),
-    Format("torchtune-disk", "Step ", re.compile(rf"{_PREFIX}[ \t]*+Step (?P<step>{_C}) \| "), parse=_disk),
+    Format("torchtune-disk", "Step ", re.compile(rf"{_PREFIX}[ \t]*+{_DISK_STEP}"), parse=_disk),
     Format("fsdp", "Batch ", *_line(  # the last two fields: our own fsdp_train.py
         rf"Batch (?P<step>{_C}) Loss: ",
         rf"(?P<loss>{_NUM}), Speed: (?P<samples_per_second>{_NUM}) samples/sec"
@@ -195,8 +196,7 @@ def parse_line(line: str, won_fmt: Any = None, won: Any = None) -> tuple[Format 
 
 def rank_node(srun: str | None, tag: str | None, glob: str | None) -> tuple[str | None, str | None]:
     """(rank, node) from the prefix numbers: with a launcher tag the srun number is the node."""
-    tag = glob or tag
-    return (srun, None) if tag is None else (tag, srun)
+    return (srun, None) if (tag := glob or tag) is None else (tag, srun)
 
 
 def head_time(head: str) -> tuple[str | None, str | None]:
