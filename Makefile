@@ -51,8 +51,8 @@ test-fast: setup
 	$(BIN)/python -m pytest -m "not cluster and not slow and not browser" $(PYTEST_ARGS)
 
 lint: setup
-	$(BIN)/ruff check cookbook tests benchmarks
-	$(BIN)/ruff format --check cookbook tests benchmarks
+	$(BIN)/ruff check cookbook slurm-recipes/cookbook_runtime tests benchmarks
+	$(BIN)/ruff format --check cookbook slurm-recipes/cookbook_runtime tests benchmarks
 	$(BIN)/mypy
 
 # On a machine without triton (the local bench), torchtitan's parsers import it through the stand-in.

@@ -12,6 +12,7 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import cookbook_runtime
 from cookbook.recipes import LOCAL_CPU, get_recipe
 from cookbook.recipes.base import Recipe, resolve_here
 from cookbook.secure_files import make_executable
@@ -29,23 +30,16 @@ from cookbook.spec import (
 from cookbook.templating import quote, quote_with_vars, render_template, template_env
 from cookbook.tracking import VARIABLES as TRACKER_VARIABLES
 from cookbook.tracking import tracker_block, tracker_problems
-from cookbook.training import preemption
 
 _BUILTIN_VARS = ("RECIPE_DIR", "RUN_DIR", "SLURM_JOB_NUM_NODES")
-_TRAINING = Path(__file__).resolve().parent / "training"
-# the ranks' side of the pre-flight gate, the stop protocol and the hang forensics (standard library + torch),
-# written beside every script under these names ($RECIPE_DIR is on PYTHONPATH)
-PREFLIGHT_NAME, PREEMPTION_FILE, HANG_FILE = (
-    "cookbook_preflight.py",
-    f"{preemption.SHIPPED_NAME}.py",
-    "cookbook_hang.py",
-)
-SHIPPED = {
-    PREFLIGHT_NAME: _TRAINING / "preflight.py",
-    PREEMPTION_FILE: _TRAINING / "preemption.py",
-    HANG_FILE: _TRAINING / "hang.py",
-}
-PREFLIGHT_FILE = SHIPPED[PREFLIGHT_NAME]
+RUNTIME = Path(cookbook_runtime.__file__).resolve().parent  # what a job runs on the nodes: shipped once
+RUNTIME_NAME = RUNTIME.name
+
+
+def runtime_files() -> dict[str, str]:
+    """``{cookbook_runtime/NAME.py: text}``: the job runtime (the gate's node checks, the stop protocol, the hang
+    watch), written into a rendered job's folder; ``slurm-recipes/`` holds it once, beside the recipe folders."""
+    return {f"{RUNTIME_NAME}/{f.name}": f.read_text() for f in sorted(RUNTIME.glob("*.py"))}
 
 
 @dataclass(frozen=True)
@@ -134,6 +128,7 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
         env=spec.profile_info.env,
         log_file=log_file(spec),
         recipe_dir=quote(spec.recipe_dir) if spec.recipe_dir else '"$SLURM_SUBMIT_DIR"',
+        runtime_dir=quote_with_vars(spec.runtime_dir, names) if spec.runtime_dir else '"$RECIPE_DIR"',
         run_dir=quote_with_vars(spec.run_dir, names) if spec.run_dir else '"$RECIPE_DIR"/runs/' + quote(spec.name),
         prelude=launch.prelude.rstrip(),
         check=launch.check.rstrip(),
@@ -149,7 +144,7 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
         max_retries_source=spec.profile_info.gate().max_retries.source,
     )
     warnings = recipe.warnings(spec) + start_path_warnings(spec, recipe) + mount_problems(spec, recipe)
-    files = {**recipe.files(spec), **{name: path.read_text() for name, path in SHIPPED.items()}}
+    files = {**recipe.files(spec), **({} if spec.runtime_dir else runtime_files())}
     return RenderedJob(script, files, warnings)
 
 
@@ -341,6 +336,7 @@ def generated_specs() -> list[JobSpec]:
                     script_name=f"{stem}.{name}.sbatch",
                     run_dir=f"$RECIPE_DIR/runs/fsdp-$MODEL-{name}" if any_model else None,
                     venv="$RECIPE_DIR/../../.venv" if local else None,
+                    runtime_dir="$RECIPE_DIR/..",  # slurm-recipes/cookbook_runtime, once for every recipe folder
                     assets_dir="$RECIPE_DIR/../../.cache/tiny" if local else None,
                 )
             )

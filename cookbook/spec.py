@@ -141,6 +141,8 @@ class JobSpec:
     script_name: str | None = None  # the script's file name; its configs are named after it
     run_dir: str | None = None  # checkpoints/metrics; default $RECIPE_DIR/runs/<job name>
     recipe_dir: str | None = None  # where the script's configs live; default $SLURM_SUBMIT_DIR
+    # the folder holding cookbook_runtime/ on the nodes; None: a copy is written into the job's own folder
+    runtime_dir: str | None = None
     container_image: str | None = None  # pyxis/enroot: --container-image
     container_mounts: list[str] = field(default_factory=list)  # SRC:DST[:ro]
     profile: str = "generic"

@@ -1,5 +1,5 @@
-"""Hang forensics of a run, for ``cookbook diagnose``: what the ranks' watch (``cookbook_hang.py``, i.e.
-:mod:`cookbook.training.hang`) left in ``RUN_DIR/.cookbook/hang/<job id>-<restart>/``.
+"""Hang forensics of a run, for ``cookbook diagnose``: what the ranks' watch (
+:mod:`cookbook_runtime.hang`) left in ``RUN_DIR/.cookbook/hang/<job id>-<restart>/``.
 
     for line in hang_report("/shared/runs/llama3-8b"):   # a run folder, a job folder (job.json) or a job's log
         print(line)
@@ -7,7 +7,7 @@
     #   that rank(s) 0 wait in
     # rank 1 (n2) stack: ...
 
-Which rank is at fault is decided once, in :func:`cookbook.training.hang.culprit` (the job script asks the same
+Which rank is at fault is decided once, in :func:`cookbook_runtime.hang.culprit` (the job script asks the same
 function which node to exclude); this module finds the folders and prints the culprit's stack.
 """
 
@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from cookbook.training.hang import TRACE_PREFIX, TRIGGER, culprit, describe, load, mask
+from cookbook_runtime.hang import TRACE_PREFIX, TRIGGER, culprit, describe, load, mask
 
 HANG_FOLDER = Path(".cookbook") / "hang"  # in the run folder; the job script's COOKBOOK_HANG_DIR, one per attempt
 _RUN_DIR = re.compile(r"^job \d+: .* run dir (.+)$", re.M)  # the job script's start line

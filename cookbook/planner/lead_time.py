@@ -52,15 +52,22 @@ def stop_save_bytes(recipe: str, overrides: Mapping[str, str] | None = None) -> 
     return per_param * trained, defaults.framework != "torchtune"
 
 
-def signal_seconds(recipes: Sequence[str], nodes: int, overrides: Mapping[str, str] | None = None) -> int:
-    """The lead time covering the stop-save of the largest of ``recipes`` (a script that runs any of several
-    models names them all) on ``nodes`` nodes: see the module's formula."""
+def save_seconds(recipes: Sequence[str], nodes: int, overrides: Mapping[str, str] | None = None) -> float:
+    """Seconds the stop-save of the largest of ``recipes`` takes on ``nodes`` nodes, with the safety factor
+    (0: no model to size)."""
     longest = 0.0
     for name in recipes:
         save = stop_save_bytes(name, overrides)
         if save is not None:
             size, per_node = save
             longest = max(longest, SAFETY * size / ((max(nodes, 1) if per_node else 1) * WRITE_BYTES_PER_S))
+    return longest
+
+
+def signal_seconds(recipes: Sequence[str], nodes: int, overrides: Mapping[str, str] | None = None) -> int:
+    """The lead time covering the stop-save of the largest of ``recipes`` (a script that runs any of several
+    models names them all) on ``nodes`` nodes: see the module's formula."""
+    longest = save_seconds(recipes, nodes, overrides)
     if not longest:
         return MIN_SIGNAL_SECONDS
     return max(MIN_SIGNAL_SECONDS, 60 * math.ceil((STEP_SECONDS + REQUEUE_SECONDS + longest) / 60))

@@ -68,7 +68,7 @@ class Threshold:
 @dataclass(frozen=True)
 class Preflight:
     """The pre-flight gate's thresholds on one kind of cluster (``templates/preflight.sh.j2`` runs
-    ``cookbook_preflight.py`` with them on every node before training; ``COOKBOOK_PREFLIGHT=0`` skips it).
+    ``cookbook_runtime.nodecheck`` with them on every node before training; ``COOKBOOK_PREFLIGHT=0`` skips it).
 
     ``matmul_fraction``: GPUs, the floor as a fraction of the GPU kind's dense bf16 peak (``cookbook/gpus.py``);
     ``matmul_min_tflops``: CPU, an absolute floor; ``max_retries``: how often a job excludes failing nodes and

@@ -5,7 +5,7 @@
                  --checkpoint_dir=./checkpoints --max_steps=100
 
 This file is self-contained (torch, transformers, datasets; and the cookbook's stop protocol,
-``cookbook_preemption.py``, written beside it) so it can be copied next to an sbatch script. Compared with
+``cookbook_runtime.rank``, on PYTHONPATH) so it can be copied next to an sbatch script. Compared with
 the AWS FSDP test case it follows, it fixes three known flaws:
 
 - data: every rank reads a disjoint part of the stream (whole files per rank when there are enough,
@@ -18,7 +18,7 @@ Checkpoints are torch.distributed.checkpoint (DCP) folders ``CHECKPOINT_DIR/step
 temporary name, completed by a ``COMPLETE`` marker written last, then renamed. A restart resumes from
 the newest complete one: model, optimizer, lr schedule, step and each rank's data position, so the
 log continues at step N+1 with no step lost or repeated. On a stop request (Slurm's USR1/TERM, see
-``cookbook_preemption.py``) every rank saves such a checkpoint at the next step boundary and exits 0, and
+``cookbook_runtime.rank``) every rank saves such a checkpoint at the next step boundary and exits 0, and
 the job requeues: a preemption loses at most the step in flight.
 
 Log lines (rank 0; the format ``cookbook.metrics`` parses):
@@ -478,30 +478,16 @@ def clean_partial_checkpoints(ckpt_dir: Path) -> None:
 
 # --------------------------------------------------------------------------------------------- throughput
 
-# Dense bf16 peak TFLOP/s per GPU, keyed by a lower-case substring of the device name, longest first.
-# A pinned copy of cookbook/gpus.py (this script runs standalone); tests/unit/test_facts.py keeps them equal.
-PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
-    ("a100-pcie-40gb", 312.0),
-    ("a100-sxm4-40gb", 312.0),
-    ("h100 96gb", 989.0),
-    ("h100 pcie", 756.0),
-    ("h100 nvl", 835.0),
-    ("gb200", 2500.0),
-    ("a100", 312.0),
-    ("a800", 312.0),
-    ("b200", 2250.0),
-    ("h100", 989.0),
-    ("h200", 989.0),
-    ("h800", 989.0),
-    ("l40s", 362.0),
-    ("l4", 121.0),
-)
-
-
 def peak_tflops(device_name: str) -> float | None:
-    """The bf16 peak of ``torch.cuda.get_device_name()``; None for a GPU not in the table."""
-    name = device_name.lower()
-    return next((value for key, value in PEAK_BF16_TFLOPS if key in name), None)
+    """The bf16 peak of ``torch.cuda.get_device_name()`` (:mod:`cookbook_runtime.gpus`); None for a GPU not in
+    the table."""
+    from cookbook_runtime.gpus import UnknownGpu
+    from cookbook_runtime.gpus import peak_tflops as peak
+
+    try:
+        return peak(device_name)
+    except UnknownGpu:
+        return None
 
 
 def flops_per_token(model: torch.nn.Module, shape: ModelShape, seq_len: int) -> float:
@@ -906,13 +892,11 @@ def train(args: argparse.Namespace) -> int:
 
 
 def _preemption() -> Any:
-    """The stop protocol and the hang watch: ``cookbook_preemption.py`` written beside this file, or the
-    cookbook's own copy when this file runs from the package."""
-    try:
-        import cookbook_preemption as preemption  # type: ignore[import-not-found]
-    except ImportError:
-        from cookbook.training import preemption
-    return preemption
+    """The stop protocol and the hang watch (:mod:`cookbook_runtime.rank`: the job puts the runtime on
+    PYTHONPATH)."""
+    from cookbook_runtime import rank
+
+    return rank
 
 
 def main(argv: list[str] | None = None) -> int:

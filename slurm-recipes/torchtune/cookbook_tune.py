@@ -2,7 +2,7 @@
 resuming mid-epoch: the cookbook's one change to torchtune (a subclass, not a fork).
 
 Shipped beside the generated scripts as ``slurm-recipes/torchtune/cookbook_tune.py`` (``$RECIPE_DIR`` is on
-``PYTHONPATH``), next to ``cookbook_preemption.py``; needs torchtune, torch and nothing of the cookbook::
+``PYTHONPATH``), with ``cookbook_runtime`` on PYTHONPATH; needs torchtune, torch and nothing of the cookbook::
 
     tune run [torchrun flags] cookbook_tune RECIPE --config FILE key=value ...        # GPU clusters
     python -m cookbook.local.compat.cpu torchtune cookbook_tune RECIPE --config ...  # local-cpu (CPU shims)
@@ -46,10 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-try:
-    from cookbook_preemption import StopRequest, hang_step  # shipped beside the script
-except ImportError:  # run from the cookbook package itself
-    from cookbook.training.preemption import StopRequest, hang_step
+from cookbook_runtime.rank import StopRequest, hang_step  # the job puts the runtime on PYTHONPATH
 
 TESTED_TORCHTUNE = "0.6.1"
 RECIPES = {

@@ -4,7 +4,7 @@ The cookbook's one change to torchtitan's training, shipped beside the scripts w
 (whose config functions pass their config through :func:`stoppable`) and used by the GPU and the
 ``local-cpu`` scripts alike: ``config.build()`` then makes a subclass of the config's own trainer that
 
-- asks the stop protocol (``cookbook_preemption.StopRequest``, shipped beside it too) at every step
+- asks the stop protocol (``cookbook_runtime.rank.StopRequest``) at every step
   boundary (torchtitan calls ``should_continue_training()`` after each step's periodic save); when the
   ranks agree on a stop it writes a FULL checkpoint at the current step through torchtitan's own
   checkpointer (model, optimizer, LR schedulers, dataloader position, train state: torchtitan's
@@ -31,10 +31,7 @@ import re
 import time
 from typing import Any
 
-try:
-    from cookbook_preemption import StopRequest, hang_step  # beside the script ($RECIPE_DIR is on PYTHONPATH)
-except ImportError:  # run from the cookbook package itself
-    from cookbook.training.preemption import StopRequest, hang_step
+from cookbook_runtime.rank import StopRequest, hang_step  # the job puts the runtime on PYTHONPATH
 
 RNG_STATE = "cookbook_rng"  # the checkpoint key of the RNG states
 

@@ -1,24 +1,22 @@
-#!/usr/bin/env python3
-"""The pre-flight gate every generated job runs on every node before training (``COOKBOOK_PREFLIGHT=0``
-skips it). Shipped beside the scripts as ``cookbook_preflight.py``: standard library + torch, no cookbook
-import, so compute nodes need no cookbook install.
+"""The node checks of the pre-flight gate (torch on the nodes; nothing of the cookbook).
 
-``check`` runs under torchrun, one process per GPU on every node (on CPU one per node, started by srun
-with ``--master``: no torchrun agent to start), and writes
-``OUT/<node>.<local rank>.json``:
+``python3 -m cookbook_runtime.nodecheck check`` runs under torchrun, one process per GPU on every node (on CPU
+one per node, started by srun with ``--master``: no torchrun agent to start), and writes
+``OUT/<node>.<local rank>.json`` twice: once its local checks are done (so a collective that never starts
+still leaves them), then with the collective's result:
 
-- GPUs visible and their count (local rank 0), each rank's GPU by a short bf16 matmul against a fraction
-  of its dense peak (the pinned copy :data:`PEAK_BF16_TFLOPS` of ``cookbook/gpus.py``, checked by
-  ``tests/unit/test_facts.py``), or on CPU a float32 matmul against an absolute floor;
+- GPUs visible and their count (local rank 0), each rank's GPU by a bf16 matmul timed for at least a second
+  after warm-up (clocks ramped), measured against its peers by the verdict and against a clearly-broken
+  fraction of the dense peak (:mod:`cookbook_runtime.gpus`), or on CPU a float32 matmul against an absolute floor;
 - the profile's network interface (``NCCL_SOCKET_IFNAME`` syntax) and InfiniBand/EFA device present;
 - the run folder writable, and shared (every node sees the files the others wrote);
 - free space on the node-local disk;
-- then, when no node failed so far, an all-reduce across all ranks against a bus-bandwidth floor
-  (busbw = bytes x 2(n-1)/n / time, nccl-tests' definition).
+- then an all-reduce across all ranks, with NCCL's ring algorithm (``NCCL_ALGO=Ring`` unless set: a NIC-true
+  figure; on 2 nodes the default algorithm can report more than the NICs carry and hide a dead NIC,
+  NVIDIA/nccl-tests#196, #290), as nccl-tests' bus bandwidth.
 
-``summarize`` runs in the batch shell: it prints one ``cookbook: pre-flight ...`` line per node and
-writes the failing nodes (``node<TAB>reason`` lines) to ``--failed``. Exit 0: every node passed;
-1: some nodes failed (exclude them); 3: the nodes are fine but the fabric is not (no node to blame).
+:func:`read_reports` turns the files into :class:`cookbook_runtime.decide.NodeReport`; the verdict (who is to
+blame) is :func:`cookbook_runtime.decide.gate_verdict`.
 
 Test injection: ``COOKBOOK_PREFLIGHT_INJECT=NODE:REASON`` adds a failure on that node only.
 """
@@ -32,29 +30,15 @@ import shutil
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-# Dense bf16 peak TFLOP/s per GPU, keyed by a lower-case substring of the device name, longest first:
-# a pinned copy of cookbook.gpus.device_name_peaks("bf16") (this file runs standalone).
-PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
-    ("a100-pcie-40gb", 312.0),
-    ("a100-sxm4-40gb", 312.0),
-    ("h100 96gb", 989.0),
-    ("h100 pcie", 756.0),
-    ("h100 nvl", 835.0),
-    ("gb200", 2500.0),
-    ("a100", 312.0),
-    ("a800", 312.0),
-    ("b200", 2250.0),
-    ("h100", 989.0),
-    ("h200", 989.0),
-    ("h800", 989.0),
-    ("l40s", 362.0),
-    ("l4", 121.0),
-)
-FABRIC = "fabric"  # the "node" of a failure no single node is to blame for
+from .decide import GateThresholds, NodeReport, gate_verdict, interface_matches
+from .gpus import peak_tflops as _peak
+
+COLLECTIVE = "all-reduce across"  # the failure lines of the collective part start so
 
 
 def node_name() -> str:
@@ -62,25 +46,20 @@ def node_name() -> str:
 
 
 def peak_tflops(device_name: str) -> float | None:
-    name = device_name.lower().removeprefix("nvidia").strip().replace("-", " ")
-    return next((v for k, v in PEAK_BF16_TFLOPS if k.replace("-", " ") in name), None)
+    """The dense bf16 peak of a device name, None for a kind the table does not know."""
+    try:
+        return _peak(device_name)
+    except KeyError:
+        return None
 
 
 def interface_present(spec: str) -> str | None:
     """None when an interface matching ``spec`` (NCCL_SOCKET_IFNAME syntax) exists, else the problem."""
     names = sorted(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else []
-    if not spec:
+    if not spec or any(interface_matches(spec, n) for n in names):
         return None
     if spec.startswith("^"):
-        excluded = spec[1:].split(",")
-        if any(not any(n.startswith(e) for e in excluded) for n in names):
-            return None
         return f"no network interface outside {spec[1:]} (have {', '.join(names) or 'none'})"
-    for want in spec.split(","):
-        if (want.startswith("=") and want[1:] in names) or (
-            not want.startswith("=") and any(n.startswith(want) for n in names)
-        ):
-            return None
     return f"network interface {spec} not present (have {', '.join(names) or 'none'})"
 
 
@@ -142,17 +121,15 @@ def matmul_check(args: argparse.Namespace, local_rank: int, measures: dict[str, 
             return [] if local_rank else ["no GPU for the matmul"]
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        n, dtype, reps = 8192, torch.bfloat16, 50  # ~0.1 s on an H100: long enough for its clocks
+        n, dtype, seconds = 8192, torch.bfloat16, args.matmul_seconds
     else:
-        device, n, dtype, reps = torch.device("cpu"), 256, torch.float32, 20
+        device, n, dtype, seconds = torch.device("cpu"), 256, torch.float32, min(args.matmul_seconds, 0.2)
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    (a @ b).sum().item()  # warm-up (and the CUDA context)
-    start = time.perf_counter()
-    for _ in range(reps):
-        c = a @ b
-    float(c[0, 0].item())
-    tflops = 2 * n**3 * reps / (time.perf_counter() - start) / 1e12
+    c = a @ b
+    float(c[0, 0].item())  # warm-up (and the CUDA context)
+    tflops = _timed_matmul(a, b, seconds / 4)  # clocks ramp up: this quarter is not counted
+    tflops = _timed_matmul(a, b, seconds)
     measures["matmul_tflops"] = round(tflops, 4)
     floor = args.matmul_min_tflops
     what = f"{floor:g} TFLOP/s"
@@ -168,6 +145,20 @@ def matmul_check(args: argparse.Namespace, local_rank: int, measures: dict[str, 
         where = f"GPU {local_rank}" if args.gpus else "CPU"
         return [f"matmul on {where}: {tflops:.4g} TFLOP/s < {what}"]
     return []
+
+
+def _timed_matmul(a: Any, b: Any, seconds: float) -> float:
+    """TFLOP/s of back-to-back ``a @ b`` over at least ``seconds`` (batches of 10, synchronised at the end)."""
+    n = a.shape[0]
+    reps, start = 0, time.perf_counter()
+    while True:
+        for _ in range(10):
+            c = a @ b
+        reps += 10
+        float(c[0, 0].item())
+        took = time.perf_counter() - start
+        if took >= seconds:
+            return float(2 * n**3 * reps / took / 1e12)
 
 
 def collective(args: argparse.Namespace, failures: list[str], measures: dict[str, Any]) -> list[dict[str, Any]]:
@@ -225,79 +216,123 @@ def collective(args: argparse.Namespace, failures: list[str], measures: dict[str
     return everyone
 
 
+def _write_report(out: Path, local_rank: int, report: dict[str, Any]) -> None:
+    path = out / f"{node_name()}.{local_rank}.json"
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(report))
+    os.replace(tmp, path)
+
+
 def check(args: argparse.Namespace) -> int:
+    """One process's checks; its report is written after the local checks and again after the collective."""
     started = time.time()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     failures: list[str] = []
     measures: dict[str, Any] = {}
+    report: dict[str, Any] = {"node": node_name(), "local_rank": local_rank, "failures": failures}
     try:
-        failures, measures = local_checks(args, local_rank, out)
+        import torch  # noqa: F401  (timed apart: a cold import from shared storage is no node fault)
+
+        measures["import_s"] = round(time.time() - started, 1)
+        failures, measures2 = local_checks(args, local_rank, out)
+        measures.update(measures2)
+        report.update(failures=failures, measures=measures, seconds=round(time.time() - started, 1))
+        _write_report(out, local_rank, report)
+        os.environ.setdefault("NCCL_ALGO", "Ring")  # a NIC-true bus bandwidth (nccl-tests#196, #290)
         collective(args, failures, measures)
-    except Exception as e:  # the verdict goes into the report; the job decides
-        failures.append(f"pre-flight check crashed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    except Exception as e:  # the report says what failed; the verdict decides whom to blame
+        what = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if "measures" in report:
+            report["collective_error"] = what
+        else:
+            failures.append(f"pre-flight check crashed: {what}")
     finally:
         import torch.distributed as dist
 
         if dist.is_initialized():
             dist.destroy_process_group()
-    report = {
-        "node": node_name(),
-        "local_rank": local_rank,
-        "failures": failures,
-        "measures": measures,
-        "seconds": round(time.time() - started, 1),
-    }
-    (out / f"{node_name()}.{local_rank}.json").write_text(json.dumps(report))
+    report.update(failures=failures, measures=measures, seconds=round(time.time() - started, 1))
+    _write_report(out, local_rank, report)
     return 0  # never fail the step: srun would stop the other nodes' checks
 
 
-def summarize(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    failed: dict[str, list[str]] = {}
-    fabric: list[str] = []
-    for node in args.nodes.split():
-        reports = []
-        for rank in range(args.procs):
-            path = out / f"{node}.{rank}.json"
+def read_reports(out: Path, nodes: Sequence[str], procs: int) -> dict[str, NodeReport]:
+    """Every node's reports folded into one :class:`NodeReport` (a node with no report at all is left out:
+    missing). Failures of the collective part (the bandwidth floor) count as the collective's, not the node's."""
+    reports: dict[str, NodeReport] = {}
+    for node in nodes:
+        found = []
+        for rank in range(procs):
             try:
-                reports.append(json.loads(path.read_text()))
+                found.append(json.loads((out / f"{node}.{rank}.json").read_text()))
             except (OSError, ValueError):
-                failed.setdefault(node, []).append(f"no report from local rank {rank} (did not start or timed out)")
-        problems = [f for r in reports for f in r["failures"]]
-        fabric += [p for p in problems if p.startswith("all-reduce across")]
-        problems = [p for p in problems if not p.startswith("all-reduce across")]
-        if problems:
-            failed.setdefault(node, []).extend(dict.fromkeys(problems))
-        measures: dict[str, Any] = {}
-        for r in reports:
-            for key, value in r["measures"].items():
-                if key == "matmul_tflops":  # the slowest GPU of the node
-                    value = min(value, measures.get(key, value))
-                measures[key] = value
-        took = max((r["seconds"] for r in reports), default=0.0)
-        if node not in failed:
-            shown = ", ".join(f"{k} {v}" for k, v in measures.items())
-            print(f"cookbook: pre-flight ok on {node} in {took:g} s: {shown}", flush=True)
-    for node, problems in failed.items():
-        print(f"cookbook: pre-flight failed on {node}: {'; '.join(problems)}", flush=True)
-    if fabric and not failed:
-        print(f"cookbook: pre-flight failed on {FABRIC}: {fabric[0]} (no single node to blame)", flush=True)
-    Path(args.failed).write_text("".join(f"{n}\t{'; '.join(p)}\n" for n, p in failed.items()))
-    if failed:
+                continue
+        if not found:
+            continue
+        failures = [f for r in found for f in r.get("failures", []) if not f.startswith(COLLECTIVE)]
+        collective_errors = [r["collective_error"] for r in found if r.get("collective_error")]
+        collective_errors += [f for r in found for f in r.get("failures", []) if f.startswith(COLLECTIVE)]
+        if len(found) < procs:
+            collective_errors.append(f"{procs - len(found)} of {procs} local rank(s) of {node} did not report")
+        matmuls = [r["measures"]["matmul_tflops"] for r in found if "matmul_tflops" in r.get("measures", {})]
+        busbw = [r["measures"]["allreduce_busbw_gbps"] for r in found if "allreduce_busbw_gbps" in r.get("measures", {})]
+        reports[node] = NodeReport(
+            failures=tuple(dict.fromkeys(failures)),
+            matmul_tflops=min(matmuls) if matmuls else None,
+            busbw_gbps=min(busbw) if busbw else None,
+            collective_error=collective_errors[0] if collective_errors else None,
+            seconds=max((r.get("seconds", 0.0) for r in found), default=None),
+        )
+    return reports
+
+
+def describe(report: NodeReport) -> str:
+    """``matmul_tflops 0.02, allreduce_busbw_gbps 1.2`` for the log's ok line."""
+    parts = []
+    if report.matmul_tflops is not None:
+        parts.append(f"matmul_tflops {report.matmul_tflops:g}")
+    if report.busbw_gbps is not None:
+        parts.append(f"allreduce_busbw_gbps {report.busbw_gbps:g}")
+    return ", ".join(parts)
+
+
+def summarize(args: argparse.Namespace) -> int:
+    """The batch shell's step: one line per node, the verdict (:func:`cookbook_runtime.decide.gate_verdict`), the
+    nodes to exclude (``node<TAB>reason`` lines) in ``--failed``. Exit 0: train (a problem no node can be blamed
+    for is logged); 1: exclude the nodes in ``--failed``; 3: a strict gate stops the job."""
+    nodes = args.nodes.split()
+    reports = read_reports(Path(args.out), nodes, args.procs)
+    on_gpu = any(r.matmul_tflops is not None for r in reports.values()) and args.gpus > 0
+    limits = GateThresholds(matmul_peer_ratio=args.matmul_peer_ratio if on_gpu else 0.0,
+                            busbw_peer_ratio=args.busbw_peer_ratio, strict=args.strict)  # fmt: skip
+    verdict = gate_verdict(nodes, reports, limits)
+    for node in nodes:
+        report = reports.get(node)
+        if report is not None and node not in verdict.blame and not report.failures:
+            print(f"cookbook: pre-flight ok on {node} in {report.seconds or 0:g} s: {describe(report)}", flush=True)
+    for node, reasons in verdict.blame.items():
+        print(f"cookbook: pre-flight failed on {node}: {'; '.join(dict.fromkeys(reasons))}", flush=True)
+    Path(args.failed).write_text("".join(f"{n}\t{'; '.join(dict.fromkeys(r))}\n" for n, r in verdict.blame.items()))
+    if verdict.blame:
         return 1
-    return 3 if fabric else 0
+    if verdict.unattributed:
+        print(f"cookbook: pre-flight: {verdict.unattributed}. No node is blamed for it: "
+              + ("not training (strict gate)" if verdict.stop else "training anyway (the framework's own error, if "
+                 "any, is the truth)"), flush=True)  # fmt: skip
+    return 3 if verdict.stop else 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     sub = p.add_subparsers(dest="mode", required=True)
     c = sub.add_parser("check", help="run on every rank (under torchrun)")
     c.add_argument("--out", required=True)
     c.add_argument("--gpus", type=int, default=0, help="GPUs per node the job uses (0: CPU)")
-    c.add_argument("--matmul-fraction", type=float, default=0.0, help="GPU: floor as a fraction of the peak")
+    c.add_argument("--matmul-fraction", type=float, default=0.0, help="GPU: clearly broken below this x the peak")
     c.add_argument("--matmul-min-tflops", type=float, default=0.0, help="CPU: absolute floor")
+    c.add_argument("--matmul-seconds", type=float, default=1.0, help="time the matmul this long after warm-up")
     c.add_argument("--min-busbw", type=float, default=0.0, help="all-reduce bus bandwidth floor, GB/s")
     c.add_argument("--allreduce-mb", type=int, default=64)
     c.add_argument("--interface", default="")
@@ -306,11 +341,15 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--min-free-gb", type=float, default=0.0)
     c.add_argument("--timeout", type=float, default=60.0)
     c.add_argument("--master", default="", help="ADDR:PORT of rank 0 when srun, not torchrun, starts the ranks")
-    s = sub.add_parser("summarize", help="one line per node; failing nodes to --failed")
+    s = sub.add_parser("summarize", help="one line per node; the nodes to exclude to --failed")
     s.add_argument("--out", required=True)
     s.add_argument("--nodes", required=True, help="the job's nodes, space-separated")
     s.add_argument("--procs", type=int, default=1, help="processes per node")
+    s.add_argument("--gpus", type=int, default=0, help="GPUs per node (0: CPU, no peer comparison of matmuls)")
     s.add_argument("--failed", required=True)
+    s.add_argument("--matmul-peer-ratio", type=float, default=GateThresholds.matmul_peer_ratio)
+    s.add_argument("--busbw-peer-ratio", type=float, default=GateThresholds.busbw_peer_ratio)
+    s.add_argument("--strict", action="store_true", help="stop on a problem no node can be blamed for")
     args = p.parse_args(argv)
     if args.mode == "summarize":
         return summarize(args)

@@ -1,12 +1,12 @@
-"""Hang forensics in every rank: standard library + torch only, shipped beside the generated scripts as
-``cookbook_hang.py`` (their folder is on PYTHONPATH), so compute nodes need no cookbook install.
+"""Hang forensics in every rank: standard library + torch only (part of the job runtime).
 
-    import cookbook_hang
-    cookbook_hang.step(step)        # every rank, at every step boundary (the first call starts the watch)
+    from cookbook_runtime import hang
+    hang.step(step)        # every rank, at every step boundary (the first call starts the watch)
 
 The watch (a daemon thread per rank, on when the job script exports ``COOKBOOK_HANG_DIR``) calls it a hang when no
 step ended for ``COOKBOOK_HANG_K`` (default 10) x the median step time, and at least ``COOKBOOK_HANG_MIN_S``
-seconds (default 600: a long checkpoint save is no hang); an uncaught collective timeout (gloo's "Timed out waiting")
+seconds (default 600; the batch step raises it to cover the model's stop-save: a save is never a hang, and the
+watch pauses while a rank writes its stop-save, :func:`pause`); an uncaught collective timeout (gloo's "Timed out waiting")
 counts too. The first rank that sees one writes ``HANG`` in that folder; every rank then writes there:
 
 - ``stack_rank_R.txt``: every thread's Python stack (faulthandler, registered on SIGUSR2 in each rank, so
@@ -16,8 +16,8 @@ counts too. The first rank that sees one writes ``HANG`` in that folder; every r
 - ``rank_R.json``: host, pid, last step.
 
 Then the rank that wrote ``HANG`` ends itself, which ends the job (torchrun and ``srun --kill-on-bad-exit``)
-instead of burning its time limit; the job script asks ``python cookbook_hang.py culprit DIR`` which rank and
-host never entered the collective the others wait in, and retries without that node. Values of secret-looking
+instead of burning its time limit; the batch step asks :func:`culprit` which rank and host never entered the
+collective the others wait in, and retries without that node. Values of secret-looking
 environment variables (``*TOKEN*``, ``*KEY*``, ``*PASSWORD*``, ``*SECRET*``) are masked in every file written.
 ``COOKBOOK_HANG_INJECT=RANK:STEP`` makes that rank stall after that step (tests, demos).
 """
@@ -41,8 +41,10 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-TRIGGER = "HANG"
-TRACE_PREFIX = "nccl_trace_rank_"  # = TORCH_FR_DUMP_TEMP_FILE's file part: torch's dumps and ours alike
+from .decide import dump_wait_seconds
+from .files import HANG_DIR_ENV, HANG_TRIGGER, TRACE_PREFIX
+
+TRIGGER = HANG_TRIGGER
 HANG_EXIT = 75  # the exit status of the rank that ends a hung job
 _SECRET = re.compile(r"TOKEN|KEY|PASSWORD|PASSWD|SECRET|CREDENTIAL", re.I)
 # a collective that timed out (gloo: "Timed out waiting 6000ms for recv operation to complete"; NCCL's watchdog),
@@ -87,7 +89,7 @@ class HangWatch:
     """One rank's watch: step times, the hang test, the dumps."""
 
     def __init__(self, folder: str | None = None) -> None:
-        folder = folder or os.environ.get("COOKBOOK_HANG_DIR")
+        folder = folder or os.environ.get(HANG_DIR_ENV)
         self.folder = Path(folder) if folder else None
         self.rank = int(os.environ.get("RANK", "0"))
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -100,6 +102,7 @@ class HangWatch:
         self.last_step, self.last_time = 0, time.monotonic()
         self.durations: deque[float] = deque(maxlen=100)
         self.dumped = False
+        self.paused = False  # a checkpoint is being written: no step for a while is no hang
         self._stop = threading.Event()
         self._stack_file = None
         if self.folder is None:
@@ -114,7 +117,7 @@ class HangWatch:
             if _TIMEOUT.search(str(exc)):
                 self.trigger(f"collective timeout on rank {self.rank} ({self.host}): {str(exc)[:200]}")
                 self.dump()
-                self._await_dumps(3 * self.poll + 10)
+                self._await_dumps(dump_wait_seconds(self.world))
             previous(kind, exc, tb)
 
         sys.excepthook = on_exception
@@ -198,6 +201,8 @@ class HangWatch:
         while not self._stop.wait(self.poll):
             if self.dumped:
                 return
+            if self.paused:
+                continue
             if not (self.folder / TRIGGER).exists():
                 limit, idle = self.limit(), time.monotonic() - self.last_time
                 if limit is None or idle <= limit:
@@ -207,7 +212,7 @@ class HangWatch:
                                     f"(limit {limit:.0f} s: {self.k:g} x median step {median:.2f} s)"):  # fmt: skip
                     continue
                 self.dump()
-                self._await_dumps(3 * self.poll + 20)
+                self._await_dumps(3 * self.poll + dump_wait_seconds(self.world))
                 print(f"cookbook: ending rank {self.rank} so the hung job ends (exit {HANG_EXIT})", flush=True)
                 os._exit(HANG_EXIT)
             self.dump()
@@ -262,7 +267,14 @@ def install() -> HangWatch:
 
 def step(n: int) -> None:
     """Step ``n`` ended on this rank: call at every step boundary on every rank."""
-    install().step(n)
+    watch = install()
+    watch.paused = False
+    watch.step(n)
+
+
+def pause() -> None:
+    """A checkpoint is being written on this rank: the watch waits for the next step (a save is never a hang)."""
+    install().paused = True
 
 
 # ------------------------------------------------------------------------------------------ the analysis
@@ -312,10 +324,13 @@ def culprit(folder: str | os.PathLike[str]) -> dict[str, Any]:
     for pg in sorted({pg for t in traces.values() for pg in t.get("pg_status", {})}):
         entered = {r: t["pg_status"][pg]["last_enqueued_collective"] for r, t in traces.items()
                    if pg in t.get("pg_status", {})}  # fmt: skip
-        members = set(entered) | (set(range(world)) if pg == "0" else set())
         seq = min(entered.values()) + 1  # the first collective of this group that not every member entered
-        behind = sorted(r for r in members if entered.get(r, -1) < seq)
+        behind = sorted(r for r in entered if entered[r] < seq)
         waiting = sorted(r for r, n in entered.items() if n >= seq)
+        if not waiting and pg == "0":  # every dumped rank entered it: the ranks without a dump are behind
+            members = set(range(world)) - set(entered)
+            behind, seq = sorted(members), max(entered.values()) + 1
+            waiting = sorted(entered)
         if not behind or not waiting:
             continue
         op = next(
@@ -330,8 +345,8 @@ def culprit(folder: str | os.PathLike[str]) -> dict[str, Any]:
         missing = sorted(set(range(world)) - set(steps))
         low = min(steps.values())
         behind = sorted(r for r, s in steps.items() if s == low) if len(set(steps.values())) > 1 else []
-        if missing or behind:
-            result.update(ranks=missing or behind, how="no dump" if missing else "last step behind the others")
+        if behind or missing:  # the dumps agree on who is behind: a rank without one is not guilty
+            result.update(ranks=behind or missing, how="last step behind the others" if behind else "no dump")
     result["hosts"] = sorted({hosts.get(r, "?") for r in result["ranks"]} - {"?"})
     return result
 
@@ -349,9 +364,9 @@ def describe(found: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``python cookbook_hang.py culprit DIR``: one line ``NODES<TAB>what hung`` for the job script."""
+    """``python -m cookbook_runtime.hang culprit DIR``: one line ``NODES<TAB>what hung``."""
     if len(argv) != 2 or argv[0] != "culprit":
-        print("usage: python cookbook_hang.py culprit DIR", file=sys.stderr)
+        print("usage: python -m cookbook_runtime.hang culprit DIR", file=sys.stderr)
         return 2
     found = culprit(argv[1])
     print(f"{','.join(found['hosts'])}\t{mask(describe(found))}")

@@ -1,8 +1,7 @@
-"""Save on preemption: the rank side of the cookbook's stop protocol (standard library + torch only).
+"""Save on preemption: the rank side of the job runtime's stop protocol (standard library + torch only).
 
-Shipped beside every generated script as ``cookbook_preemption.py`` (the script puts ``$RECIPE_DIR`` on
-``PYTHONPATH``), so compute nodes need no cookbook install. Every training loop the cookbook runs (our
-FSDP script, the torchtitan trainer wrapper, the torchtune recipe subclass) uses it the same way::
+Every training loop the cookbook runs (our FSDP script, the torchtitan trainer wrapper, the torchtune recipe
+subclass) uses it the same way::
 
     stop = StopRequest()                      # before the loop: installs the SIGUSR1/SIGTERM handlers
     for step in ...:
@@ -11,11 +10,11 @@ FSDP script, the torchtitan trainer wrapper, the torchtune recipe subclass) uses
             path = save_full_checkpoint(step)  # model, optimizer, LR scheduler, data position, step
             stop.saved(step, path)            # rank 0: one log line + "$COOKBOOK_STOP_FILE.saved"
             break                             # and exit 0
-        hang_step(step)                       # a step boundary for the hang watch (cookbook_hang.py)
+        hang_step(step)                       # a step boundary for the hang watch (cookbook_runtime.hang)
 
 How a stop is asked for (either is enough; the ranks agree before anyone saves):
 
-- the batch shell's trap (``job.sbatch.j2``) touches ``$COOKBOOK_STOP_FILE`` when Slurm sends USR1
+- the batch step (:mod:`cookbook_runtime.run`) touches ``$COOKBOOK_STOP_FILE`` when Slurm sends USR1
   (``--signal=B:USR1@N`` before the time limit, ``scancel --signal=USR1 --batch``) or TERM (preemption
   without ``PreemptParameters=send_user_signal``). Rank 0 runs on the batch shell's node, so the flag is
   seen there at once even where a shared filesystem caches attributes on the other nodes;
@@ -24,7 +23,8 @@ How a stop is asked for (either is enough; the ranks agree before anyone saves):
 
 :meth:`StopRequest.should_stop` combines the local flag and the flag file with an all-reduce (MAX) over
 the default process group, so every rank returns the same answer at the same step and no rank saves
-alone. After the ranks exit, the batch shell requeues the job when ``$COOKBOOK_STOP_FILE.saved`` exists
+alone. Once a stop is agreed the hang watch pauses (a save is never a hang). After the ranks exit, the batch
+step requeues the job when ``$COOKBOOK_STOP_FILE.saved`` exists
 (or when a stop was asked for and the launcher failed); ranks that end training normally write no
 ``.saved`` and the job completes. On restart each framework's resume block finds the newest complete
 checkpoint, the one written here.
@@ -39,15 +39,10 @@ import sys
 from types import FrameType
 from typing import Any
 
-SHIPPED_NAME = "cookbook_preemption"  # the module name beside the generated scripts
-STOP_FILE_ENV = "COOKBOOK_STOP_FILE"
-SAVED_SUFFIX = ".saved"
+from .files import SAVED_SUFFIX, STOP_FILE_ENV, saved_line
+
 SIGNALS = ("SIGUSR1", "SIGTERM")
-
-
-def saved_line(step: int, path: str) -> str:
-    """The log line of a stop-save (``cookbook.metrics``/goodput parse it)."""
-    return f"cookbook: saved at step {step} for preemption: {path}"
+__all__ = ["SAVED_SUFFIX", "STOP_FILE_ENV", "SIGNALS", "StopRequest", "hang_step", "saved_line"]
 
 
 class StopRequest:
@@ -94,6 +89,8 @@ class StopRequest:
                 how = f"flag file {self.flag_file}" if local else "a signal on another rank"
             _say(f"cookbook: stop requested ({how}): every rank saves at this step boundary")
         self._announced = self._announced or answer
+        if answer and (hang := _hang_watch()) is not None:
+            hang.pause()  # the stop-save follows: no step for a while is no hang
         return answer
 
     def saved(self, step: int, path: str) -> None:
@@ -129,18 +126,10 @@ def _say(line: str) -> None:
 
 @functools.cache
 def _hang_watch() -> Any:
-    """The hang forensics module: ``cookbook_hang.py`` shipped beside this file, else the package's; None without."""
-    try:
-        import cookbook_hang  # type: ignore[import-not-found]  # beside the generated scripts only
+    """The hang forensics module (:mod:`cookbook_runtime.hang`)."""
+    from . import hang
 
-        return cookbook_hang
-    except ImportError:
-        try:
-            from cookbook.training import hang
-
-            return hang
-        except ImportError:
-            return None
+    return hang
 
 
 def hang_step(step: int) -> None:

@@ -1,0 +1,430 @@
+"""Every decision the batch step takes, as pure functions of what it observed (standard library only).
+
+:mod:`cookbook_runtime.run` gathers the facts (Slurm's answers, the gate's reports, the hang dumps, the run
+folder) and acts on what these return; the unit tests build those facts at 1, 16 and 1,000 nodes.
+
+The rule of the safety net: **it never stops a job that would have trained.** A node is blamed only for a
+fault of its own (its local checks failed while its peers passed, or it measured far below its peers);
+anything the net cannot attribute -- the collective cannot start, a timeout, the same failure on many
+nodes, missing reports -- is logged in one line and the job trains (the framework's own error is the
+truth), unless the user asked for a strict gate.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+# ---------------------------------------------------------------- head address and port
+
+
+def head_address(
+    local: Sequence[tuple[str, str]], resolved: Sequence[str], interface: str = ""
+) -> tuple[str, str] | None:
+    """``(address, interface)`` of the batch host (the allocation's first node, where rank 0 runs) for the
+    rendezvous, or None when it has no usable IPv4 address.
+
+    ``local``: the host's own ``(interface, IPv4)`` pairs; ``resolved``: what its host name resolves to;
+    ``interface``: ``NCCL_SOCKET_IFNAME`` when the user or profile pinned one (``eth0``, ``=eth0``, ``ens``,
+    ``^docker,lo``). The address is taken from the host itself, never from the Slurm NodeName (which need not
+    be a DNS name): the pinned interface's, else the address the host name resolves to when the host holds it,
+    else its first address outside loopback, link-local and container bridges."""
+    usable = [(i, a) for i, a in local if _usable(a) and not i.startswith(("docker", "veth", "virbr", "br-"))]
+    if interface:
+        pinned = [(i, a) for i, a in usable if interface_matches(interface, i)]
+        if pinned:
+            return pinned[0][1], pinned[0][0]
+    for address in resolved:
+        for i, a in usable:
+            if a == address:
+                return a, i
+    return (usable[0][1], usable[0][0]) if usable else None
+
+
+def _usable(address: str) -> bool:
+    try:
+        ip = ipaddress.IPv4Address(address)
+    except ValueError:
+        return False
+    return not (ip.is_loopback or ip.is_link_local or ip.is_unspecified)
+
+
+def interface_matches(spec: str, name: str) -> bool:
+    """Whether interface ``name`` is one ``spec`` selects, in NCCL_SOCKET_IFNAME's syntax: ``eth`` (a prefix),
+    ``=eth0`` (exact), ``^docker,lo`` (every interface but these prefixes), comma-separated lists."""
+    if spec.startswith("^"):
+        return not any(name.startswith(p.lstrip("=")) for p in spec[1:].split(",") if p)
+    for want in spec.split(","):
+        if want.startswith("=") and name == want[1:]:
+            return True
+        if want and not want.startswith("=") and name.startswith(want):
+            return True
+    return False
+
+
+def device_list(spec: str) -> tuple[bool, list[tuple[str, bool, int | None]]]:
+    """``NCCL_IB_HCA``-style list: ``(exclude, [(name, exact, port)])``: ``mlx5_0:1,mlx5_1``, ``=mlx5_0``
+    (exact), ``^mlx5_4`` (all but). One parser for the gate, ``doctor`` and the rehearsal."""
+    exclude = spec.startswith("^")
+    body = spec[1:] if exclude else spec
+    exact = body.startswith("=")
+    body = body[1:] if exact else body
+    out: list[tuple[str, bool, int | None]] = []
+    for item in body.split(","):
+        name, _, port = item.strip().partition(":")
+        if name:
+            out.append((name, exact, int(port) if port.isdigit() else None))
+    return exclude, out
+
+
+def devices_selected(spec: str, present: Iterable[str]) -> list[str]:
+    """The devices of ``present`` that the ``NCCL_IB_HCA``-style ``spec`` selects."""
+    exclude, items = device_list(spec)
+    picked = [d for d in present if any((d == n) if exact else d.startswith(n) for n, exact, _ in items)]
+    return [d for d in present if d not in picked] if exclude else picked
+
+
+def rendezvous_port(base: int, job_id: int, exclusive: bool, span: int) -> int:
+    """The port of the job's rendezvous: ``base`` on nodes of its own; on shared nodes ``base + job % span``
+    so that two jobs on one node never meet."""
+    return base if exclusive else base + job_id % span
+
+
+# ---------------------------------------------------------------- the gate's verdict
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """What one node's gate processes reported (None fields: not measured)."""
+
+    failures: tuple[str, ...] = ()  # its own local checks (GPUs, interface, fabric device, run folder, disk)
+    matmul_tflops: float | None = None  # its slowest GPU (or CPU)
+    busbw_gbps: float | None = None  # its own link, when the check measured per node
+    collective_error: str | None = None  # the collective part failed here (rendezvous, NCCL init, timeout)
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class GateThresholds:
+    """Peer ratios judge first; absolute floors only catch what is clearly broken (each from its source)."""
+
+    matmul_peer_ratio: float = 0.7  # a node below 0.7 x the median of its peers' slowest GPU
+    matmul_floor_tflops: float = 0.0  # clearly broken, whatever the peers say (0: none)
+    busbw_peer_ratio: float = 0.6  # a node below 0.6 x the median of its peers' link
+    busbw_floor_gbps: float = 0.0  # clearly broken (per fabric, from published measurements; 0: none)
+    strict: bool = False  # the user's choice: a problem nobody can be blamed for stops the job too
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """``blame``: node -> reasons (only faults attributable to that node); ``unattributed``: one line saying
+    what failed that no node can be blamed for (logged; the job trains unless ``stop``); ``stop``: end the
+    job without training (only under a strict gate)."""
+
+    blame: dict[str, list[str]] = field(default_factory=dict)
+    unattributed: str = ""
+    stop: bool = False
+
+    @property
+    def exclude(self) -> list[str]:
+        return sorted(self.blame)
+
+
+def gate_verdict(nodes: Sequence[str], reports: Mapping[str, NodeReport], limits: GateThresholds) -> GateVerdict:
+    """Who, if anyone, the gate blames, from every node's report (a node without one is missing).
+
+    - no report from more than a third of the nodes, or the collective failed: a gate or cluster problem;
+    - the same local failure on at least half of the nodes: a cluster problem (a wrong setting, a shared
+      filesystem), never ``n`` bad nodes;
+    - a node whose own checks failed while its peers passed, or far below its peers: blamed;
+    - a missing report or a timeout is never a node's fault."""
+    n = len(nodes)
+    missing = [x for x in nodes if x not in reports]
+    have = {x: reports[x] for x in nodes if x in reports}
+    problems: list[str] = []
+    if n and len(missing) * 3 > n:
+        problems.append(f"no report from {len(missing)} of {n} node(s) ({_few(missing)}): the gate did not finish")
+    elif missing:
+        problems.append(f"no report from {_few(missing)} (not blamed: a gate that did not finish is no node fault)")
+    collective = {x: r.collective_error for x, r in have.items() if r.collective_error}
+    if collective:
+        first = next(iter(collective.values()))
+        problems.append(f"the collective part failed on {len(collective)} node(s): {first}")
+    blame: dict[str, list[str]] = {}
+    # local failures, by kind: a kind on >= half the nodes is the cluster's
+    kinds: dict[str, list[str]] = {}
+    for x, r in have.items():
+        for f in r.failures:
+            kinds.setdefault(_kind(f), []).append(x)
+    for kind, where in kinds.items():
+        if n > 1 and not _many(len(where), n):
+            for x in where:
+                blame.setdefault(x, []).extend(f for f in have[x].failures if _kind(f) == kind)
+        else:
+            example = next(f for f in have[where[0]].failures if _kind(f) == kind)
+            problems.append(f"{example} on {len(where)} of {n} node(s): a cluster or setting problem, no node blamed")
+    for key, ratio, floor, unit, label in (
+        ("matmul_tflops", limits.matmul_peer_ratio, limits.matmul_floor_tflops, "TFLOP/s", "matmul"),
+        ("busbw_gbps", limits.busbw_peer_ratio, limits.busbw_floor_gbps, "GB/s", "link bandwidth"),
+    ):
+        values = {x: getattr(r, key) for x, r in have.items() if getattr(r, key) is not None}
+        slow = outliers(values, ratio)
+        for x, median in slow.items():
+            blame.setdefault(x, []).append(
+                f"{label} {values[x]:.4g} {unit} < {ratio:g} x its peers' median {median:.4g} {unit}"
+            )
+        broken = [x for x, v in values.items() if floor and v < floor and x not in slow]
+        if broken and len(values) > 1 and not _many(len(broken), len(values)):
+            for x in broken:
+                blame.setdefault(x, []).append(f"{label} {values[x]:.4g} {unit} < {floor:g} {unit} (clearly broken)")
+        elif broken:
+            low = min(values[x] for x in broken)
+            problems.append(
+                f"{label} {low:.4g} {unit} < {floor:g} {unit} on {len(broken)} of {len(values)} node(s): "
+                "the fabric or a setting, no node blamed"
+            )
+    if n > 1 and _many(len(blame), n):  # half the allocation bad at once: the cluster, not its nodes
+        problems.append(f"{len(blame)} of {n} node(s) failed their checks: too many to blame the nodes")
+        blame = {}
+    unattributed = "; ".join(problems)
+    return GateVerdict(blame, unattributed, stop=bool(unattributed) and limits.strict)
+
+
+def _many(count: int, n: int) -> bool:
+    """The same fault on at least half of the nodes (and on more than one): the cluster's, not theirs."""
+    return count >= 2 and count * 2 >= n
+
+
+def outliers(values: Mapping[str, float], ratio: float) -> dict[str, float]:
+    """``{node: median of the others}`` for each node below ``ratio`` x the median of the others (at least
+    two others: with fewer there is no peer to compare with)."""
+    out = {}
+    for x, v in values.items():
+        others = [w for y, w in values.items() if y != x]
+        if len(others) >= 2:
+            median = statistics.median(others)
+            if v < ratio * median:
+                out[x] = median
+    return out
+
+
+def _kind(failure: str) -> str:
+    """A failure's kind: its words without numbers and names, so that one cause on many nodes is one kind."""
+    return re.sub(r"[\d.]+|mlx5_\w+|/\S*", "#", failure.split(":")[0])[:60]
+
+
+def _few(items: Sequence[str], k: int = 4) -> str:
+    return ",".join(items[:k]) + (f" and {len(items) - k} more" if len(items) > k else "")
+
+
+def gate_budget(base_s: float, nodes: int, startup_s: float = 120.0) -> float:
+    """Seconds the gate may take: the profile's budget for the checks, a cold start (``import torch`` from a
+    shared filesystem, CUDA contexts: ``startup_s``) and NCCL/gloo initialisation growing with the node count."""
+    return base_s + startup_s + 0.25 * nodes
+
+
+# ---------------------------------------------------------------- retries and resubmission
+
+
+def retries_left(ledger_rows: Sequence[str], max_retries: int) -> int:
+    """How many exclusions the job may still make (each line of its ledger spent one)."""
+    return max(0, max_retries - sum(1 for row in ledger_rows if row.strip()))
+
+
+def parse_job_record(text: str) -> dict[str, str]:
+    """``scontrol -o show job``'s one line as ``{key: value}`` (values may hold spaces)."""
+    return {m.group(1): m.group(2) for m in re.finditer(r"(?:^|\s)([A-Za-z:/]+)=(.*?)(?=\s[A-Za-z:/]+=|$)", text)}
+
+
+_NULL = ("", "(null)", "None", "NONE", "UNLIMITED", "N/A")
+
+
+def resubmit_args(job: Mapping[str, str], exclude: Sequence[str]) -> list[str]:
+    """``sbatch`` options that run the job again as it was asked for, without ``exclude``: every option of the
+    original submission that Slurm records (partition, account, QOS, reservation, constraint, memory, GRES,
+    time, nodes, CPUs per task, wckey, mail, comment), the exclusions merged with the job's own."""
+    excluded = [x for x in job.get("ExcNodeList", "").split(",") if x and x not in _NULL]
+    excluded += [x for x in exclude if x not in excluded]
+    out = ["--parsable", f"--exclude={','.join(excluded)}"]
+    simple = {
+        "Partition": "--partition",
+        "Account": "--account",
+        "QOS": "--qos",
+        "Reservation": "--reservation",
+        "Features": "--constraint",
+        "WCKey": "--wckey",
+        "MailUser": "--mail-user",
+        "MailType": "--mail-type",
+        "Comment": "--comment",
+        "TimeLimit": "--time",
+        "NumNodes": "--nodes",
+        "CPUs/Task": "--cpus-per-task",
+    }
+    for key, option in simple.items():
+        value = job.get(key, "")
+        if key == "NumNodes":
+            value = value.split("-")[0]
+        if value not in _NULL:
+            out.append(f"{option}={value}")
+    if (mem := job.get("MinMemoryNode", "")) not in _NULL and mem != "0":
+        out.append(f"--mem={mem}")
+    elif (mem := job.get("MinMemoryCPU", "")) not in _NULL and mem != "0":
+        out.append(f"--mem-per-cpu={mem}")
+    if (tres := job.get("TresPerNode", "")) not in _NULL:
+        out.append(f"--gres={tres.replace('gres/', '').replace('gres:', '')}")
+    return out
+
+
+def resubmit_script(job: Mapping[str, str], own_script: str, array_task: bool, exists: bool) -> str:
+    """The script to resubmit: an array task's own (``task-N/job.sbatch``: it alone, with its own folders),
+    else the script as submitted (``Command=``) where it still exists, else Slurm's copy of it."""
+    if array_task:
+        return own_script
+    command = job.get("Command", "")
+    return command if command and exists else own_script
+
+
+# ---------------------------------------------------------------- NODE_FAIL
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run of the job as the runtime recorded it (``runs.tsv``): ``end`` None when it never got to
+    record one (its batch host died, or Slurm killed it), ``outcome`` how it ended."""
+
+    job: str
+    restart: int
+    nodes: tuple[str, ...]
+    start: float
+    end: float | None = None
+    outcome: str = ""  # completed, failed, stop-saved, TERM, USR1, excluded
+
+
+@dataclass(frozen=True)
+class NodeState:
+    state: str  # sinfo's %T: idle, allocated, down*, drained, ...
+    since: float | None  # when the reason was set (sinfo's %H), epoch seconds
+
+
+_BAD = re.compile(r"^(down|drain|fail|not_responding|unknown)|\*$")
+QUIET_OUTCOMES = ("stop-saved", "TERM", "USR1", "completed", "excluded")
+
+
+def node_fail_culprits(previous: RunRecord | None, states: Mapping[str, NodeState], now: float) -> list[str]:
+    """The nodes of the previous run that failed DURING it: down or drained now, with the reason set between
+    its start and its end (or now, when it never recorded an end). A run that ended on its own terms (stop-save,
+    a signal, completion, an exclusion) had no node failure; a node drained after the run ended is not this
+    job's fault; neither is a node that is fine now."""
+    if previous is None or previous.outcome in QUIET_OUTCOMES:
+        return []
+    end = previous.end if previous.end is not None else now
+    out = []
+    for node in previous.nodes:
+        st = states.get(node)
+        if st is None or not _BAD.search(st.state):
+            continue
+        if st.since is None or previous.start - 60 <= st.since <= end + 60:
+            out.append(node)
+    return out
+
+
+def parse_runs(text: str) -> list[RunRecord]:
+    """``runs.tsv`` back into records (a line per start; a later line of the same start adds its end)."""
+    runs: dict[tuple[str, int], RunRecord] = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) < 4 or not parts[1].isdigit():
+            continue
+        job, restart = parts[0], int(parts[1])
+        end = float(parts[4]) if len(parts) > 4 and parts[4] else None
+        runs[(job, restart)] = RunRecord(
+            job, restart, tuple(x for x in parts[2].split(",") if x), float(parts[3]), end,
+            parts[5] if len(parts) > 5 else "",
+        )  # fmt: skip
+    return list(runs.values())
+
+
+# ---------------------------------------------------------------- after the ranks exit
+
+
+@dataclass(frozen=True)
+class AfterExit:
+    action: str  # "requeue", "exit"
+    say: str
+
+
+# (signal, exit status is 0, a stop-save was written) -> what to do. A TERM is Slurm's: a cancel stays cancelled,
+# a preemption or time limit requeues through Slurm by itself; USR1 is ours: requeue after the save, or without
+# it when the ranks failed (they resume from the newest checkpoint).
+AFTER_EXIT: dict[tuple[str | None, bool, bool], AfterExit] = {
+    ("TERM", True, True): AfterExit("exit", "got TERM: not requeueing (a cancel stays cancelled; a preemption requeues through Slurm)"),
+    ("TERM", True, False): AfterExit("exit", "got TERM: not requeueing (a cancel stays cancelled; a preemption requeues through Slurm)"),
+    ("TERM", False, True): AfterExit("exit", "got TERM: not requeueing (a cancel stays cancelled; a preemption requeues through Slurm)"),
+    ("TERM", False, False): AfterExit("exit", "got TERM: not requeueing (a cancel stays cancelled; a preemption requeues through Slurm)"),
+    ("USR1", True, True): AfterExit("requeue", "requeueing job {job} after the stop-save ({saved})"),
+    ("USR1", False, True): AfterExit("requeue", "got USR1, the ranks exited with status {status} after a stop-save: requeueing job {job}"),
+    ("USR1", False, False): AfterExit("requeue", "got USR1, the ranks exited with status {status} without a stop-save: requeueing job {job} (it resumes from its newest checkpoint)"),
+    ("USR1", True, False): AfterExit("exit", "got USR1 but training finished first: not requeueing"),
+    (None, True, True): AfterExit("requeue", "requeueing job {job} after the stop-save ({saved})"),
+    (None, True, False): AfterExit("exit", ""),
+    (None, False, True): AfterExit("exit", ""),
+    (None, False, False): AfterExit("exit", ""),
+}  # fmt: skip
+
+
+def after_exit(signal: str | None, status: int, saved: bool) -> AfterExit:
+    """What the batch step does once the ranks have exited (:data:`AFTER_EXIT`)."""
+    return AFTER_EXIT[(signal, status == 0, saved)]
+
+
+def outcome(signal: str | None, status: int, saved: bool) -> str:
+    """How a run ended, for ``runs.tsv`` (NODE_FAIL accounting reads it)."""
+    if saved:
+        return "stop-saved"
+    if signal:
+        return signal
+    return "completed" if status == 0 else "failed"
+
+
+# ---------------------------------------------------------------- the save and the signals
+
+
+def kill_wait_problem(save_seconds: float, kill_wait: float | None, grace: float | None) -> str:
+    """One line when a TERM (time limit, scancel, a preemption without ``send_user_signal``) leaves the ranks
+    less time than the model's stop-save: Slurm sends SIGKILL ``KillWait`` seconds after TERM (a preemption:
+    the partition's ``GraceTime``)."""
+    if not save_seconds:
+        return ""
+    short = [f"{name}={int(v)} s" for name, v in (("KillWait", kill_wait), ("GraceTime", grace)) if v is not None and v < save_seconds]
+    if not short:
+        return ""
+    return (
+        f"this site's {' and '.join(short)} is shorter than this model's stop-save (~{save_seconds:.0f} s): a TERM "
+        "(scancel, a preemption without PreemptParameters=send_user_signal) cannot complete its save; USR1 before "
+        "the time limit (--signal) still can. Ask the admins for a KillWait/GraceTime of at least that"
+    )  # fmt: skip
+
+
+def hang_min_seconds(save_seconds: float, floor: float = 600.0) -> float:
+    """The hang watch's floor: no step for this long is a hang only when it also exceeds the model's
+    stop-save time (a save is never a hang), with a margin of half again."""
+    return max(floor, 1.5 * save_seconds)
+
+
+def dump_wait_seconds(world_size: int) -> float:
+    """How long the ranks' dumps may take to land on a shared filesystem: grows with the world size (NFS at
+    1,024 ranks is not NFS at 2)."""
+    return 26.0 + world_size / 16
+
+
+def stop_check_every(step_seconds: float | None, lead_seconds: float, save_seconds: float) -> int:
+    """Steps between two stop agreements (each an all-reduce and a host sync): as rare as the lead time allows
+    -- the stop must still be seen and the save finished before the time limit -- and at least every step when
+    the step time is unknown or the margin is thin."""
+    if not step_seconds or step_seconds <= 0:
+        return 1
+    margin = lead_seconds - save_seconds - 2 * step_seconds
+    return max(1, min(100, int(margin / 4 / step_seconds)))
