@@ -206,6 +206,7 @@ def write_job(spec: JobSpec, script_path: str | Path) -> Path:
     job = render_job(spec)
     script_path.parent.mkdir(parents=True, exist_ok=True)
     for name, text in job.files.items():
+        (script_path.parent / name).parent.mkdir(parents=True, exist_ok=True)  # cookbook_runtime/
         (script_path.parent / name).write_text(text)
     script_path.write_text(job.script)
     make_executable(script_path)  # +x where the user's umask lets reads through

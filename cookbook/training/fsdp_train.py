@@ -478,6 +478,7 @@ def clean_partial_checkpoints(ckpt_dir: Path) -> None:
 
 # --------------------------------------------------------------------------------------------- throughput
 
+
 def peak_tflops(device_name: str) -> float | None:
     """The bf16 peak of ``torch.cuda.get_device_name()`` (:mod:`cookbook_runtime.gpus`); None for a GPU not in
     the table."""

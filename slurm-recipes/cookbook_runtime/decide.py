@@ -359,20 +359,29 @@ class AfterExit:
 # (signal, exit status is 0, a stop-save was written) -> what to do. A TERM is Slurm's: a cancel stays cancelled,
 # a preemption or time limit requeues through Slurm by itself; USR1 is ours: requeue after the save, or without
 # it when the ranks failed (they resume from the newest checkpoint).
+_TERM = AfterExit("exit", "got TERM: not requeueing (a cancel stays cancelled; a preemption requeues through Slurm)")
+_SAVED = AfterExit("requeue", "requeueing job {job} after the stop-save ({saved})")
+_QUIET = AfterExit("exit", "")
 AFTER_EXIT: dict[tuple[str | None, bool, bool], AfterExit] = {
-    ("TERM", True, True): AfterExit("exit", "got TERM: not requeueing (a cancel stays cancelled; a preemption requeues through Slurm)"),
-    ("TERM", True, False): AfterExit("exit", "got TERM: not requeueing (a cancel stays cancelled; a preemption requeues through Slurm)"),
-    ("TERM", False, True): AfterExit("exit", "got TERM: not requeueing (a cancel stays cancelled; a preemption requeues through Slurm)"),
-    ("TERM", False, False): AfterExit("exit", "got TERM: not requeueing (a cancel stays cancelled; a preemption requeues through Slurm)"),
-    ("USR1", True, True): AfterExit("requeue", "requeueing job {job} after the stop-save ({saved})"),
-    ("USR1", False, True): AfterExit("requeue", "got USR1, the ranks exited with status {status} after a stop-save: requeueing job {job}"),
-    ("USR1", False, False): AfterExit("requeue", "got USR1, the ranks exited with status {status} without a stop-save: requeueing job {job} (it resumes from its newest checkpoint)"),
+    ("TERM", True, True): _TERM,
+    ("TERM", True, False): _TERM,
+    ("TERM", False, True): _TERM,
+    ("TERM", False, False): _TERM,
+    ("USR1", True, True): _SAVED,
+    ("USR1", False, True): AfterExit(
+        "requeue", "got USR1, the ranks exited with status {status} after a stop-save: requeueing job {job}"
+    ),
+    ("USR1", False, False): AfterExit(
+        "requeue",
+        "got USR1, the ranks exited with status {status} without a stop-save: requeueing job {job} (it resumes "
+        "from its newest checkpoint)",
+    ),
     ("USR1", True, False): AfterExit("exit", "got USR1 but training finished first: not requeueing"),
-    (None, True, True): AfterExit("requeue", "requeueing job {job} after the stop-save ({saved})"),
-    (None, True, False): AfterExit("exit", ""),
-    (None, False, True): AfterExit("exit", ""),
-    (None, False, False): AfterExit("exit", ""),
-}  # fmt: skip
+    (None, True, True): _SAVED,
+    (None, True, False): _QUIET,
+    (None, False, True): _QUIET,
+    (None, False, False): _QUIET,
+}
 
 
 def after_exit(signal: str | None, status: int, saved: bool) -> AfterExit:
@@ -398,7 +407,11 @@ def kill_wait_problem(save_seconds: float, kill_wait: float | None, grace: float
     the partition's ``GraceTime``)."""
     if not save_seconds:
         return ""
-    short = [f"{name}={int(v)} s" for name, v in (("KillWait", kill_wait), ("GraceTime", grace)) if v is not None and v < save_seconds]
+    short = [
+        f"{name}={int(v)} s"
+        for name, v in (("KillWait", kill_wait), ("GraceTime", grace))
+        if v is not None and v < save_seconds
+    ]
     if not short:
         return ""
     return (

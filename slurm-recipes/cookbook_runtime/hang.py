@@ -5,9 +5,9 @@
 
 The watch (a daemon thread per rank, on when the job script exports ``COOKBOOK_HANG_DIR``) calls it a hang when no
 step ended for ``COOKBOOK_HANG_K`` (default 10) x the median step time, and at least ``COOKBOOK_HANG_MIN_S``
-seconds (default 600; the batch step raises it to cover the model's stop-save: a save is never a hang, and the
-watch pauses while a rank writes its stop-save, :func:`pause`); an uncaught collective timeout (gloo's "Timed out waiting")
-counts too. The first rank that sees one writes ``HANG`` in that folder; every rank then writes there:
+seconds (default 600: a long checkpoint save is no hang; the watch pauses while a rank writes its stop-save,
+:func:`pause`); an uncaught collective timeout (gloo's "Timed out waiting") counts too. The first rank that
+sees one writes ``HANG`` in that folder; every rank then writes there:
 
 - ``stack_rank_R.txt``: every thread's Python stack (faulthandler, registered on SIGUSR2 in each rank, so
   ``kill -USR2 PID`` dumps a rank by hand too; ``py-spy dump``'s native view appended when py-spy is installed),
@@ -45,6 +45,7 @@ from .decide import dump_wait_seconds
 from .files import HANG_DIR_ENV, HANG_TRIGGER, TRACE_PREFIX
 
 TRIGGER = HANG_TRIGGER
+__all__ = ["TRACE_PREFIX", "TRIGGER", "culprit", "describe", "install", "load", "mask", "pause", "step"]
 HANG_EXIT = 75  # the exit status of the rank that ends a hung job
 _SECRET = re.compile(r"TOKEN|KEY|PASSWORD|PASSWD|SECRET|CREDENTIAL", re.I)
 # a collective that timed out (gloo: "Timed out waiting 6000ms for recv operation to complete"; NCCL's watchdog),
@@ -329,7 +330,7 @@ def culprit(folder: str | os.PathLike[str]) -> dict[str, Any]:
         waiting = sorted(r for r, n in entered.items() if n >= seq)
         if not waiting and pg == "0":  # every dumped rank entered it: the ranks without a dump are behind
             members = set(range(world)) - set(entered)
-            behind, seq = sorted(members), max(entered.values()) + 1
+            behind, seq = sorted(members), max(entered.values())
             waiting = sorted(entered)
         if not behind or not waiting:
             continue

@@ -39,6 +39,7 @@ from .decide import GateThresholds, NodeReport, gate_verdict, interface_matches
 from .gpus import peak_tflops as _peak
 
 COLLECTIVE = "all-reduce across"  # the failure lines of the collective part start so
+BUSBW = "allreduce_busbw_gbps"
 
 
 def node_name() -> str:
@@ -277,7 +278,9 @@ def read_reports(out: Path, nodes: Sequence[str], procs: int) -> dict[str, NodeR
         if len(found) < procs:
             collective_errors.append(f"{procs - len(found)} of {procs} local rank(s) of {node} did not report")
         matmuls = [r["measures"]["matmul_tflops"] for r in found if "matmul_tflops" in r.get("measures", {})]
-        busbw = [r["measures"]["allreduce_busbw_gbps"] for r in found if "allreduce_busbw_gbps" in r.get("measures", {})]
+        busbw = [
+            r["measures"]["allreduce_busbw_gbps"] for r in found if "allreduce_busbw_gbps" in r.get("measures", {})
+        ]
         reports[node] = NodeReport(
             failures=tuple(dict.fromkeys(failures)),
             matmul_tflops=min(matmuls) if matmuls else None,
@@ -292,9 +295,9 @@ def describe(report: NodeReport) -> str:
     """``matmul_tflops 0.02, allreduce_busbw_gbps 1.2`` for the log's ok line."""
     parts = []
     if report.matmul_tflops is not None:
-        parts.append(f"matmul_tflops {report.matmul_tflops:g}")
+        parts.append(f"matmul_tflops {report.matmul_tflops}")
     if report.busbw_gbps is not None:
-        parts.append(f"allreduce_busbw_gbps {report.busbw_gbps:g}")
+        parts.append(f"allreduce_busbw_gbps {report.busbw_gbps}")
     return ", ".join(parts)
 
 
@@ -315,12 +318,12 @@ def summarize(args: argparse.Namespace) -> int:
     for node, reasons in verdict.blame.items():
         print(f"cookbook: pre-flight failed on {node}: {'; '.join(dict.fromkeys(reasons))}", flush=True)
     Path(args.failed).write_text("".join(f"{n}\t{'; '.join(dict.fromkeys(r))}\n" for n, r in verdict.blame.items()))
-    if verdict.blame:
-        return 1
     if verdict.unattributed:
         print(f"cookbook: pre-flight: {verdict.unattributed}. No node is blamed for it: "
               + ("not training (strict gate)" if verdict.stop else "training anyway (the framework's own error, if "
                  "any, is the truth)"), flush=True)  # fmt: skip
+    if verdict.blame:
+        return 1
     return 3 if verdict.stop else 0
 
 

@@ -51,7 +51,7 @@ def test_a_rank_that_never_enters_the_collective_is_named_with_its_host_seq_and_
         overrides={"max_steps": "60", "checkpoint_freq": "1000", "keep_checkpoints": "0", "throttle_seconds": "0.2"},
     )
     script = write_job(spec, job_dir / "job.sbatch")
-    assert (job_dir / "cookbook_hang.py").is_file()
+    assert (job_dir / "cookbook_runtime" / "hang.py").is_file()
     (job_dir / "logs").mkdir()
     client = SlurmClient({**slurm.env, "HF_TOKEN": KNOWN_TOKEN})
     started = time.monotonic()

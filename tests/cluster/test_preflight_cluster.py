@@ -54,7 +54,7 @@ def test_preflight_failure_excludes_the_node_and_the_job_completes_on_the_other_
     env = {**nodes3_cluster.env(), "COOKBOOK_PREFLIGHT_INJECT": f"n1:{reason}"}
     slurm = SlurmClient(env)
     script = write_job(_spec(job_dir, tiny_assets, "preflight-test", 4, 0.0), job_dir / "job.sbatch")
-    assert (job_dir / "cookbook_preflight.py").is_file()  # shipped beside the script
+    assert (job_dir / "cookbook_runtime" / "nodecheck.py").is_file()  # the runtime, in the job folder
     (job_dir / "logs").mkdir()
     first = slurm.submit(script, cwd=job_dir)
     info = slurm.wait(first, timeout=300)

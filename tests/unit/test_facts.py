@@ -1,7 +1,7 @@
 """One place per fact: every copy of a fact the package keeps must agree with its one source.
 
 - GPU peaks: ``cookbook.gpus`` is the table; the planner and the derived metrics read it, the standalone
-  FSDP script (``train.py``) and the pre-flight check (``cookbook_preflight.py``) keep pinned copies checked here.
+  FSDP script (``train.py``) and the pre-flight check read it from ``cookbook_runtime.gpus``: no copies.
 - Model shapes and FLOPs per token: the planner's ``MODELS`` and the FSDP script's ``SHAPES`` describe the
   same architectures; the script's FLOPs count (from the built module) equals the planner's formula.
 - Versions: pyproject.toml's dependencies; ``cookbook doctor`` and the CPU shims read them.
@@ -23,17 +23,17 @@ from cookbook.paths import project_root
 from cookbook.planner import GPUS, get_model
 from cookbook.planner.estimate import Settings, flops_per_token
 from cookbook.training import fsdp_train as ft
-from cookbook.training import preflight
+from cookbook_runtime import nodecheck as preflight
 
 FSDP_MODELS = [name for name in ft.SHAPES if not name.startswith("tiny")]
 
 
-def test_fsdp_script_peak_table_is_the_pinned_copy_of_cookbook_gpus():
-    assert list(ft.PEAK_BF16_TFLOPS) == gpus.device_name_peaks("bf16")
+def test_the_gpu_table_is_written_once_in_the_runtime():
+    import cookbook_runtime.gpus
 
-
-def test_preflight_peak_table_is_the_pinned_copy_of_cookbook_gpus():
-    assert list(preflight.PEAK_BF16_TFLOPS) == gpus.device_name_peaks("bf16")
+    assert gpus.GPU_KINDS is cookbook_runtime.gpus.GPU_KINDS
+    for module in (ft, preflight):
+        assert "PEAK_BF16_TFLOPS" not in vars(module)  # no pinned copy left
 
 
 @pytest.mark.parametrize(

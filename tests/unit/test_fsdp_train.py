@@ -378,16 +378,12 @@ def test_overrides_are_checked_by_the_scripts_own_parser():
 
 
 def test_rendered_script_runs_train_py_with_the_recipe_arguments():
-    from cookbook.render import render_job
+    from cookbook.render import render_job, runtime_files
 
     job = render_job(_spec(profile="aws-efa", container_image="/fsx/pytorch-fsdp.sqsh", container_mounts=["/fsx:/fsx"]))
     assert job.files == {
         "train.py": (ROOT / "cookbook" / "training" / "fsdp_train.py").read_text(),
-        "cookbook_preemption.py": (ROOT / "cookbook" / "training" / "preemption.py").read_text(),
-        "cookbook_preflight.py": (
-            ROOT / "cookbook" / "training" / "preflight.py"
-        ).read_text(),  # tests/unit/test_preflight.py
-        "cookbook_hang.py": (ROOT / "cookbook" / "training" / "hang.py").read_text(),
+        **runtime_files(),  # the job runtime, once per job folder
     }
     assert '"${RECIPE_DIR}"/train.py' in job.script and "--model=llama3_1_8b" in job.script
     assert "--container-image=/fsx/pytorch-fsdp.sqsh" in job.script and "FI_PROVIDER=efa" in job.script

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cookbook.analysis.hang import hang_report
-from cookbook.training import hang
+from cookbook_runtime import hang
 
 KNOWN = "hf_unitKnownSecretValue77"
 
@@ -78,7 +78,9 @@ def test_culprit_is_the_member_that_never_entered_the_collective_the_others_wait
     assert report[0].startswith("hang: rank 1 on n2 never entered collective #13")
     assert "in stall_1" in "\n".join(report) and "in stall_0" not in "\n".join(report)
     # the job script's question: NODES<TAB>what
-    out = subprocess.run([sys.executable, hang.__file__, "culprit", str(folder)], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "cookbook_runtime.hang", "culprit", str(folder)], capture_output=True, text=True
+    )
     assert out.stdout.split("\t")[0] == "n2"
 
     # a rank that left no dump at all is the one named
@@ -109,7 +111,7 @@ SCRIPT = """
 import datetime, os, sys, time
 import torch, torch.distributed as dist
 sys.path.insert(0, {module_dir!r})
-import hang as cookbook_hang
+from cookbook_runtime import hang as cookbook_hang
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=6))
 t = torch.ones(2)
 for step in range(1, 30):
@@ -121,7 +123,7 @@ for step in range(1, 30):
 @pytest.mark.slow
 def test_a_collective_timeout_makes_every_rank_dump_and_names_the_stalled_rank(tmp_path: Path):
     script = tmp_path / "t.py"
-    script.write_text(textwrap.dedent(SCRIPT.format(module_dir=str(Path(hang.__file__).parent))))
+    script.write_text(textwrap.dedent(SCRIPT.format(module_dir=str(Path(hang.__file__).parent.parent))))
     folder = tmp_path / "hang"
     env = {**os.environ, "COOKBOOK_HANG_DIR": str(folder), "COOKBOOK_HANG_INJECT": "1:3", "HF_TOKEN": KNOWN,
            "COOKBOOK_HANG_POLL_S": "0.5", "TORCH_FR_BUFFER_SIZE": "100", "OMP_NUM_THREADS": "1"}  # fmt: skip

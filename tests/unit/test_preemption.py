@@ -1,4 +1,4 @@
-"""The stop protocol's rank side (cookbook/training/preemption.py): flag file, signals, the agreement
+"""The stop protocol's rank side (cookbook_runtime.rank): flag file, signals, the agreement
 across ranks (2 real gloo processes), the stop-save line and file; shipped beside every script."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cookbook.training import preemption
-from cookbook.training.preemption import StopRequest
+from cookbook_runtime import rank as preemption
+from cookbook_runtime.rank import StopRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,7 +67,7 @@ def test_one_rank_signalled_stops_every_rank_at_the_same_step(tmp_path):
         """
         import os, signal, sys
         import torch.distributed as dist
-        from cookbook.training.preemption import StopRequest
+        from cookbook_runtime.rank import StopRequest
 
         dist.init_process_group("gloo")
         rank = dist.get_rank()
@@ -107,14 +107,13 @@ def test_one_rank_signalled_stops_every_rank_at_the_same_step(tmp_path):
 
 def test_every_rendered_job_ships_the_module_and_the_traps():
     from cookbook.recipes import list_recipes
-    from cookbook.render import PREEMPTION_FILE, render_job
+    from cookbook.render import RUNTIME, render_job
     from cookbook.spec import make_spec
 
-    assert PREEMPTION_FILE == "cookbook_preemption.py"
     for name in ("llama3_3_70b_full", "llama3_8b_c4", "flux_schnell", "fsdp_llama3_1_8b"):
         assert name in {r.name for r in list_recipes()}
         job = render_job(make_spec(name, profile="generic"))
-        assert job.files[PREEMPTION_FILE] == (ROOT / "cookbook" / "training" / "preemption.py").read_text()
+        assert job.files["cookbook_runtime/rank.py"] == (RUNTIME / "rank.py").read_text()
         assert 'COOKBOOK_STOP_FILE="$RUN_DIR/.cookbook/stop"' in job.script
         assert "trap 'on_stop_signal USR1' USR1" in job.script and "trap 'on_stop_signal TERM' TERM" in job.script
         assert 'bash -c \'trap "" USR1; exec "$@"\' cookbook-launcher' in job.script

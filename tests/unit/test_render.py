@@ -101,7 +101,7 @@ def test_hf_token_never_written(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", token)
     for name, spec in GOLDEN_SPECS.items():
         write_job(spec, tmp_path / name)
-    files = list(tmp_path.iterdir())
+    files = [f for f in tmp_path.rglob("*") if f.is_file()]
     assert len(files) > 3 and not any(token in f.read_text() for f in files)
     assert main(["render", "llama3_3_70b_full", "--env", f"HF_TOKEN={token}", "-o", str(tmp_path / "x")]) == 2
 

@@ -44,7 +44,8 @@ def test_rendered_scripts_follow_the_umask(tmp_path, mask, script_mode, file_mod
         plain.write_text("x")
         assert mode(make_executable(plain)) == script_mode
     assert mode(script) == script_mode
-    assert {mode(p) for p in script.parent.iterdir() if p != script} <= {file_mode}  # its configs: not executable
+    files = [p for p in script.parent.rglob("*") if p.is_file() and p != script]
+    assert {mode(p) for p in files} <= {file_mode}  # its configs and the runtime: not executable
 
 
 def test_secrets_are_private_whatever_the_umask(tmp_path):

@@ -132,7 +132,7 @@ def test_tracker_scripts_pass_shellcheck_and_carry_no_secret(tmp_path, monkeypat
     for recipe in ("llama3_3_70b_full", "fsdp_llama3_2_1b", "llama3_8b_c4"):
         folder = tmp_path / recipe
         write_job(make_spec(recipe, "local-cpu", tracker=tracker), folder / "job.sbatch")
-        for path in folder.iterdir():
+        for path in (p for p in folder.rglob("*") if p.is_file()):
             assert not any(v in path.read_text() for v in SECRETS.values()), path
     r = subprocess.run(
         ["shellcheck", "--shell=bash", "--severity=style", "--format=gcc", *map(str, tmp_path.glob("*/job.sbatch"))],

@@ -1,0 +1,284 @@
+"""The job runtime's decisions (cookbook_runtime.decide) as pure functions, at 1, 16 and 1,000 nodes.
+
+Each numbered problem of issue #29 that a decision answers is a named case: (1) the gate never blames every
+node for a failure it cannot attribute, (3) a healthy p4d/p5 passes the bandwidth judgement while a node at
+half its peers' bandwidth fails it, (6) NODE_FAIL counts only nodes that failed during the previous run,
+(7) a resubmission carries every option of the original job, (9) the hang floor covers the model's save,
+(10) the dump wait grows with the world size, (11) the stop check's cadence. Hostlists and reports are made here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cookbook_runtime import decide
+from cookbook_runtime.decide import GateThresholds, NodeReport, NodeState, RunRecord, gate_verdict
+
+SIZES = (1, 16, 1000)
+
+
+def nodes(n: int) -> list[str]:
+    return [f"gpu{i:04d}" for i in range(n)]
+
+
+def healthy(n: int, tflops: float = 700.0, busbw: float | None = None) -> dict[str, NodeReport]:
+    return {
+        x: NodeReport(matmul_tflops=tflops + (i % 7), busbw_gbps=busbw, seconds=9.0) for i, x in enumerate(nodes(n))
+    }
+
+
+# ------------------------------------------------------------------ the gate's verdict
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_a_healthy_allocation_trains_with_nothing_to_say(n: int):
+    verdict = gate_verdict(nodes(n), healthy(n), GateThresholds())
+    assert verdict.blame == {} and verdict.unattributed == "" and not verdict.stop
+
+
+@pytest.mark.parametrize("n", (16, 1000))
+def test_one_node_whose_own_check_failed_while_its_peers_passed_is_blamed(n: int):
+    reports = healthy(n)
+    bad = nodes(n)[3]
+    reports[bad] = NodeReport(failures=("7 GPU(s) visible, the job needs 8",), matmul_tflops=700.0)
+    verdict = gate_verdict(nodes(n), reports, GateThresholds())
+    assert verdict.exclude == [bad] and verdict.unattributed == ""
+
+
+def test_on_two_nodes_the_one_that_failed_its_own_check_is_blamed():
+    reports = {"n1": NodeReport(failures=("GPU 3 fell off the bus",)), "n2": NodeReport()}
+    assert gate_verdict(["n1", "n2"], reports, GateThresholds()).exclude == ["n1"]
+
+
+def test_one_node_alone_is_never_excluded_it_has_no_peers_to_tell_a_fault_from_a_setting():
+    reports = {"n1": NodeReport(failures=("InfiniBand HCA mlx5 not present",))}
+    verdict = gate_verdict(["n1"], reports, GateThresholds())
+    assert verdict.blame == {} and "mlx5" in verdict.unattributed and not verdict.stop
+
+
+@pytest.mark.parametrize("n", (2, 16, 1000))
+def test_problem_1_the_same_failure_on_every_node_is_the_clusters_no_node_is_excluded(n: int):
+    # a wrong NCCL_IB_HCA, torch missing, a run folder that is not shared: every node fails alike
+    reports = {x: NodeReport(failures=(f"InfiniBand HCA mlx5_{i % 8} not present",)) for i, x in enumerate(nodes(n))}
+    verdict = gate_verdict(nodes(n), reports, GateThresholds())
+    assert verdict.blame == {} and "no node blamed" in verdict.unattributed and not verdict.stop
+
+
+@pytest.mark.parametrize("n", (16, 1000))
+def test_problem_1_the_same_failure_on_half_the_nodes_blames_none_of_them(n: int):
+    reports = healthy(n)
+    for x in nodes(n)[: n // 2]:
+        reports[x] = NodeReport(failures=("local disk /tmp: 3.0 GB free < 20 GB",), matmul_tflops=700.0)
+    assert gate_verdict(nodes(n), reports, GateThresholds()).blame == {}
+
+
+@pytest.mark.parametrize("n", (2, 16, 1000))
+def test_problem_1_a_collective_that_could_not_start_blames_nobody_and_the_job_trains(n: int):
+    reports = {x: NodeReport(matmul_tflops=700.0, collective_error="RendezvousTimeoutError: ...") for x in nodes(n)}
+    verdict = gate_verdict(nodes(n), reports, GateThresholds())
+    assert verdict.blame == {} and "collective part failed" in verdict.unattributed and not verdict.stop
+
+
+@pytest.mark.parametrize("n", (3, 16, 1000))
+def test_problem_2_missing_reports_are_never_a_node_fault(n: int):
+    reports = healthy(n)
+    gone = nodes(n)[: max(1, n // 2)]  # a cold start from shared storage: these did not finish in time
+    for x in gone:
+        del reports[x]
+    verdict = gate_verdict(nodes(n), reports, GateThresholds())
+    assert verdict.blame == {} and "no report from" in verdict.unattributed
+
+
+def test_a_strict_gate_stops_on_what_it_cannot_attribute_and_only_then():
+    reports = {x: NodeReport(collective_error="timeout") for x in nodes(16)}
+    assert gate_verdict(nodes(16), reports, GateThresholds(strict=True)).stop
+    assert not gate_verdict(nodes(16), healthy(16), GateThresholds(strict=True)).stop
+
+
+@pytest.mark.parametrize(("fabric", "busbw"), [("p4d (2 nodes, ~70 GB/s)", 70.0), ("p5 (~343 GB/s)", 343.0)])
+@pytest.mark.parametrize("n", (2, 16, 1000))
+def test_problem_3_a_healthy_p4d_and_p5_pass_the_bandwidth_judgement(fabric: str, busbw: float, n: int):
+    # aws-samples/awsome-distributed-training micro-benchmarks/nccl-tests: ~70 GB/s on p4d, ~343 on p5
+    reports = healthy(n, busbw=busbw)
+    verdict = gate_verdict(nodes(n), reports, GateThresholds(busbw_floor_gbps=10.0))
+    assert verdict.blame == {} and verdict.unattributed == "", fabric
+
+
+@pytest.mark.parametrize("n", (16, 1000))
+def test_problem_3_a_node_at_half_its_peers_bandwidth_is_blamed(n: int):
+    reports = healthy(n, busbw=343.0)
+    slow = nodes(n)[5]
+    reports[slow] = NodeReport(matmul_tflops=700.0, busbw_gbps=171.0)
+    verdict = gate_verdict(nodes(n), reports, GateThresholds(busbw_floor_gbps=10.0))
+    assert verdict.exclude == [slow] and "link bandwidth" in verdict.blame[slow][0]
+
+
+@pytest.mark.parametrize("n", (16, 1000))
+def test_problem_3_a_fabric_below_its_floor_everywhere_is_logged_not_blamed(n: int):
+    verdict = gate_verdict(nodes(n), healthy(n, busbw=4.0), GateThresholds(busbw_floor_gbps=10.0))
+    assert verdict.blame == {} and "the fabric or a setting" in verdict.unattributed
+
+
+@pytest.mark.parametrize("n", (16, 1000))
+def test_problem_4_a_power_capped_site_where_every_gpu_is_slow_alike_trains(n: int):
+    reports = healthy(n, tflops=420.0)  # ~0.42 x the H100 peak everywhere: capped, not broken
+    assert gate_verdict(nodes(n), reports, GateThresholds()).blame == {}
+
+
+@pytest.mark.parametrize("n", (16, 1000))
+def test_problem_4_one_gpu_far_below_its_peers_is_blamed(n: int):
+    reports = healthy(n)
+    slow = nodes(n)[-1]
+    reports[slow] = NodeReport(matmul_tflops=200.0)
+    assert gate_verdict(nodes(n), reports, GateThresholds()).exclude == [slow]
+
+
+def test_the_gate_budget_grows_with_the_nodes_and_the_cold_start():
+    assert decide.gate_budget(60, 1) < decide.gate_budget(60, 16) < decide.gate_budget(60, 1000)
+    assert decide.gate_budget(60, 1000) >= 60 + 120 + 250
+
+
+# ------------------------------------------------------------------ interfaces, devices, head address
+
+
+@pytest.mark.parametrize(
+    ("spec", "name", "yes"),
+    [("eth", "eth0", True), ("=eth0", "eth0", True), ("=eth", "eth0", False), ("^docker,lo", "ens5", True),
+     ("^docker,lo", "lo", False), ("ib,eth", "eth1", True)],
+)  # fmt: skip
+def test_interface_selection_follows_nccl_socket_ifname(spec: str, name: str, yes: bool):
+    assert decide.interface_matches(spec, name) is yes
+
+
+def test_one_parser_for_nccl_ib_hca_lists():
+    present = ["mlx5_0", "mlx5_1", "mlx5_4", "mlx5_bond_0"]
+    assert decide.devices_selected("=mlx5_0,mlx5_1:1", present) == ["mlx5_0", "mlx5_1"]
+    assert decide.devices_selected("^mlx5_4", present) == ["mlx5_0", "mlx5_1", "mlx5_bond_0"]
+    assert decide.devices_selected("mlx5", present) == present  # a prefix: every mlx5 device, RoCE ones too
+
+
+def test_the_head_address_is_the_batch_hosts_own_never_the_nodename():
+    local = [("lo", "127.0.0.1"), ("docker0", "172.17.0.1"), ("eth0", "10.1.2.3"), ("ib0", "192.168.7.3")]
+    assert decide.head_address(local, ["127.0.1.1"]) == ("10.1.2.3", "eth0")  # name resolves to loopback
+    assert decide.head_address(local, ["192.168.7.3"]) == ("192.168.7.3", "ib0")
+    assert decide.head_address(local, [], "ib") == ("192.168.7.3", "ib0")
+    assert decide.head_address([("lo", "127.0.0.1")], []) is None
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_shared_nodes_get_a_port_per_job(n: int):
+    assert decide.rendezvous_port(29500, 123456, exclusive=True, span=2000) == 29500
+    ports = {decide.rendezvous_port(20000, job, exclusive=False, span=2000) for job in range(n)}
+    assert len(ports) == min(n, 2000) and max(ports) < 22000
+
+
+# ------------------------------------------------------------------ retries and resubmission
+
+
+def test_the_retry_budget_counts_the_ledger():
+    assert decide.retries_left([], 2) == 2
+    assert decide.retries_left(["1\tn1\tpre-flight", "2\tn2\tNODE_FAIL", ""], 2) == 0
+
+
+RECORD = (
+    "JobId=812 JobName=llama UserId=alice(1000) Account=ml QOS=high Reservation=maint-week JobState=RUNNING "
+    "Requeue=1 Restarts=0 TimeLimit=04:00:00 Partition=h100 NodeList=gpu[0001-0016] NumNodes=16 NumCPUs=1536 "
+    "CPUs/Task=96 ReqNodeList=(null) ExcNodeList=gpu0009 Features=ib&nvlink MinMemoryNode=1800G "
+    "TresPerNode=gres:gpu:8 WCKey=proj42 MailUser=alice@example.org MailType=END,FAIL "
+    "Command=/shared/recipes/llama.sbatch WorkDir=/shared/recipes Comment=sweep 3 of 8"
+)
+
+
+def test_problem_7_a_resubmission_carries_every_option_of_the_original_job():
+    job = decide.parse_job_record(RECORD)
+    args = decide.resubmit_args(job, ["gpu0003"])
+    assert "--exclude=gpu0009,gpu0003" in args
+    for want in ("--partition=h100", "--account=ml", "--qos=high", "--reservation=maint-week",
+                 "--constraint=ib&nvlink", "--mem=1800G", "--gres=gpu:8", "--wckey=proj42",
+                 "--mail-user=alice@example.org", "--mail-type=END,FAIL", "--time=04:00:00", "--nodes=16",
+                 "--cpus-per-task=96", "--comment=sweep 3 of 8"):  # fmt: skip
+        assert want in args, want
+
+
+def test_problem_5_an_array_task_resubmits_itself_alone():
+    job = decide.parse_job_record(RECORD.replace("Command=/shared/recipes/llama.sbatch", "Command=/sweep/job.sbatch"))
+    own = "/sweep/task-3/job.sbatch"
+    assert decide.resubmit_script(job, own, array_task=True, exists=True) == own
+    assert decide.resubmit_script(job, own, array_task=False, exists=True) == "/sweep/job.sbatch"
+
+
+# ------------------------------------------------------------------ NODE_FAIL
+
+
+T0 = 1_800_000_000.0
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_problem_6_a_node_that_died_during_the_previous_run_is_its_node_fail(n: int):
+    ns = tuple(nodes(n))
+    previous = RunRecord("812", 0, ns, start=T0)  # never recorded an end: Slurm killed it
+    states = {x: NodeState("allocated", None) for x in ns}
+    states[ns[-1]] = NodeState("down*", T0 + 3600)
+    assert decide.node_fail_culprits(previous, states, now=T0 + 3700) == [ns[-1]]
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_problem_6_a_node_drained_after_the_run_ended_is_not_this_jobs_failure(n: int):
+    ns = tuple(nodes(n))
+    previous = RunRecord("812", 0, ns, start=T0, end=T0 + 3600, outcome="failed")
+    states = {x: NodeState("drained", T0 + 7200) for x in ns}  # an admin drained them later
+    assert decide.node_fail_culprits(previous, states, now=T0 + 7300) == []
+
+
+@pytest.mark.parametrize("outcome", ["stop-saved", "TERM", "USR1", "completed", "excluded"])
+def test_problem_6_time_limit_and_preemption_requeues_never_spend_the_budget(outcome: str):
+    ns = tuple(nodes(16))
+    previous = RunRecord("812", 0, ns, start=T0, end=T0 + 60, outcome=outcome)
+    states = {x: NodeState("down", T0 + 30) for x in ns}
+    assert decide.node_fail_culprits(previous, states, now=T0 + 100) == []
+
+
+def test_the_run_records_read_back():
+    text = f"812\t0\tn1,n2\t{T0:.0f}\t\t\n812\t0\tn1,n2\t{T0:.0f}\t{T0 + 5:.0f}\tstop-saved\n813\t1\tn3\t{T0:.0f}\t\t\n"
+    runs = decide.parse_runs(text)
+    assert runs[0] == RunRecord("812", 0, ("n1", "n2"), T0, T0 + 5, "stop-saved")
+    assert runs[1].end is None and runs[1].nodes == ("n3",)
+
+
+# ------------------------------------------------------------------ after the ranks exit
+
+
+def test_every_signal_status_and_save_has_an_answer():
+    for key in [(s, ok, saved) for s in (None, "USR1", "TERM") for ok in (True, False) for saved in (True, False)]:
+        assert key in decide.AFTER_EXIT
+    assert decide.after_exit("TERM", 0, True).action == "exit"  # a cancel stays cancelled
+    assert decide.after_exit("USR1", 0, True).action == "requeue"
+    assert decide.after_exit("USR1", 1, False).action == "requeue"  # resumes from its newest checkpoint
+    assert decide.after_exit("USR1", 0, False).action == "exit"  # training finished first
+    assert decide.after_exit(None, 0, False).action == "exit"
+    assert decide.outcome("TERM", 0, True) == "stop-saved" and decide.outcome(None, 1, False) == "failed"
+
+
+# ------------------------------------------------------------------ saves, signals, hangs
+
+
+def test_problem_8_the_log_says_when_killwait_is_shorter_than_the_save():
+    assert decide.kill_wait_problem(846, kill_wait=30, grace=None).startswith("this site's KillWait=30 s")
+    assert decide.kill_wait_problem(40, kill_wait=60, grace=120) == ""
+    assert "GraceTime=10 s" in decide.kill_wait_problem(40, kill_wait=60, grace=10)
+
+
+def test_problem_9_a_70b_stop_save_is_never_a_hang():
+    assert decide.hang_min_seconds(846) >= 846 * 1.5
+    assert decide.hang_min_seconds(2) == 600
+
+
+@pytest.mark.parametrize("world", (8, 128, 8000))
+def test_problem_10_the_dump_wait_grows_with_the_world(world: int):
+    assert decide.dump_wait_seconds(world) >= 26 + world / 16
+
+
+def test_problem_11_the_stop_check_is_as_rare_as_the_lead_time_allows():
+    assert decide.stop_check_every(None, 120, 10) == 1
+    assert decide.stop_check_every(0.5, 600, 100) > 10
+    assert decide.stop_check_every(30, 120, 60) == 1  # thin margin: every step
