@@ -14,17 +14,13 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from cookbook_runtime.files import NODE_LINES
+
 if TYPE_CHECKING:
     from cookbook.metrics.diagnose import Finding
 
-_EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("preflight_ok", re.compile(r"cookbook: pre-flight ok on (?P<node>\S+) in (?P<rest>.*)")),
-    ("preflight_failed", re.compile(r"cookbook: pre-flight failed on (?P<node>\S+?): (?P<rest>.*)")),
-    ("preflight_time", re.compile(r"cookbook: pre-flight took (?P<rest>\d+ s on .*)")),
-    ("node_failure", re.compile(r"cookbook: node failure: (?P<node>\S+) (?P<rest>.*)")),
-    ("excluded", re.compile(r"cookbook: excluding (?P<node>\S+) (?P<rest>.*)")),
-    ("not_excluded", re.compile(r"cookbook: (?:not excluding|not retrying|could not exclude) (?P<rest>.*)")),
-)
+# the gate's and the exclusions' lines, as the job runtime names them (cookbook_runtime.files: one place)
+_EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(NODE_LINES.items())
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-_SIGNAL = re.compile(r"cookbook: got (\w+)")
-_SAVED = re.compile(r"cookbook: saved at step (\d+) for preemption: (\S+)")
+from cookbook_runtime.files import GOT_SIGNAL as _SIGNAL  # the runtime's lines, named once there
+from cookbook_runtime.files import SAVED as _SAVED
+
 _RESUMING = re.compile(r"resuming from (\S+)")
 
 

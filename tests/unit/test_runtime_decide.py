@@ -282,3 +282,25 @@ def test_problem_11_the_stop_check_is_as_rare_as_the_lead_time_allows():
     assert decide.stop_check_every(None, 120, 10) == 1
     assert decide.stop_check_every(0.5, 600, 100) > 10
     assert decide.stop_check_every(30, 120, 60) == 1  # thin margin: every step
+
+
+# ------------------------------------------------------------------ the package itself
+
+
+def test_the_runtime_never_imports_cookbook_and_is_held_once():
+    import ast
+    from pathlib import Path
+
+    import cookbook_runtime
+
+    root = Path(cookbook_runtime.__file__).parent
+    assert root.parent.name == "slurm-recipes"
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            assert not any(n == "cookbook" or n.startswith("cookbook.") for n in names), (path.name, names)
+    shipped = [p for p in root.parent.rglob("*.py") if p.parent != root and p.name.startswith("cookbook_")]
+    texts = [p.read_text() for p in shipped]
+    assert len(texts) == len(set(texts))  # no byte-identical copies left beside the scripts
