@@ -182,7 +182,9 @@ def _submit_copied_scripts(slurm: SlurmClient, root: Path, tiny, recipes: tuple[
     (checkout / ".venv").symlink_to(Path(sys.prefix))
     (checkout / ".cache" / "tiny").symlink_to(tiny.root)
     folder = checkout / "slurm-recipes" / "torchtitan"
-    shutil.copytree(Path(__file__).resolve().parents[2] / "slurm-recipes" / "torchtitan", folder)
+    recipes_root = Path(__file__).resolve().parents[2] / "slurm-recipes"
+    shutil.copytree(recipes_root / "torchtitan", folder)
+    shutil.copytree(recipes_root / "cookbook_runtime", folder.parent / "cookbook_runtime")  # beside it, as shipped
     jobs = {}  # no folder to create first: the log goes where sbatch runs
     for recipe in recipes:
         script, name = folder / f"{recipe}.local-cpu.sbatch", f"{recipe}-local-cpu".replace("_", "-")
