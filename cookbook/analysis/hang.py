@@ -1,5 +1,5 @@
-"""Hang forensics of a run, for ``cookbook diagnose``: what the ranks' watch (
-:mod:`cookbook_runtime.hang`) left in ``RUN_DIR/.cookbook/hang/<job id>-<restart>/``.
+"""Hang forensics of a run, for ``cookbook diagnose``: what the ranks' watch (:mod:`cookbook_runtime.hang`) left
+in ``RUN_DIR/.cookbook/hang/<job id>-<restart>/``.
 
     for line in hang_report("/shared/runs/llama3-8b"):   # a run folder, a job folder (job.json) or a job's log
         print(line)
@@ -17,9 +17,10 @@ import os
 import re
 from pathlib import Path
 
+from cookbook_runtime import files
 from cookbook_runtime.hang import TRACE_PREFIX, TRIGGER, culprit, describe, load, mask
 
-HANG_FOLDER = Path(".cookbook") / "hang"  # in the run folder; the job script's COOKBOOK_HANG_DIR, one per attempt
+HANG_FOLDER = Path(files.STATE) / files.HANG  # in the run folder; the job's COOKBOOK_HANG_DIR, one per attempt
 _RUN_DIR = re.compile(r"^job \d+: .* run dir (.+)$", re.M)  # the job script's start line
 
 

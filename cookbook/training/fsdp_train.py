@@ -482,13 +482,9 @@ def clean_partial_checkpoints(ckpt_dir: Path) -> None:
 def peak_tflops(device_name: str) -> float | None:
     """The bf16 peak of ``torch.cuda.get_device_name()`` (:mod:`cookbook_runtime.gpus`); None for a GPU not in
     the table."""
-    from cookbook_runtime.gpus import UnknownGpu
-    from cookbook_runtime.gpus import peak_tflops as peak
+    from cookbook_runtime.gpus import known_peak
 
-    try:
-        return peak(device_name)
-    except UnknownGpu:
-        return None
+    return known_peak(device_name)
 
 
 def flops_per_token(model: torch.nn.Module, shape: ModelShape, seq_len: int) -> float:

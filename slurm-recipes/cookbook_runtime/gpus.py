@@ -110,6 +110,14 @@ def peak_tflops(gpu: str, dtype: str = "bf16") -> float:
     return kind.peak_tflops[dtype]
 
 
+def known_peak(device_name: str, dtype: str = "bf16") -> float | None:
+    """:func:`peak_tflops` of a device name, None for a kind the table does not know (measured, not judged)."""
+    try:
+        return peak_tflops(device_name, dtype)
+    except UnknownGpu:
+        return None
+
+
 def list_price_per_gpu_hour(gpu: str) -> float | None:
     """The rough list price of ``gpu`` (a kind, alias or device name) per GPU-hour; None if unknown."""
     try:

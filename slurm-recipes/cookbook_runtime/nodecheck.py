@@ -35,8 +35,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from .decide import GateThresholds, NodeReport, gate_verdict, interface_matches
-from .gpus import peak_tflops as _peak
+from .decide import GateThresholds, NodeReport, devices_selected, gate_verdict, interface_matches
+from .gpus import known_peak
 
 COLLECTIVE = "all-reduce across"  # the failure lines of the collective part start so
 BUSBW = "allreduce_busbw_gbps"
@@ -46,12 +46,7 @@ def node_name() -> str:
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 
-def peak_tflops(device_name: str) -> float | None:
-    """The dense bf16 peak of a device name, None for a kind the table does not know."""
-    try:
-        return _peak(device_name)
-    except KeyError:
-        return None
+peak_tflops = known_peak
 
 
 def interface_present(spec: str) -> str | None:
@@ -67,8 +62,8 @@ def interface_present(spec: str) -> str | None:
 def fabric_device_problem() -> str | None:
     """The InfiniBand HCA (``NCCL_IB_HCA``) or EFA device (``FI_PROVIDER=efa``) the profile names, present."""
     have = sorted(os.listdir("/sys/class/infiniband")) if os.path.isdir("/sys/class/infiniband") else []
-    hca = os.environ.get("NCCL_IB_HCA", "").lstrip("=^")
-    if hca and not any(h.startswith(hca.split(",")[0].split(":")[0]) for h in have):
+    hca = os.environ.get("NCCL_IB_HCA", "")
+    if hca and not devices_selected(hca, have):
         return f"InfiniBand HCA {hca} not present under /sys/class/infiniband (have {', '.join(have) or 'none'})"
     if os.environ.get("FI_PROVIDER") == "efa" and not any(h.startswith(("efa", "rdmap")) for h in have):
         return "EFA device not present under /sys/class/infiniband"

@@ -32,13 +32,12 @@ checkpoint, the one written here.
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import sys
 from types import FrameType
-from typing import Any
 
+from . import hang
 from .files import SAVED_SUFFIX, STOP_FILE_ENV, saved_line
 
 SIGNALS = ("SIGUSR1", "SIGTERM")
@@ -89,7 +88,7 @@ class StopRequest:
                 how = f"flag file {self.flag_file}" if local else "a signal on another rank"
             _say(f"cookbook: stop requested ({how}): every rank saves at this step boundary")
         self._announced = self._announced or answer
-        if answer and (hang := _hang_watch()) is not None:
+        if answer:
             hang.pause()  # the stop-save follows: no step for a while is no hang
         return answer
 
@@ -124,15 +123,6 @@ def _say(line: str) -> None:
     print(line, file=sys.stdout, flush=True)
 
 
-@functools.cache
-def _hang_watch() -> Any:
-    """The hang forensics module (:mod:`cookbook_runtime.hang`)."""
-    from . import hang
-
-    return hang
-
-
 def hang_step(step: int) -> None:
     """A step boundary for the hang watch (no step for K x the median step time: every rank's stack)."""
-    if (hang := _hang_watch()) is not None:
-        hang.step(step)
+    hang.step(step)

@@ -304,3 +304,23 @@ def test_the_runtime_never_imports_cookbook_and_is_held_once():
     shipped = [p for p in root.parent.rglob("*.py") if p.parent != root and p.name.startswith("cookbook_")]
     texts = [p.read_text() for p in shipped]
     assert len(texts) == len(set(texts))  # no byte-identical copies left beside the scripts
+
+
+def test_the_batch_step_writes_the_names_the_runtime_reads():
+    from cookbook.render import render_job
+    from cookbook.spec import make_spec
+    from cookbook_runtime import files
+
+    script = render_job(make_spec("llama3_3_70b_full", profile="generic")).script
+    state = f"$RUN_DIR/{files.STATE}"
+    for written in (
+        f'{files.STOP_FILE_ENV}="{state}/{files.STOP}"',
+        f'"$COOKBOOK_STOP_FILE{files.SAVED_SUFFIX}"',
+        f'ledger="{state}/{files.RETRIES}$COOKBOOK_FIRST_JOB"',
+        f'COOKBOOK_NODES_FILE="{state}/{files.NODES}$SLURM_JOB_ID"',
+        f'PREFLIGHT_DIR="{state}/{files.PREFLIGHT}$SLURM_JOB_ID.',
+        f'{files.HANG_DIR_ENV}="{state}/{files.HANG}/$SLURM_JOB_ID-',
+        f'"${files.HANG_DIR_ENV}/{files.HANG_TRIGGER}"',
+        f'TORCH_FR_DUMP_TEMP_FILE="${files.HANG_DIR_ENV}/{files.TRACE_PREFIX}"',
+    ):
+        assert written in script, written
