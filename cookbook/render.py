@@ -58,9 +58,10 @@ def log_file(spec: JobSpec) -> str:
 
 
 def with_signal(spec: JobSpec, recipe: Recipe | None) -> JobSpec:
-    """``spec`` with ``signal_seconds`` set: the user's, else on a GPU profile the lead time ``recipe``'s stop-save
-    needs (:func:`cookbook.planner.lead_time.signal_seconds`, from its model's size and ``spec.nodes``; at least
-    two minutes), on ``local-cpu`` 30 s."""
+    """``spec`` resolved, once, before it is checked and rendered: ``signal_seconds`` the user's, else on a GPU
+    profile the lead time ``recipe``'s stop-save needs (:func:`cookbook.planner.lead_time.signal_seconds`, from
+    the size of its :meth:`~Recipe.stop_save_recipes` models and ``spec.nodes``; at least two minutes; no
+    recipe: two minutes), on ``local-cpu`` 30 s."""
     if spec.signal_seconds is not None:
         return spec
     if spec.local_cpu:
@@ -72,15 +73,76 @@ def with_signal(spec: JobSpec, recipe: Recipe | None) -> JobSpec:
     return replace(spec, signal_seconds=signal_seconds(recipe.stop_save_recipes(), spec.nodes, spec.overrides))
 
 
+def runtime_lines(spec: JobSpec, recipe: Recipe, names: tuple[str, ...]) -> list[str]:
+    """The switches of ``python3 -m cookbook_runtime.run`` for ``spec``, one group a line, shell-quoted: the
+    rendezvous, the stop-save, the resume, the gate's thresholds (from the profile, each with its source in
+    ``cookbook profiles show``), the srun options of a container."""
+    gate = spec.profile_info.gate()
+    port = [f"--port={spec.port}"] + ([] if spec.exclusive else [f"--port-span={SHARED_PORT_SPAN}"])
+    interface = spec.profile_info.interface  # a pinned one is exported by the script (NCCL_SOCKET_IFNAME)
+    if interface in ("detect", None):
+        port.append(f"--interface={interface or 'none'}")
+    if spec.gpus_per_node == 0 or spec.procs_per_node != spec.gpus_per_node:
+        port.append(f"--nproc-per-node={spec.procs_per_node}")  # else Slurm's SLURM_GPUS_ON_NODE
+    port.append(f"--max-retries={int(gate.max_retries.value)}")
+    lines = [port]
+    if spec.requeue:
+        from cookbook.planner.lead_time import save_seconds  # the planner loads every recipe
+
+        seconds = 0.0 if spec.local_cpu else save_seconds(recipe.stop_save_recipes(), spec.nodes, spec.overrides)
+        # = #SBATCH --signal's: the ranks agree on a stop every N steps within it (local-cpu: every step)
+        lead = [] if spec.local_cpu or not spec.signal_seconds else [f"--lead-seconds={spec.signal_seconds}"]
+        lines.append(["--requeue", *lead] + ([f"--save-seconds={seconds:.0f}"] if seconds else []))
+    resume = (["--once"] if recipe.trains else []) + recipe.resume(spec)
+    if resume:
+        lines.append(resume)
+    checks = ["--gate", f"--gate-seconds={gate.time_limit_s.value:g}"]
+    if gate.matmul_fraction:
+        checks.append(f"--gate-matmul-fraction={gate.matmul_fraction.value:g}")
+    if gate.matmul_min_tflops:
+        checks.append(f"--gate-matmul-min-tflops={gate.matmul_min_tflops.value:g}")
+    checks += [
+        f"--gate-busbw-floor={gate.allreduce_min_busbw_gbps.value:g}",
+        f"--gate-allreduce-mb={gate.allreduce_mb}",
+        f"--gate-min-free-gb={gate.min_free_disk_gb.value:g}",
+    ]
+    lines.append(checks)
+    if spec.container_image:
+        srun = [f"--srun-arg=--container-image={spec.container_image}"]
+        if spec.container_mounts:
+            srun.append(f"--srun-arg=--container-mounts={','.join(spec.container_mounts)}")
+        lines.append(srun)
+    return [" ".join(quote_with_vars(word, names) for word in line) for line in lines]
+
+
+def program_lines(args: tuple[str, ...], names: tuple[str, ...]) -> list[str]:
+    """The program's arguments, shell-quoted, one option a line with its value (``--config FILE``, ``-m MODULE``)."""
+    lines: list[list[str]] = []
+    for word in args:
+        quoted = quote_with_vars(word, names)
+        takes_value = bool(lines) and len(lines[-1]) == 1 and lines[-1][0].startswith("-") and "=" not in lines[-1][0]
+        if takes_value and not word.startswith("-"):
+            lines[-1].append(quoted)
+        else:
+            lines.append([quoted])
+    return [" ".join(line) for line in lines]
+
+
 def validate(spec: JobSpec) -> Recipe:
     """The spec's recipe, once the spec and the recipe both accept it; SpecError with every problem."""
+    return _validated(spec)[0]
+
+
+def _validated(spec: JobSpec) -> tuple[Recipe, JobSpec]:
+    """The spec's recipe and the spec it resolves (:func:`with_signal`, once), both checked."""
     try:
         recipe: Recipe | None = get_recipe(spec.recipe)
         missing = None
     except KeyError as e:
         recipe, missing = None, str(e.args[0])
     source = "" if spec.signal_seconds is not None else " (the recipe's lead time for its stop-save)"
-    problems = check_spec(with_signal(spec, recipe), signal_source=source)
+    resolved = with_signal(spec, recipe)
+    problems = check_spec(resolved, signal_source=source)
     if recipe is None:
         raise SpecError(problems + [str(missing)])
     try:
@@ -97,29 +159,24 @@ def validate(spec: JobSpec) -> Recipe:
         )
     if problems:
         raise SpecError(problems)
-    return recipe
+    return recipe, resolved
 
 
 def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
     """Validate ``spec`` and render its sbatch script and config files (nothing written). ``recipe``: render
-    with this one instead of the spec's (validated all the same), e.g. the FSDP script for any model."""
-    if recipe is not None:
-        spec = with_signal(spec, recipe)  # e.g. the FSDP script for any model: its largest model's lead time
-    recipe = recipe or validate(spec)
-    if recipe.name != spec.recipe:
-        validate(spec)
-    spec = with_signal(spec, recipe)
+    with this one instead of the spec's (validated all the same), e.g. the FSDP script for any model, whose
+    lead time is its largest model's. The spec is resolved once (:func:`with_signal`) and rendered as such."""
+    if recipe is None:
+        recipe, spec = _validated(spec)
+    else:
+        spec = with_signal(spec, recipe)
+        if recipe.name != spec.recipe:
+            _validated(spec)
     launch = recipe.command(spec)
     names = (*_BUILTIN_VARS, *launch.prelude_variables, *launch.variables)
     if spec.tracker != "none":
         names += TRACKER_VARIABLES
     env = template_env(names)
-    launcher = "tune run" if launch.launcher == "tune" else "torchrun"  # bash words of the LAUNCHER array
-    srun_args: list[str] = []
-    if spec.container_image:
-        srun_args.append(f"--container-image={spec.container_image}")
-        if spec.container_mounts:
-            srun_args.append(f"--container-mounts={','.join(spec.container_mounts)}")
     variables = {k: quote_with_vars(v, names) for k, v in launch.variables.items()}
     script = env.get_template("job.sbatch.j2").render(
         spec=spec,
@@ -133,15 +190,10 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
         prelude=launch.prelude.rstrip(),
         check=launch.check.rstrip(),
         variables=variables,
-        resume=recipe.resume(spec).rstrip(),
         tracker=tracker_block(spec, recipe.wandb_offline_runs(spec)),
-        srun_args=srun_args,
-        launcher=launcher,
-        args=launch.args,
-        port_span=SHARED_PORT_SPAN,
-        preflight=spec.profile_info.gate(),
-        max_retries=int(spec.profile_info.gate().max_retries.value),
-        max_retries_source=spec.profile_info.gate().max_retries.source,
+        launcher="tune run" if launch.launcher == "tune" else "torchrun",
+        program_lines=program_lines(launch.args, names),
+        runtime_lines=runtime_lines(spec, recipe, names),
     )
     warnings = recipe.warnings(spec) + start_path_warnings(spec, recipe) + mount_problems(spec, recipe)
     files = {**recipe.files(spec), **({} if spec.runtime_dir else runtime_files())}
@@ -335,6 +387,8 @@ def generated_specs() -> list[JobSpec]:
                     **profile_defaults(name),
                     job_name=f"{stem}-{name}".replace("_", "-"),
                     script_name=f"{stem}.{name}.sbatch",
+                    # one torchtune YAML for every GPU profile (the same config; generated_files checks it)
+                    config_name=None if local or recipe.framework != "torchtune" else f"{stem}.yaml",
                     run_dir=f"$RECIPE_DIR/runs/fsdp-$MODEL-{name}" if any_model else None,
                     venv="$RECIPE_DIR/../../.venv" if local else None,
                     runtime_dir="$RECIPE_DIR/..",  # slurm-recipes/cookbook_runtime, once for every recipe folder
@@ -353,7 +407,10 @@ def generated_files() -> dict[str, str]:
         recipe = get_recipe(spec.recipe)
         job = render_job(spec, FsdpAnyModel() if recipe.framework == "fsdp" else None)
         out[f"{recipe.framework}/{spec.script_name}"] = job.script
-        out.update({f"{recipe.framework}/{n}": t for n, t in job.files.items()})
+        for name, text in job.files.items():
+            path = f"{recipe.framework}/{name}"
+            if out.setdefault(path, text) != text:
+                raise ValueError(f"{path}: the scripts sharing it would need different contents ({spec.script_name})")
     return out
 
 

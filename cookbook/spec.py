@@ -139,6 +139,9 @@ class JobSpec:
     log_dir: str = "."  # one log per job: LOG_DIR/<job name>-<job id>.out ("." = where
     # sbatch runs: always exists, Slurm creates no folder)
     script_name: str | None = None  # the script's file name; its configs are named after it
+    # a config's file name shared by several scripts (slurm-recipes/: one torchtune YAML for every GPU profile);
+    # None: named after the script (two scripts in one folder never share one)
+    config_name: str | None = None
     run_dir: str | None = None  # checkpoints/metrics; default $RECIPE_DIR/runs/<job name>
     recipe_dir: str | None = None  # where the script's configs live; default $SLURM_SUBMIT_DIR
     # the folder holding cookbook_runtime/ on the nodes; None: a copy is written into the job's own folder

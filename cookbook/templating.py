@@ -1,6 +1,6 @@
 """Shell text the cookbook writes: quoting, and the Jinja templates under ``templates/``.
 
-Every shell fragment lives in a template (the sbatch script, its resume partials, the doctor's probe job,
+Every shell fragment lives in a template (the sbatch script, its tracker block, the doctor's probe job,
 the rehearsal's launcher stand-in); Python only fills in values, each shell-quoted by the ``q``/``arg``
 filters. No cookbook imports: recipes, render, doctor and rehearsal all use it.
 """

@@ -1,7 +1,7 @@
 """What a job's log says about its nodes: the pre-flight gate's verdict per node, nodes that failed under the
 job (NODE_FAIL), and what was done about them (excluded by which method, retries left, the new job id).
 
-The lines come from the generated script (``templates/preflight.sh.j2``, ``templates/exclude_nodes.sh.j2``), each
+The lines come from the job runtime (``cookbook_runtime.run``; their patterns: ``cookbook_runtime.files``), each
 starting with ``cookbook: ``; ``cookbook metrics``, ``cookbook watch`` and ``cookbook diagnose`` print
 :func:`node_report` after the failure diagnosis, whose NODE_FAIL advice :func:`settled` replaces by what the job
 already did.

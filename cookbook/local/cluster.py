@@ -79,8 +79,16 @@ PRESETS: dict[str, dict] = {
         "slurmd_port": 7018,
         "multi_port0": 17300,
     },
-    # 3 CPU nodes: a 2-node job that excludes one node and still runs (the pre-flight gate, NODE_FAIL retry)
-    "nodes3": {"nodes": 3, "subnet": "10.83.0", "ctld_port": 7317, "slurmd_port": 7318, "multi_port0": 17900},
+    # 3 CPU nodes: a 2-node job that excludes one node and still runs (the pre-flight gate, NODE_FAIL retry);
+    # KillWait 60 s, as a site that gives a TERM's stop-save its time (the shared cluster's 5 s does not)
+    "nodes3": {
+        "nodes": 3,
+        "subnet": "10.83.0",
+        "ctld_port": 7317,
+        "slurmd_port": 7318,
+        "multi_port0": 17900,
+        "kill_wait": 60,
+    },
 }
 GPU_DEVICE_MAJOR = 195  # the NVIDIA driver's character-device major; nothing opens these files
 
@@ -105,6 +113,7 @@ class ClusterConfig:
     gpus_per_node: int = 0  # fake GPUs (character devices under <root>/dev) advertised as gres/gpu
     mem_mb_per_node: int | None = None  # claimed RealMemory; default: 80 % of this machine's memory / nodes
     cpu_bind: bool = False  # TaskPlugin=task/affinity (tasks pinned to real cores) instead of task/none
+    kill_wait: int = 5  # seconds between TERM and KILL (scancel, the time limit): a short one keeps tests quick
 
     @classmethod
     def named(cls, name: str, **overrides) -> ClusterConfig:
@@ -419,7 +428,7 @@ SlurmdParameters=config_overrides
 # Reject jobs that can never run instead of leaving them pending forever.
 EnforcePartLimits=ALL
 ReturnToService=2
-KillWait=5
+KillWait={cfg.kill_wait}
 MinJobAge=600
 MailProg=/bin/true
 MpiDefault=none

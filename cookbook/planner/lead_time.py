@@ -25,7 +25,7 @@ from cookbook.planner.recipes import ignorable_overrides, recipe_defaults
 WRITE_BYTES_PER_S = 1e9  # one writer (a node's DCP shards, torchtune's rank 0) to the shared filesystem: 1 GB/s
 SAFETY = 2.0  # the write rate is an assumption: twice the save it gives
 STEP_SECONDS = 60  # the step in flight when the signal comes (a step of up to a minute)
-REQUEUE_SECONDS = 10  # trap, the ranks' agreement on the flag, scontrol requeue
+REQUEUE_SECONDS = 10  # the runtime's signal handler, the ranks' agreement on the flag, scontrol requeue
 MIN_SIGNAL_SECONDS = 120  # never less than two minutes on a GPU profile (the step and the requeue dominate)
 BYTES_PER_PARAM = {"torchtune": 6, "torchtitan": 12, "fsdp": 12}
 

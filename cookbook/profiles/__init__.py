@@ -67,8 +67,9 @@ class Threshold:
 
 @dataclass(frozen=True)
 class Preflight:
-    """The pre-flight gate's thresholds on one kind of cluster (``templates/preflight.sh.j2`` runs
-    ``cookbook_runtime.nodecheck`` with them on every node before training; ``COOKBOOK_PREFLIGHT=0`` skips it).
+    """The pre-flight gate's thresholds on one kind of cluster (``cookbook_runtime.run --gate-*`` switches: the
+    runtime runs ``cookbook_runtime.nodecheck`` with them on every node before training; ``COOKBOOK_PREFLIGHT=0``
+    skips it).
 
     ``matmul_fraction``: GPUs, the floor as a fraction of the GPU kind's dense bf16 peak (``cookbook/gpus.py``);
     ``matmul_min_tflops``: CPU, an absolute floor; ``max_retries``: how often a job excludes failing nodes and

@@ -13,15 +13,15 @@ and implements
   real config, parallel degrees fit the GPUs, batch sizes sane, paths exist...), each phrased as
   what to change. Return ``[]`` when the job is fine. Never raise for a user error.
 - :meth:`Recipe.command` -- the :class:`Launch` for the spec: which launcher (``torchrun`` or
-  ``tune run``) and the program arguments after the launcher's own flags. The template adds the
-  launcher flags (``--nnodes=$SLURM_JOB_NUM_NODES``, ``--nproc-per-node``, c10d rendezvous on the
-  head node, ``--rdzv-id=$SLURM_JOB_ID``), so a recipe never writes node counts or addresses.
+  ``tune run``) and the program arguments after the launcher's own flags. The job runtime adds the
+  launcher flags (``--nnodes``, ``--nproc-per-node``, c10d rendezvous on the head node,
+  ``--rdzv-id=$SLURM_JOB_ID``), so a recipe never writes node counts or addresses.
   Paths of files from :meth:`files` are written as ``$RECIPE_DIR/NAME`` (the folder the script and
   its configs are written to; the template sets ``RECIPE_DIR``).
 - :meth:`Recipe.files` -- extra files written next to the script (configs), ``{name: text}``.
-- :meth:`Recipe.resume` -- bash lines that, when the output folder already holds a checkpoint
-  (requeue after preemption), append the arguments that resume from the newest one to the bash
-  array ``RESUME_ARGS``. Default: nothing (the framework resumes by itself).
+- :meth:`Recipe.resume` -- the runtime's resume switches (``--resume=torchtune`` ...): when the run
+  folder already holds a checkpoint (requeue after preemption), the runtime adds the arguments that
+  resume from the newest one (``cookbook_runtime.resume``). Default: none (starts afresh).
 
 What the notebooks, the job builder, the planner and the profiler need to know about a framework
 is asked of its recipe too, as data (``{key: value}`` overrides, never command-line strings):
@@ -98,7 +98,7 @@ class StartPath:
 
 @dataclass(frozen=True)
 class Launch:
-    """How a recipe is started on every node: ``LAUNCHER <launcher flags> *args "${RESUME_ARGS[@]}"``.
+    """How a recipe is started on every node: ``LAUNCHER <launcher flags> *args <resume arguments>``.
 
     ``args`` are plain strings, shell-quoted by the template; only ``$RECIPE_DIR``, ``$RUN_DIR`` and
     the names in ``variables`` still expand (nothing else does: no ``$(...)``, no globbing).
@@ -136,6 +136,7 @@ class Recipe(ABC):
     planner_base_settings: ClassVar[dict[str, Any]] = {}
     planner_settings: ClassVar[dict[str, Any]] = {}
     planner_source: ClassVar[str] = ""
+    trains: ClassVar[bool] = False  # a training run: once it finished, submitting it again does nothing
     script_nodes: ClassVar[int] = 2  # nodes of its slurm-recipes/ scripts (a job using a trained model: 1)
 
     @abstractmethod
@@ -154,9 +155,11 @@ class Recipe(ABC):
         """Things worth telling the user that do not stop the job (e.g. a path not checkable here)."""
         return []
 
-    def resume(self, spec: JobSpec) -> str:
-        """Bash lines appending resume arguments to ``RESUME_ARGS`` when a checkpoint exists."""
-        return ""
+    def resume(self, spec: JobSpec) -> list[str]:
+        """The runtime's resume switches (``--resume=FRAMEWORK`` ...; ``python3 -m cookbook_runtime.run --help``):
+        after a requeue or a second submission the runtime finds the newest complete checkpoint and adds the
+        framework's resume arguments. Values may use ``$RECIPE_DIR``/``$RUN_DIR``. [] = starts afresh."""
+        return []
 
     def start_paths(self, spec: JobSpec) -> list[StartPath]:
         """Files and folders the job reads at start-up (model, tokenizer, dataset...), see :class:`StartPath`."""

@@ -24,7 +24,7 @@ from typing import Any
 from cookbook.profiling.enable import schedule
 from cookbook.recipes.base import Launch, Recipe, StartPath, register_recipe
 from cookbook.spec import JobSpec
-from cookbook.templating import quote_with_vars, render_template
+from cookbook.templating import render_template
 
 TRAIN_FILE = Path(__file__).resolve().parent.parent / "training" / "fsdp_train.py"
 SCRIPT_NAME = "train.py"
@@ -86,6 +86,7 @@ class FsdpRecipe(Recipe):
     """``fsdp_<shape>``: FSDP2 pretraining of one model shape on C4 (or a local dataset)."""
 
     framework = "fsdp"
+    trains = True
     trace_subdir = "profiling/traces"
     planner_keys = {
         "train_batch_size": "micro_batch",
@@ -244,10 +245,9 @@ class FsdpRecipe(Recipe):
             variables["TINY_DIR"] = spec.assets_dir or str(cache_dir() / "tiny")
         return Launch("torchrun", (f"$RECIPE_DIR/{SCRIPT_NAME}", *args), variables)
 
-    def resume(self, spec: JobSpec) -> str:
-        """train.py resumes by itself; say which checkpoint it will pick."""
-        ckpt = quote_with_vars(self.train_args(spec)["checkpoint_dir"], ("RECIPE_DIR", "RUN_DIR"))
-        return render_template("resume_fsdp.sh.j2", checkpoint_dir=ckpt)
+    def resume(self, spec: JobSpec) -> list[str]:
+        """train.py resumes by itself; the runtime says which checkpoint it will pick."""
+        return ["--resume=fsdp", f"--checkpoint-dir={self.train_args(spec)['checkpoint_dir']}"]
 
 
 for _shape, _title, _steps in FSDP_MODELS:

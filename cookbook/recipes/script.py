@@ -1,7 +1,7 @@
 """Your own training script as a recipe: ``cookbook render script train.py --nodes 2 -- ARGS``.
 
 The program (one Python file) is copied next to the sbatch script and started by torchrun on every node
-with the same launcher, rendezvous, requeue trap, profile environment and checks as the framework
+with the same launcher, rendezvous, stop-save and requeue, profile environment and checks as the framework
 recipes; its arguments are the ones after ``--`` (``JobSpec.program_args``), shell-quoted, where
 ``$RUN_DIR`` and ``$RECIPE_DIR`` still expand. The program finds, in its environment: torchrun's
 ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (``init_process_group()`` needs no

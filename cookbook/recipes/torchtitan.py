@@ -24,7 +24,6 @@ from typing import Any
 from cookbook.profiling.enable import schedule
 from cookbook.recipes.base import Launch, Recipe, StartPath, path_problem, register_factory, register_recipe
 from cookbook.spec import JobSpec
-from cookbook.templating import render_template
 from cookbook.versions import tested_version
 
 CONFIG_MODULE = "cookbook_titan"
@@ -199,6 +198,7 @@ WANDB_FOLDER = "wandb"  # --tracker wandb: metrics.save_tb_folder, relative to -
 
 class TorchtitanRecipe(Recipe):
     framework = "torchtitan"
+    trains = True
     config_paths = CONFIG_PATHS
     trace_subdir = "profiling/traces"  # relative to --dump_folder (the run folder)
     planner_keys = {
@@ -384,10 +384,11 @@ class TorchtitanRecipe(Recipe):
         """The download as ``hf_assets_path`` (Llama's tokenizer; FLUX's autoencoder and configs are inside it)."""
         return {"hf_assets_path": str(model_dir).rstrip("/")}
 
-    def resume(self, spec: JobSpec) -> str:
+    def resume(self, spec: JobSpec) -> list[str]:
         """torchtitan loads the newest COMPLETE ``step-N`` (one with DCP's ``.metadata``) under
-        ``$RUN_DIR/checkpoint`` by itself (checkpoint.enable); a save cut short by the requeue is skipped."""
-        return render_template("resume_torchtitan.sh.j2")
+        ``$RUN_DIR/checkpoint`` by itself (checkpoint.enable); a save cut short by the requeue is skipped: the
+        runtime says which it will pick."""
+        return ["--resume=torchtitan"]
 
 
 class Llama3_8BC4(TorchtitanRecipe):

@@ -226,6 +226,7 @@ class FluxSchnellUse(FluxSchnell):
     name = "flux_schnell_use"
     description = "use the flux_schnell output: images sampled from its newest checkpoint (torchtitan's FLUX sampling)"
     script_nodes: ClassVar[int] = 1
+    trains: ClassVar[bool] = False  # sampling runs again whenever it is submitted
     trained_key: ClassVar[str] = "dump_folder"  # torchtitan finds the checkpoints under it
     model_folder = "FLUX.1-schnell"
 
@@ -326,8 +327,8 @@ class FluxSchnellUse(FluxSchnell):
             "fi"
         )
 
-    def resume(self, spec: JobSpec) -> str:
-        return ""
+    def resume(self, spec: JobSpec) -> list[str]:
+        return []
 
 
 register_recipe(TorchtuneUse("llama3_3_70b_full", "full", "Llama-3.3-70B-Instruct"))

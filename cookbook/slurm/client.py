@@ -134,13 +134,17 @@ class SlurmClient:
         time.sleep(REQUEUE_SETTLE_S)
         self.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
 
-    def state(self, job_id: str) -> JobInfo:
-        """State of a job: squeue while Slurm keeps it, then sacct, then the job-completion log."""
+    def state(self, job_id: str, answer_required: bool = False) -> JobInfo:
+        """State of a job: squeue while Slurm keeps it, then sacct, then the job-completion log.
+        ``answer_required``: a controller that does not answer is a :class:`SlurmError` even when a record
+        knows the job (a user must not take a record for Slurm's answer)."""
         r = r_squeue = self.run("squeue", "-h", "-j", job_id, "-t", "all", "-o", "%T|%R", check=False)
         if r.returncode == 0 and r.stdout.strip():
             state, where = r.stdout.strip().splitlines()[0].split("|", 1)
             info = JobInfo(job_id, state, "", where, "squeue")
             return self._with_exit_code(info) if info.done else info
+        if answer_required and r.returncode and "invalid job id" not in r.stderr.lower():
+            raise SlurmError(["squeue", "-j", job_id], r.returncode, r.stderr)
         for source, flags in (("sacct", []), ("jobcomp", ["-c"])):
             r = self.run(
                 "sacct", *flags, "-n", "-X", "-P", "-j", job_id, "-o", "JobID,State,ExitCode,NodeList", check=False

@@ -73,7 +73,7 @@ def find_log(workdir: Path, name: str, job_id: str) -> Path | None:
 
 def describe(client: SlurmClient, job_id: str) -> JobView:
     """What Slurm and the job's script say about ``job_id``; SlurmError if no source knows the job."""
-    info = client.state(check_job_id(job_id))
+    info = client.state(check_job_id(job_id), answer_required=True)
     fields = client.show_job(job_id)
     if fields:
         script = Path(fields["Command"]) if fields.get("Command", "").startswith("/") else None

@@ -27,7 +27,7 @@ subclass in the class's place and runs the file's own ``recipe_main``. What the 
 
 Checkpoint layout: ``$output_dir/step_N/{epoch_E/..., recipe_state/recipe_state.pt}``, written by torchtune's
 checkpointer under ``.step_N.partial`` and renamed when complete (older ``step_*`` folders are then removed).
-``resume_torchtune.sh.j2`` resumes from the newest ``step_N`` whose recipe state is newer than torchtune's own
+``cookbook_runtime.resume`` resumes from the newest ``step_N`` whose recipe state is newer than torchtune's own
 ``recipe_state/recipe_state.pt`` with ``resume_from_checkpoint=True checkpointer.recipe_checkpoint=...`` and
 the weights (full: ``checkpointer.checkpoint_files.filename_format``) or the adapter
 (LoRA: ``checkpointer.adapter_checkpoint``) in that folder. Not restored: random-number state (dropout).

@@ -310,21 +310,25 @@ class NodeState:
 
 
 _BAD = re.compile(r"^(down|drain|fail|not_responding|unknown)|\*$")
+_DOWN = re.compile(r"^(down|fail|not_responding)|\*$")  # the node itself died, whatever the run did
 QUIET_OUTCOMES = ("stop-saved", "TERM", "USR1", "completed", "excluded")
 
 
 def node_fail_culprits(previous: RunRecord | None, states: Mapping[str, NodeState], now: float) -> list[str]:
     """The nodes of the previous run that failed DURING it: down or drained now, with the reason set between
-    its start and its end (or now, when it never recorded an end). A run that ended on its own terms (stop-save,
-    a signal, completion, an exclusion) had no node failure; a node drained after the run ended is not this
-    job's fault; neither is a node that is fine now."""
-    if previous is None or previous.outcome in QUIET_OUTCOMES:
+    its start and its end (or now, when it never recorded an end). A node drained after the run ended is not
+    this job's fault; neither is a node that is fine now. A run that ended on its own terms (stop-save, a
+    signal, completion, an exclusion) blames only nodes that went down (a dead node's ranks may still have
+    saved; a drain during a preempted run is the admins' business, not a fault)."""
+    if previous is None:
         return []
     end = previous.end if previous.end is not None else now
     out = []
     for node in previous.nodes:
         st = states.get(node)
         if st is None or not _BAD.search(st.state):
+            continue
+        if previous.outcome in QUIET_OUTCOMES and not _DOWN.search(st.state):
             continue
         if st.since is None or previous.start - 60 <= st.since <= end + 60:
             out.append(node)

@@ -1,9 +1,8 @@
 """The names of the files a job keeps in its run folder and of the log lines another process reads.
 
-One place: the ranks (:mod:`~cookbook_runtime.rank`, :mod:`~cookbook_runtime.hang`), the gate
-(:mod:`~cookbook_runtime.nodecheck`) and the cookbook on the login node (metrics, goodput, ``diagnose``) read
-these; the batch step (``cookbook/templates/job.sbatch.j2`` and its includes) writes the same names, which
-``tests/unit/test_runtime_decide.py`` checks in a rendered script. Standard library only.
+One place: the batch step (:mod:`~cookbook_runtime.run`), the ranks (:mod:`~cookbook_runtime.rank`,
+:mod:`~cookbook_runtime.hang`), the gate (:mod:`~cookbook_runtime.nodecheck`) and the cookbook on the login node
+(metrics, goodput, ``diagnose``) read these, so a name never has two spellings. Standard library only.
 
 Everything the job keeps lives in ``RUN_DIR/.cookbook/``:
 
@@ -11,27 +10,50 @@ Everything the job keeps lives in ``RUN_DIR/.cookbook/``:
 ``stop``                            a stop asked for (USR1/TERM reached the batch step); ranks poll it
 ``stop.saved``                      rank 0 wrote its stop-save (one :func:`saved_line`)
 ``retries-<first job>``             the exclusions and NODE_FAIL retries of one job and its resubmissions
-``nodes-<job>``                     the nodes of the job's run (NODE_FAIL reads them after a requeue)
+``runs.tsv``                        one line per run: job, restart, nodes, start, end, outcome (NODE_FAIL reads it)
 ``preflight-<job>.<restart>/``      the gate's reports (``<node>.<local rank>.json``)
 ``hang/<job>-<restart>/``           the hang watch's dumps (``HANG``, flight recorder, stacks)
+``complete``                        the run finished its training: a new submission does nothing
 ==================================  ==========================================================
 """
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 STATE = ".cookbook"  # under RUN_DIR
 STOP = "stop"
 SAVED_SUFFIX = ".saved"
 RETRIES = "retries-"  # + the first job's id
-NODES = "nodes-"  # + the job id
+RUNS = "runs.tsv"
+COMPLETE = "complete"
 PREFLIGHT = "preflight-"  # + <job>.<restart>
 HANG = "hang"
 STOP_FILE_ENV = "COOKBOOK_STOP_FILE"  # the ranks find the stop flag here
 HANG_DIR_ENV = "COOKBOOK_HANG_DIR"
+LEAD_ENV = "COOKBOOK_STOP_LEAD_S"  # the --signal lead time: how late a stop may be seen and still saved
+SAVE_ENV = "COOKBOOK_SAVE_S"  # the model's stop-save time
 HANG_TRIGGER = "HANG"  # the file a rank writes when it declares a hang
 TRACE_PREFIX = "nccl_trace_rank_"  # = TORCH_FR_DUMP_TEMP_FILE's file part: torch's dumps and ours alike
+
+
+def state_dir(run_dir: str | os.PathLike[str]) -> Path:
+    return Path(run_dir) / STATE
+
+
+def ledger(run_dir: str | os.PathLike[str], first_job: str) -> Path:
+    """Exclusions and NODE_FAIL retries of one job and its resubmissions (they share the first job's id)."""
+    return state_dir(run_dir) / f"{RETRIES}{first_job}"
+
+
+def gate_dir(run_dir: str | os.PathLike[str], job: str, restart: int) -> Path:
+    return state_dir(run_dir) / f"{PREFLIGHT}{job}.{restart}"
+
+
+def hang_dir(run_dir: str | os.PathLike[str], job: str, restart: int) -> Path:
+    return state_dir(run_dir) / HANG / f"{job}-{restart}"
 
 
 # ---------------------------------------------------------------- log lines read by other processes

@@ -30,12 +30,13 @@ import shutil
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from .decide import GateThresholds, NodeReport, devices_selected, gate_verdict, interface_matches
+from .decide import GateThresholds, GateVerdict, NodeReport, devices_selected, gate_verdict, interface_matches
 from .gpus import known_peak
 
 COLLECTIVE = "all-reduce across"  # the failure lines of the collective part start so
@@ -296,22 +297,31 @@ def describe(report: NodeReport) -> str:
     return ", ".join(parts)
 
 
-def summarize(args: argparse.Namespace) -> int:
-    """The batch shell's step: one line per node, the verdict (:func:`cookbook_runtime.decide.gate_verdict`), the
-    nodes to exclude (``node<TAB>reason`` lines) in ``--failed``. Exit 0: train (a problem no node can be blamed
-    for is logged); 1: exclude the nodes in ``--failed``; 3: a strict gate stops the job."""
-    nodes = args.nodes.split()
-    reports = read_reports(Path(args.out), nodes, args.procs)
-    on_gpu = any(r.matmul_tflops is not None for r in reports.values()) and args.gpus > 0
-    limits = GateThresholds(matmul_peer_ratio=args.matmul_peer_ratio if on_gpu else 0.0,
-                            busbw_peer_ratio=args.busbw_peer_ratio, strict=args.strict)  # fmt: skip
+def judge(
+    out: Path, nodes: Sequence[str], procs: int, gpus: int, limits: GateThresholds, say: Callable[[str], None]
+) -> GateVerdict:
+    """Read every node's reports, say one line per node, and return the verdict
+    (:func:`cookbook_runtime.decide.gate_verdict`); matmuls are compared between peers on GPUs only."""
+    reports = read_reports(out, nodes, procs)
+    if not (gpus > 0 and any(r.matmul_tflops is not None for r in reports.values())):
+        limits = replace(limits, matmul_peer_ratio=0.0)
     verdict = gate_verdict(nodes, reports, limits)
     for node in nodes:
         report = reports.get(node)
         if report is not None and node not in verdict.blame and not report.failures:
-            print(f"cookbook: pre-flight ok on {node} in {report.seconds or 0:g} s: {describe(report)}", flush=True)
+            say(f"cookbook: pre-flight ok on {node} in {report.seconds or 0:g} s: {describe(report)}")
     for node, reasons in verdict.blame.items():
-        print(f"cookbook: pre-flight failed on {node}: {'; '.join(dict.fromkeys(reasons))}", flush=True)
+        say(f"cookbook: pre-flight failed on {node}: {'; '.join(dict.fromkeys(reasons))}")
+    return verdict
+
+
+def summarize(args: argparse.Namespace) -> int:
+    """One line per node, the verdict, the nodes to exclude (``node<TAB>reason`` lines) in ``--failed``. Exit 0:
+    train (a problem no node can be blamed for is logged); 1: exclude the nodes in ``--failed``; 3: a strict
+    gate stops the job. (The batch step, :mod:`cookbook_runtime.run`, calls :func:`judge` itself.)"""
+    limits = GateThresholds(matmul_peer_ratio=args.matmul_peer_ratio, busbw_peer_ratio=args.busbw_peer_ratio,
+                            strict=args.strict)  # fmt: skip
+    verdict = judge(Path(args.out), args.nodes.split(), args.procs, args.gpus, limits, lambda s: print(s, flush=True))
     Path(args.failed).write_text("".join(f"{n}\t{'; '.join(dict.fromkeys(r))}\n" for n, r in verdict.blame.items()))
     if verdict.unattributed:
         print(f"cookbook: pre-flight: {verdict.unattributed}. No node is blamed for it: "

@@ -16,7 +16,7 @@ How a stop is asked for (either is enough; the ranks agree before anyone saves):
 
 - the batch step (:mod:`cookbook_runtime.run`) touches ``$COOKBOOK_STOP_FILE`` when Slurm sends USR1
   (``--signal=B:USR1@N`` before the time limit, ``scancel --signal=USR1 --batch``) or TERM (preemption
-  without ``PreemptParameters=send_user_signal``). Rank 0 runs on the batch shell's node, so the flag is
+  without ``PreemptParameters=send_user_signal``). Rank 0 runs on the batch step's node, so the flag is
   seen there at once even where a shared filesystem caches attributes on the other nodes;
 - a signal that reaches the rank itself (``scancel --signal=USR1 JOB`` signals the job's steps; the
   script makes the launcher ignore USR1, so only the ranks act on it).
@@ -35,10 +35,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from types import FrameType
 
 from . import hang
-from .files import SAVED_SUFFIX, STOP_FILE_ENV, saved_line
+from .decide import stop_check_every
+from .files import LEAD_ENV, SAVE_ENV, SAVED_SUFFIX, STOP_FILE_ENV, saved_line
 
 SIGNALS = ("SIGUSR1", "SIGTERM")
 __all__ = ["SAVED_SUFFIX", "STOP_FILE_ENV", "SIGNALS", "StopRequest", "hang_step", "saved_line"]
@@ -51,6 +53,8 @@ class StopRequest:
         self.flag_file = flag_file if flag_file is not None else os.environ.get(STOP_FILE_ENV) or None
         self.signal_name: str | None = None  # the signal that reached this rank, if any
         self._announced = False
+        self._every = 1  # steps between two agreements (with ``step``: from the slowest rank's step time)
+        self._last: tuple[int, float] | None = None  # (step, time) of the last agreement
         for name in SIGNALS:
             try:
                 signal.signal(getattr(signal, name), self._on_signal)
@@ -65,11 +69,23 @@ class StopRequest:
         """This rank's own view (no collective): a signal arrived or the flag file exists."""
         return self.signal_name is not None or bool(self.flag_file and os.path.exists(self.flag_file))
 
-    def should_stop(self) -> bool:
+    def should_stop(self, step: int | None = None) -> bool:
         """COLLECTIVE: call on every rank at every step boundary. True on every rank when any rank saw a
-        stop request (all-reduce MAX over the default process group, when one is initialized)."""
+        stop request (all-reduce MAX over the default process group, when one is initialized).
+
+        With ``step`` (the step just done) the ranks agree only every N steps and answer False between, with
+        no collective: N from the slowest rank's step time (agreed in the same all-reduce), the lead time
+        ``$COOKBOOK_STOP_LEAD_S`` and the save time ``$COOKBOOK_SAVE_S`` (:func:`decide.stop_check_every`: the
+        stop is still seen and saved before the time limit). A framework that syncs the host only to log
+        (torchtitan) then pays for the flag rarely."""
+        if step is not None and self._every > 1 and step % self._every:
+            return False
+        now = time.monotonic()
+        step_s = 0.0
+        if step is not None and self._last is not None and step > self._last[0]:
+            step_s = (now - self._last[1]) / (step - self._last[0])
         local = self.requested_here()
-        answer = local
+        answer, slowest = local, step_s
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
@@ -78,9 +94,14 @@ class StopRequest:
             backend = str(dist.get_backend())
             on_gpu = "gloo" not in backend and torch.cuda.is_available()
             device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
-            flag = torch.tensor([1 if local else 0], dtype=torch.int32, device=device)
+            flag = torch.tensor([1.0 if local else 0.0, step_s], dtype=torch.float32, device=device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            answer = bool(flag.item())
+            agreed = flag.tolist()  # the one host sync
+            answer, slowest = agreed[0] > 0, agreed[1]
+        if step is not None:
+            self._last = (step, now)
+            if slowest > 0:
+                self._every = stop_check_every(slowest, _env_seconds(LEAD_ENV), _env_seconds(SAVE_ENV))
         if answer and not self._announced and _rank() == 0:
             if self.signal_name:
                 how = f"{self.signal_name} on rank 0"
@@ -94,9 +115,11 @@ class StopRequest:
 
     def saved(self, step: int, path: str) -> None:
         """After the stop-save: rank 0 logs :func:`saved_line` and writes it to ``$COOKBOOK_STOP_FILE.saved``
-        (the batch shell requeues the job when that file exists)."""
+        (the batch step requeues the job when that file exists). ``COOKBOOK_TEST_SLOW_SAVE_S`` (tests) makes
+        the save that much slower: it is complete only once this line is written."""
         if _rank() != 0:
             return
+        time.sleep(float(os.environ.get("COOKBOOK_TEST_SLOW_SAVE_S") or 0))
         line = saved_line(step, path)
         _say(line)
         if self.flag_file:
@@ -117,6 +140,13 @@ def _rank() -> int:
     except ImportError:  # pragma: no cover - torch is always there in a training job
         pass
     return int(os.environ.get("RANK", "0"))
+
+
+def _env_seconds(name: str) -> float:
+    try:
+        return float(os.environ.get(name) or 0)
+    except ValueError:
+        return 0.0
 
 
 def _say(line: str) -> None:

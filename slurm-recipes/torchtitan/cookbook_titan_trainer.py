@@ -116,7 +116,8 @@ def stoppable_trainer(owner: Any) -> Any:
             return True
         if self.step == self._cookbook_first_step or not getattr(self.checkpointer, "enable", False):
             return True
-        if not self._cookbook_stop.should_stop():  # collective: every rank asks at every step boundary
+        # collective every N steps (N from the step time and the lead time): no host sync at every step
+        if not self._cookbook_stop.should_stop(self.step):
             return True
         self._cookbook_stop.saved(self.step, save_full(self.checkpointer, self.step))
         return False

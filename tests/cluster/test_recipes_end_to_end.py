@@ -327,6 +327,24 @@ def _stopped_and_resumed(job: Job) -> tuple[int, set[int], set[int]]:
     return step, before, after
 
 
+def test_a_finished_torchtune_run_submitted_again_says_so_and_does_nothing(runs, slurm):
+    """Problem 12 of issue #29: torchtune alone would train again from step 1 and overwrite epoch_0."""
+    from cookbook.render import log_dir_of
+    from cookbook.slurm.client import read_output
+
+    jobs, _ = runs
+    job = jobs["lora"]
+    outputs = {p: p.stat().st_mtime_ns for p in job.run_dir.glob("epoch_*/*")}
+    again = slurm.submit(job.script, cwd=job.script.parent)
+    info = slurm.wait(again, timeout=300)
+    folder = log_dir_of(job.script) or job.script.parent
+    log = read_output(next((job.script.parent / folder).glob(f"*-{again}.out")))
+    assert info.state == "COMPLETED", f"{info}\n{log[-3000:]}"
+    assert re.search(rf"cookbook: the run in \S+ is complete \(job {job.job_id} finished it", log), log[-3000:]
+    assert "nothing to do" in log and "Step 1 |" not in log and "launching" not in log
+    assert outputs and {p: p.stat().st_mtime_ns for p in job.run_dir.glob("epoch_*/*")} == outputs
+
+
 def test_preempted_torchtune_full_job_saves_mid_epoch_and_resumes_at_that_step_with_the_same_final_loss(runs):
     jobs, interruptions = runs
     assert interruptions["full_resumed"] == "USR1"

@@ -149,6 +149,10 @@ def _copy(name: str, dest: Path) -> Path:
     src = RECIPES / name
     shutil.copytree(src.parent, dest, ignore=shutil.ignore_patterns("*.sbatch", ".rehearsal", "runs"))
     shutil.copy(src, dest / src.name)
+    runtime = RECIPES / "cookbook_runtime"  # beside the folder, as shipped ($RUNTIME_DIR = $RECIPE_DIR/..)
+    shutil.copytree(
+        runtime, dest.parent / runtime.name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__")
+    )
     return dest / src.name
 
 
@@ -185,19 +189,20 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
         jobs[key] = (script, job_env(staged, name))
         return script
 
-    # 1. an empty array expanded unguarded (bash < 4.4 aborts) -- caught before submission
+    # 1. a line added by hand expanding an empty array unguarded (bash < 4.4 aborts) -- caught before submission
+    launch = "export COOKBOOK_SCRIPT="
     s = broken("array", "torchtitan/llama3_8b_c4.generic.sbatch")
-    _edit(s, '${RESUME_ARGS[@]+"${RESUME_ARGS[@]}"}', '"${RESUME_ARGS[@]}"')
-    # 2. head node with `head` (SIGPIPE on large allocations)
+    _edit(s, launch, 'EXTRA=()\necho "${EXTRA[@]}"\n' + launch)
+    # 2. a head node taken by hand with `head` (SIGPIPE on large allocations)
     s = broken("head", "fsdp/fsdp.generic.sbatch")  # MODEL unset: the default, llama3_1_8b
-    _edit(s, "| awk 'NR == 1'", "| head -n 1")
-    # 3. two scripts in one folder sharing one config
+    _edit(s, launch, 'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n' + launch)
+    # 3. a config another script wrote for itself
     s = broken("config", "torchtune/llama3_3_70b_lora.generic.sbatch")
     (s.parent / "other.sbatch").write_text(s.read_text())
-    _edit(s.parent / "llama3_3_70b_lora.generic.yaml", "# for llama3_3_70b_lora.generic.sbatch", "# for other.sbatch")
+    _edit(s.parent / "llama3_3_70b_lora.yaml", "# output_dir is set", "# for other.sbatch\n# output_dir is set")
     # 4. FLUX without its autoencoder path (torchtitan's relative default) and a download without ae.safetensors
     s = broken("flux", "torchtitan/flux_schnell.nebius.sbatch")
-    _edit(s, '  --encoder.autoencoder_path \\\n  "${FLUX_DIR}"/ae.safetensors \\\n', "")
+    _edit(s, '  --encoder.autoencoder_path "${FLUX_DIR}"/ae.safetensors \\\n', "")
     # 5, 6, 7: profiling on (torchtitan's default, as the config had it), plain FSDP at batch 64, the 100 s
     # collective timeout
     s = broken("titan-defaults", "torchtitan/flux_schnell.crusoe.sbatch")
@@ -206,27 +211,23 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
     )
     _edit(
         s,
-        '  --parallelism.data_parallel_replicate_degree \\\n  "${SLURM_JOB_NUM_NODES}" \\\n',
+        '  --parallelism.data_parallel_replicate_degree "${SLURM_JOB_NUM_NODES}" \\\n',
         "  --training.local_batch_size 64 \\\n  --comm.train_timeout_seconds 100 \\\n",
     )
     # ... and profiling the user asked for (rendered with the profiling overrides): a note, not a problem
     s = broken("profiling-asked", "torchtitan/llama3_8b_c4.crusoe.sbatch")
-    _edit(s, "  --dump_folder \\\n", "  --profiler.enable_profiling \\\n  --dump_folder \\\n")
-    # 8. CPUs asked for but not passed to srun
+    _edit(s, "  --dump_folder ", "  --profiler.enable_profiling \\\n  --dump_folder ")
+    # 8. CPUs asked for: the runtime passes them to srun (Slurm 22.05's srun does not inherit them)
     s = broken("cpus", "fsdp/fsdp.nebius.sbatch")
     jobs["cpus"][1]["MODEL"] = "llama3_2_1b"
     _edit(s, "#SBATCH --exclusive\n", "#SBATCH --exclusive\n#SBATCH --cpus-per-task=16\n")
-    _edit(s, ' --cpus-per-task="${SLURM_CPUS_PER_TASK:-$SLURM_CPUS_ON_NODE}"', "")
     # 9. an interface name the nodes do not have; an EFA setting missing
     s = broken("iface", "torchtune/llama3_3_70b_lora.aws-efa.sbatch")
     _edit(s, "export FI_EFA_USE_HUGE_PAGE=0", "export NCCL_SOCKET_IFNAME=ib-nope")
     # 10. a container whose mounts miss the model (and this cluster has no pyxis)
     s = broken("mounts", "torchtune/llama3_3_70b_full.generic.sbatch")
-    _edit(
-        s,
-        "srun --ntasks-per-node=1",
-        f"srun --container-image=img --container-mounts={s.parent}:{s.parent} --ntasks-per-node=1",
-    )
+    mounts = f"--srun-arg=--container-image=img --srun-arg=--container-mounts={s.parent}:{s.parent}"
+    _edit(s, "  --requeue", f"  {mounts} \\\n  --requeue")
     # 11. the log in a folder Slurm does not create
     s = broken("logs", "fsdp/fsdp.crusoe.sbatch")
     jobs["logs"][1]["MODEL"] = "mistral_7b"
@@ -235,11 +236,9 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
     # and n2 (the preset has 4 nodes)
     s = broken("one-node", "torchtune/llama3_3_70b_full.crusoe.sbatch")
     _edit(s, "#SBATCH --nodes=2\n", "#SBATCH --nodes=2\n#SBATCH --nodelist=n1,n2\n")
-    # 13. log lines tagged with the local rank (no global-rank prefix template: every node says [rank0]); and a
-    # tensor-parallel degree that does not divide the GPUs (a hand-edited config)
+    # 13. a tensor-parallel degree that does not divide the GPUs (a hand-edited config)
     s = broken("untagged-tp", "torchtune/llama3_3_70b_full.nebius.sbatch")
-    _edit(s, "export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]:'\n", "")
-    cfg = s.parent / "llama3_3_70b_full.nebius.yaml"
+    cfg = s.parent / "llama3_3_70b_full.yaml"
     cfg.write_text(cfg.read_text() + "tensor_parallel_dim: 3\n")
 
     flux_dir = staged / "models" / "FLUX.1-no-ae"
@@ -273,11 +272,11 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
         assert all(any(key in x and text in x for x in n.problems) for n in r["titan-defaults"].nodes), key
     asked = r["profiling-asked"]
     assert asked.ok and all(any("profiling was asked for" in x for x in n.notes) for n in asked.nodes), asked.table()
+    cpus = r["cpus"]
+    assert cpus.ok and all(n.data["cpus"]["step"] == n.data["cpus"]["job_on_node"] == 16 for n in cpus.nodes), cpus
     for key, text in (
-        ("cpus", "step has 1 CPU(s) but the job has 16"),
         ("iface", "NCCL_SOCKET_IFNAME=ib-nope: no such interface"),
         ("iface", "FI_EFA_USE_HUGE_PAGE=None where the profile sets '0'"),
-        ("untagged-tp", "not tagged with node and global rank"),
         ("untagged-tp", "tensor_parallel_dim=3 does not divide the 8 processes per node"),
     ):
         assert not r[key].ok and len(r[key].nodes) == 2, (key, r[key].table())
@@ -339,23 +338,15 @@ def test_cli_rehearse_prints_the_table_and_exits_0_only_when_every_node_passes(g
     assert "Traceback" not in bad.stderr
 
 
-def test_head_node_line_survives_4000_nodes_under_the_scripts_own_pipefail(gpu_cluster):
-    """Problem 2 with Slurm's real scontrol: the old `| head -n 1` dies of SIGPIPE, the script's line never."""
-    text = (RECIPES / "torchtitan/llama3_8b_c4.nebius.sbatch").read_text()
-    line = next(ln for ln in text.splitlines() if ln.startswith("HEAD_NODE="))
-    env = {**gpu_cluster.env(), "SLURM_JOB_NODELIST": "gpu[1-4000]"}
+def test_the_runtime_reads_a_4000_node_allocation_whole_with_slurms_own_scontrol(gpu_cluster, monkeypatch):
+    """Problem 2 with Slurm's real scontrol: the runtime reads every host of the allocation (the old bash
+    `| head -n 1` died of SIGPIPE under pipefail on large allocations), in Slurm's order."""
+    from cookbook_runtime import slurm as runtime_slurm
 
-    def runs(cmd: str, n: int = 30) -> int:
-        ok = 0
-        for _ in range(n):
-            p = subprocess.run(
-                ["bash", "-c", f'set -euo pipefail\n{cmd}\necho "$HEAD_NODE"'], env=env, capture_output=True, text=True
-            )
-            ok += p.returncode == 0 and p.stdout.strip() == "gpu1"
-        return ok
-
-    assert runs(line) == 30
-    assert runs(line.replace("| awk 'NR == 1'", "| head -n 1")) < 30
+    for key, value in gpu_cluster.env().items():
+        monkeypatch.setenv(key, value)
+    hosts = runtime_slurm.hostnames("gpu[1-4000]")
+    assert len(hosts) == 4000 and hosts[0] == "gpu1" and hosts[-1] == "gpu4000"
 
 
 def test_rehearse_with_a_missing_model_names_it_before_training(gpu, staged, tmp_path):

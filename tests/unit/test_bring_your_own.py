@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from batch_step import runtime_args
 
 from cookbook.cli import main
 from cookbook.render import render_job, validate, write_job
@@ -42,7 +43,8 @@ def test_a_torchtune_builtin_is_validated_against_its_config_and_written_merged(
     assert recipe.recipe_file == "lora_finetune_distributed"  # torchtune's registry: `tune ls`
     script = write_job(spec, tmp_path / "lora8b.sbatch")
     text = script.read_text()
-    assert "LAUNCHER=(tune run)" in text and "lora_finetune_distributed" in text
+    launcher = runtime_args(text).launcher  # what the script's last line hands the runtime after --
+    assert launcher[:2] == ["tune", "run"] and "lora_finetune_distributed" in launcher
     yaml = (tmp_path / "lora8b.yaml").read_text()
     assert "batch_size: 4" in yaml and "lora_rank: 16" in yaml and "tune:llama3_1/8B_lora" in yaml
     assert "#SBATCH --job-name=tune-llama3-1-8B-lora" in text  # no ':' or '/' in names and log files
@@ -109,7 +111,8 @@ def test_a_torchtitan_module_by_name_and_a_module_file_of_ones_own(tmp_path, cap
     spec = make_spec(f"titan:{module}:tiny", "local-cpu", overrides={"training.steps": "2"})
     text = write_job(spec, tmp_path / "out" / "t.sbatch").read_text()
     assert (tmp_path / "out" / "my_titan.py").read_text() == TITAN_MODULE  # the job runs the copy
-    assert "--module \\\n  my_titan \\\n  --config \\\n  tiny \\" in text
+    words = runtime_args(text).launcher
+    assert words[words.index("--module") :][:4] == ["--module", "my_titan", "--config", "tiny"]
     err = _one_line_error(capsys, ["render", f"titan:{module}:tiny", "--set", "training.stepz=2", "-o", "x"])
     assert "did you mean training.steps" in err
     err = _one_line_error(capsys, ["render", f"titan:{module}:tiny", "--set", "training.steps=many", "-o", "x"])
@@ -124,10 +127,13 @@ def test_the_script_recipe_from_the_command_line(tmp_path, capsys, monkeypatch):
     text = Path("job/t.sbatch").read_text()
     assert Path("job/train.py").read_text() == Path("train.py").read_text()
     assert "# script:train.py (script), profile local-cpu" in text
-    assert "--rdzv-backend=c10d" in text and "scontrol requeue" in text  # the same launcher and requeue
-    tail = text.split('"${LAUNCHER[@]}"', 1)[1]
-    assert '"${RECIPE_DIR}"/train.py \\\n  --lr \\\n  0.1 \\\n  --out \\\n  "${RUN_DIR}"/x \\\n  \'two words\'' in tail
-    assert "'$(touch PWNED)'" in tail
+    args = runtime_args(text, {"RECIPE_DIR": "/jobs/t", "RUN_DIR": "/runs/t"})
+    named = runtime_args(render_job(make_spec("fsdp_llama3_1_8b", "local-cpu")).script)
+    assert args.requeue and args.gate and args.launcher[0] == "torchrun"  # the runtime of the named recipes
+    assert (args.port_span, args.interface, args.max_retries) == (named.port_span, named.interface, named.max_retries)
+    # every word reaches the program as given, with the script's own folders expanded and nothing else
+    assert args.launcher[1:] == ["/jobs/t/train.py", "--lr", "0.1", "--out", "/runs/t/x", "two words", "$(touch PWNED)"]
+    assert "'$(touch PWNED)'" in text.split("-- torchrun", 1)[1]
     subprocess.run(["bash", "-n", "job/t.sbatch"], check=True)
     assert "no such program" in _one_line_error(capsys, ["render", "script", "nope.py", "-o", "x"])
     assert "name the program" in _one_line_error(capsys, ["render", "script", "-o", "x"])

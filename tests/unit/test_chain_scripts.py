@@ -1,5 +1,5 @@
 """Issue 19, item 7 without Slurm: `dependency` validated, the array script and the CPU data job rendered with the
-same #SBATCH lines and checks (shellcheck-clean), and an array task's USR1 trap requeuing that task only."""
+same #SBATCH lines and checks (shellcheck-clean), and an array task's batch step requeuing that task only."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from batch_step import FakeSlurm
 
 from cookbook.render import render_job, write_array, write_command_job
 from cookbook.spec import JobSpec, SpecError, check_spec, make_spec
+from cookbook_runtime import slurm
 
 
 @pytest.mark.parametrize(
@@ -76,20 +78,38 @@ def test_array_refuses_what_one_array_cannot_be(tmp_path):
         write_array(_specs(1) + [replace(_specs(1)[0], overrides={"no_such_key": "1"})], tmp_path / "c", "sw")
 
 
-def test_an_array_task_requeues_itself_not_the_array(tmp_path):
-    """The script's own id for scontrol ($SELF) under bash, with a stand-in scontrol that records its arguments:
-    every requeue of the script (after a stop-save, a node exclusion) names $SELF, never the bare job id."""
-    text = render_job(make_spec("llama3_3_70b_lora", "nebius")).script
-    assert 'scontrol requeue "$SLURM_JOB_ID"' not in text and text.count('scontrol requeue "$SELF"') >= 2
-    self_lines = "\n".join(line for line in text.splitlines() if line.startswith("SELF="))
-    fake = tmp_path / "scontrol"
-    fake.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/calls\n')
-    fake.chmod(0o755)
-    env = {"PATH": f"{tmp_path}:{os.environ['PATH']}", "SLURM_JOB_ID": "41"}
-    for extra in ({}, {"SLURM_ARRAY_JOB_ID": "41", "SLURM_ARRAY_TASK_ID": "3"}):
-        script = f'set -euo pipefail\n{self_lines}\nscontrol requeue "$SELF"'
-        subprocess.run(["bash", "-c", script], env={**env, **extra}, check=True)
-    assert (tmp_path / "calls").read_text().splitlines() == ["requeue 41", "requeue 41_3"]
+ARRAY_TASK_0 = {"SLURM_ARRAY_JOB_ID": "41", "SLURM_ARRAY_TASK_ID": "0", "SLURM_JOB_ID": "41"}
+
+
+def test_an_array_task_requeues_itself_not_the_array(tmp_path, monkeypatch):
+    """Task 0 of array 41 runs as job 41 too, and `scontrol requeue 41` would requeue the whole array: every
+    requeue of its batch step (after a stop-save, after a node exclusion) names 41_0. The array script runs for
+    real (bash, the task script, the runtime it ships) against stand-in srun/scontrol that record their
+    arguments."""
+    monkeypatch.setenv("SLURM_JOB_ID", "41")
+    for name in ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
+        monkeypatch.delenv(name, raising=False)
+    assert slurm.self_id() == "41"
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "41")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "0")
+    assert slurm.self_id() == "41_0"
+    script = write_array(_specs(1), tmp_path / "a", "sw")
+    saved = FakeSlurm(tmp_path / "saved").run_script(script, FAKE_SRUN="signal:USR1", **ARRAY_TASK_0)
+    assert "cookbook: requeueing job 41 after the stop-save" in saved.out, saved.out
+    assert [a for a in saved.argv("scontrol") if a[0] == "requeue"] == [["requeue", "41_0"]]
+    hung = FakeSlurm(tmp_path / "hung").run_script(script, FAKE_SRUN="hang", **ARRAY_TASK_0)
+    assert "cookbook: excluding n2 (hang: rank 1 on n2" in hung.out, hung.out
+    asked = [a for a in hung.argv("scontrol") if a[0] in ("update", "requeue")]
+    assert asked == [["update", "JobId=41_0", "ExcNodeList=n2"], ["requeue", "41_0"]]
+
+
+def test_an_array_task_resubmits_its_own_script_when_slurm_refuses_the_update(tmp_path):
+    """A running job's ExcNodeList cannot be updated (Slurm 22.05): an array task resubmits its own task script
+    (task-N/job.sbatch, never the array's), excluding the node."""
+    script = write_array(_specs(1), tmp_path / "a", "sw")
+    hung = FakeSlurm(tmp_path / "hung").run_script(script, FAKE_SRUN="hang", FAKE_UPDATE_STATUS="1", **ARRAY_TASK_0)
+    (sbatch,) = hung.argv("sbatch")
+    assert "--exclude=n2" in sbatch and sbatch[-1] == str(tmp_path / "a" / "task-0" / "job.sbatch"), hung.out
 
 
 def test_cpu_job_runs_one_quoted_command(tmp_path):

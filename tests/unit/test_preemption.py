@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from batch_step import FakeSlurm, job_view, runtime_args, runtime_argv
 
 from cookbook_runtime import rank as preemption
 from cookbook_runtime.rank import StopRequest
@@ -105,18 +106,70 @@ def test_one_rank_signalled_stops_every_rank_at_the_same_step(tmp_path):
     assert (tmp_path / "stop.saved").is_file()
 
 
-def test_every_rendered_job_ships_the_module_and_the_traps():
+@pytest.mark.parametrize("name", ["llama3_3_70b_full", "llama3_8b_c4", "flux_schnell", "fsdp_llama3_1_8b"])
+def test_every_rendered_job_ships_the_runtime_and_saves_on_usr1_or_term(name, tmp_path):
+    """Every job ships cookbook_runtime (rank.py for the ranks, run.py for the batch step) and asks the batch step
+    to watch USR1/TERM (--requeue). Run for real against stand-in srun/scontrol: the signal becomes the stop flag
+    the ranks poll (COOKBOOK_STOP_FILE); after their stop-save USR1 requeues the job, TERM leaves that to Slurm."""
     from cookbook.recipes import list_recipes
     from cookbook.render import RUNTIME, render_job
     from cookbook.spec import make_spec
 
-    for name in ("llama3_3_70b_full", "llama3_8b_c4", "flux_schnell", "fsdp_llama3_1_8b"):
-        assert name in {r.name for r in list_recipes()}
-        job = render_job(make_spec(name, profile="generic"))
-        assert job.files["cookbook_runtime/rank.py"] == (RUNTIME / "rank.py").read_text()
-        assert 'COOKBOOK_STOP_FILE="$RUN_DIR/.cookbook/stop"' in job.script
-        assert "trap 'on_stop_signal USR1' USR1" in job.script and "trap 'on_stop_signal TERM' TERM" in job.script
-        assert 'bash -c \'trap "" USR1; exec "$@"\' cookbook-launcher' in job.script
-    titan = render_job(make_spec("llama3_8b_c4", profile="generic"))
-    assert "cookbook_titan_trainer.py" in titan.files
-    assert "from cookbook_titan_trainer import stoppable" in titan.files["cookbook_titan.py"]
+    assert name in {r.name for r in list_recipes()}
+    job = render_job(make_spec(name, profile="generic"))
+    for module in RUNTIME.glob("*.py"):
+        assert job.files[f"cookbook_runtime/{module.name}"] == module.read_text(), module.name
+    argv = runtime_argv(job.script)
+    assert "--requeue" in argv[: argv.index("--")]
+    usr1 = FakeSlurm(tmp_path / "usr1").run_step(argv, FAKE_SRUN="signal:USR1", COOKBOOK_PREFLIGHT="0")
+    (launch,) = usr1.launches()
+    assert launch["env"]["COOKBOOK_STOP_FILE"] == str(tmp_path / "usr1" / "run" / ".cookbook" / "stop")
+    assert "cookbook: got USR1: every rank saves at its next step boundary" in usr1.out
+    assert "cookbook: requeueing job 41 after the stop-save (cookbook: saved at step 3" in usr1.out
+    assert usr1.status == 0 and usr1.argv("scontrol")[-1] == ["requeue", "41"]
+    term = FakeSlurm(tmp_path / "term").run_step(argv, FAKE_SRUN="signal:TERM", COOKBOOK_PREFLIGHT="0")
+    assert "cookbook: got TERM: every rank saves at its next step boundary" in term.out
+    assert "cookbook: got TERM: not requeueing" in term.out
+    assert term.status == 0 and not [a for a in term.argv("scontrol") if a[0] == "requeue"]
+    if name == "llama3_8b_c4":
+        assert "cookbook_titan_trainer.py" in job.files
+        assert "from cookbook_titan_trainer import stoppable" in job.files["cookbook_titan.py"]
+
+
+def test_the_launcher_on_every_node_is_shielded_from_usr1_and_term(monkeypatch):
+    """torchrun's agent answers TERM by killing its workers mid-save: each node's launcher runs under
+    cookbook_runtime.launch, which ignores USR1 and TERM, keeps ignoring them when torchrun installs its own
+    handler, and passes the ignored disposition to the ranks it starts (their StopRequest replaces it).
+    `cookbook rehearse` (COOKBOOK_REHEARSE) runs its check in the launcher's place instead."""
+    from cookbook.render import render_job
+    from cookbook.spec import make_spec
+    from cookbook_runtime import run
+
+    monkeypatch.delenv("COOKBOOK_REHEARSE", raising=False)
+    for name, words in (("llama3_3_70b_full", ["tune", "run"]), ("fsdp_llama3_1_8b", ["torchrun"])):
+        args = runtime_args(render_job(make_spec(name, profile="generic")).script)
+        command = run.launch_command(job_view(args), "10.0.0.1", 29500, 8, [])
+        launcher = command[command.index("--kill-on-bad-exit=1") + 1 :]
+        assert launcher[: 3 + len(words)] == ["python3", "-m", "cookbook_runtime.launch", *words]
+        monkeypatch.setenv("COOKBOOK_REHEARSE", "/jobs/.rehearsal/node-check")
+        command = run.launch_command(job_view(args), "10.0.0.1", 29500, 8, [])
+        rehearsed = command[command.index("--kill-on-bad-exit=1") + 1 :]
+        assert rehearsed[: 1 + len(words)] == ["/jobs/.rehearsal/node-check", *words]
+        monkeypatch.delenv("COOKBOOK_REHEARSE")
+    code = textwrap.dedent(
+        """
+        import os, signal, subprocess, sys
+        from cookbook_runtime import launch
+
+        launch.shield()
+        signal.signal(signal.SIGTERM, lambda *a: print("torchrun's handler ran"))  # as torchrun's agent does
+        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        rank = "import signal as s; print(s.getsignal(s.SIGUSR1) == s.getsignal(s.SIGTERM) == s.SIG_IGN)"
+        ignored = subprocess.run([sys.executable, "-c", rank], capture_output=True, text=True).stdout.strip()
+        print("alive; a rank ignores both:", ignored)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "slurm-recipes")}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout.strip()) == (0, "alive; a rank ignores both: True"), r.stderr

@@ -1,7 +1,7 @@
 """The pre-flight gate's pieces that need no cluster: the standalone check's summary of per-rank reports
 (one line per node, failing nodes to a file, exit codes), its interface matching (NCCL_SOCKET_IFNAME syntax),
-a real `check` run as one CPU process, the profiles' thresholds (each with a source), the script's gate and
-exclusion blocks, and the log report of `cookbook metrics`/`watch`. The gate on a real cluster, with a node
+a real `check` run as one CPU process, the profiles' thresholds (each with a source) as the runtime's switches
+and the gate's command line, and the log report of `cookbook metrics`/`watch`. The gate on a real cluster, with a node
 excluded and NODE_FAIL: tests/cluster/test_preflight_cluster.py."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from batch_step import FakeSlurm, runtime_args, runtime_argv
 
 from cookbook.analysis.node_health import node_events, node_report
 from cookbook.cli import main
@@ -90,7 +91,20 @@ def test_check_runs_as_one_cpu_process_and_the_injection_fails_only_its_node(tmp
     assert json.loads((out / "othernode.0.json").read_text())["failures"] == []
 
 
-def test_every_profile_has_sourced_thresholds_and_the_script_carries_them():
+def _flags(argv: list[str]) -> dict[str, float]:
+    """``--name=NUMBER`` words of a command line as ``{name: value}``."""
+    out = {}
+    for word in argv:
+        name, eq, value = word.partition("=")
+        if eq:
+            with contextlib.suppress(ValueError):
+                out[name] = float(value)
+    return out
+
+
+def test_every_profile_has_sourced_thresholds_and_the_script_carries_them(tmp_path: Path):
+    """Each profile's thresholds have a source, reach the script's runtime switches, and -- the batch step run
+    for real against stand-in srun/scontrol -- the node check, which runs before the training launch."""
     for profile in profiles().values():
         pf = profile.gate()
         thresholds = [pf.allreduce_min_busbw_gbps, pf.min_free_disk_gb, pf.time_limit_s, pf.max_retries]
@@ -101,13 +115,41 @@ def test_every_profile_has_sourced_thresholds_and_the_script_carries_them():
         spec = JobSpec(recipe="fsdp_llama3_1_8b", profile=profile.name, **profile_defaults(profile.name))
         job = render_job(spec)
         assert job.files["cookbook_runtime/nodecheck.py"] == SCRIPT.read_text()
-        script = job.script
-        assert f"--min-busbw={pf.allreduce_min_busbw_gbps.value}" in script
-        assert f"COOKBOOK_MAX_RETRIES=${{COOKBOOK_MAX_RETRIES:-{int(pf.max_retries.value)}}}" in script
-        assert 'if [[ "${COOKBOOK_PREFLIGHT:-1}" != 0 && -z "${COOKBOOK_REHEARSE:-}" ]]' in script
-        # the gate comes before the training launch, the exclusion function before both
-        assert script.index("cookbook_exclude_and_retry() {") < script.index("cookbook_runtime.nodecheck check")
-        assert script.index("cookbook_runtime.nodecheck check") < script.index("LAUNCHER=(")
+        args = runtime_args(job.script)
+        matmul_fraction = pf.matmul_fraction.value if pf.matmul_fraction else 0.0
+        matmul_min_tflops = pf.matmul_min_tflops.value if pf.matmul_min_tflops else 0.0
+        assert args.gate and not args.gate_strict, profile.name
+        assert (args.gate_seconds, args.gate_busbw_floor, args.gate_min_free_gb, args.gate_allreduce_mb) == (
+            pf.time_limit_s.value, pf.allreduce_min_busbw_gbps.value, pf.min_free_disk_gb.value, pf.allreduce_mb,
+        )  # fmt: skip
+        assert (args.gate_matmul_fraction, args.gate_matmul_min_tflops) == (matmul_fraction, matmul_min_tflops)
+        assert args.max_retries == int(pf.max_retries.value)
+        gpus = {"SLURM_GPUS_ON_NODE": str(spec.gpus_per_node)} if profile.uses_gpus else {}
+        ran = FakeSlurm(tmp_path / profile.name).run_step(runtime_argv(job.script), **gpus)
+        check, launch = ran.argv("srun")  # the gate first, then the ranks
+        assert "cookbook_runtime.nodecheck" in check and "cookbook_runtime.nodecheck" not in launch, ran.out
+        measured = _flags(check[check.index("check") :])
+        assert measured["--min-busbw"] == pf.allreduce_min_busbw_gbps.value, profile.name
+        assert measured["--min-free-gb"] == pf.min_free_disk_gb.value
+        assert measured["--matmul-fraction"] == matmul_fraction
+        assert measured["--matmul-min-tflops"] == matmul_min_tflops
+        assert measured["--allreduce-mb"] == pf.allreduce_mb
+        assert measured["--gpus"] == (spec.gpus_per_node if profile.uses_gpus else 0)
+        assert "cookbook: pre-flight took" in ran.out
+
+
+def test_the_gate_is_skipped_on_request_and_the_retry_budget_can_be_overridden(tmp_path: Path):
+    """COOKBOOK_PREFLIGHT=0 trains without the gate; COOKBOOK_MAX_RETRIES overrides the profile's budget: at 0 a
+    node at fault (here a hung rank) is named and not excluded, and the job ends."""
+    job = render_job(JobSpec(recipe="fsdp_llama3_1_8b", profile="local-cpu", **profile_defaults("local-cpu")))
+    argv = runtime_argv(job.script)
+    skipped = FakeSlurm(tmp_path / "skipped").run_step(argv, COOKBOOK_PREFLIGHT="0")
+    assert len(skipped.argv("srun")) == 1 and "pre-flight" not in skipped.out
+    spent = FakeSlurm(tmp_path / "spent").run_step(argv, COOKBOOK_MAX_RETRIES="0", FAKE_SRUN="hang")
+    assert "cookbook: not excluding n2 (hang: rank 1 on n2" in spent.out, spent.out
+    assert "the retry budget is spent (0 of COOKBOOK_MAX_RETRIES=0); ending job 41" in spent.out
+    assert spent.status == 1 and not [a for a in spent.argv("scontrol") if a[0] in ("update", "requeue")]
+    assert not spent.argv("sbatch")
 
 
 def test_node_report_says_what_the_gate_found_and_what_was_done(tmp_path: Path):

@@ -3,13 +3,16 @@
 import os
 import shlex
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
+from batch_step import job_view, runtime_args, unset_env
 
 from cookbook.cli import main
 from cookbook.render import generate_recipes, generated_files, quote_with_vars, render_job, write_job
 from cookbook.spec import JobSpec
+from cookbook_runtime import resume, run
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
@@ -194,21 +197,15 @@ def test_slurm_recipes_match_the_generator():
 
 
 def _rdzv_port(script: str, job_id: int) -> int:
-    """RDZV_PORT as bash computes it in ``script`` for a job id."""
-    line = next(ln for ln in script.splitlines() if ln.startswith("RDZV_PORT="))
-    r = subprocess.run(
-        ["bash", "-c", f"{line}; echo $RDZV_PORT"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "SLURM_JOB_ID": str(job_id)},
-    )
-    return int(r.stdout)
+    """The rendezvous port the runtime takes with ``script``'s switches for a job id (no port taken)."""
+    return run.rendezvous(job_view(runtime_args(script), job_id=str(job_id)))[1]
 
 
-def test_jobs_sharing_nodes_rendezvous_on_ports_of_their_own():
+def test_jobs_sharing_nodes_rendezvous_on_ports_of_their_own(monkeypatch):
     from cookbook.spec import SpecError, make_spec
 
+    unset_env(monkeypatch, "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+    monkeypatch.setattr(run, "port_taken", lambda address, port: False)  # a taken port: test_script_robustness
     shared = render_job(make_spec("llama3_3_70b_lora", profile="local-cpu", port=29500)).script
     assert {_rdzv_port(shared, j) for j in (116, 117, 2116)} == {29616, 29617}  # 2116 wraps onto 116
     exclusive = render_job(make_spec("llama3_3_70b_lora", profile="generic")).script
@@ -217,81 +214,91 @@ def test_jobs_sharing_nodes_rendezvous_on_ports_of_their_own():
         render_job(make_spec("llama3_3_70b_lora", profile="local-cpu", port=64000))
 
 
-def _run_resume_block(script: str, run_dir: Path) -> tuple[str, list[str]]:
-    """Run the script's resume block in bash against ``run_dir``; (its output, RESUME_ARGS)."""
-    block = script[script.index("RESUME_ARGS=()") : script.index("# --- preemption")]
-    r = subprocess.run(
-        ["bash", "-c", block + 'printf "%s\\n" "${RESUME_ARGS[@]}"'],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "RUN_DIR": str(run_dir), "SLURM_JOB_ID": "77"},
+def _resume(script: str, run_dir: Path) -> tuple[list[str], list[str]]:
+    """The runtime's resume for ``script``'s switches on ``run_dir`` (job 77): (launch arguments, log lines)."""
+    args = runtime_args(script)
+    return resume.resume(
+        args.resume, run_dir, adapter=args.resume_adapter, filename_format=args.resume_filename_format, job="77"
     )
-    return r.stdout, [ln for ln in r.stdout.splitlines() if "=" in ln and not ln.startswith(("resuming", "moved"))]
+
+
+def _age(path: Path, seconds: float) -> None:
+    """Set ``path``'s modification time ``seconds`` into the past (the resume compares mtimes)."""
+    then = time.time() - seconds
+    os.utime(path, (then, then))
 
 
 def test_torchtune_resumes_from_the_epoch_its_recipe_state_belongs_to(tmp_path):
     """torchtune writes recipe_state.pt after epoch N's weights and not after the final epoch: an
     epoch folder newer than the state (final, or cut off mid-save) is moved aside, never loaded."""
-    import time
-
     from cookbook.spec import make_spec
 
     script = render_job(make_spec("llama3_3_70b_full", profile="local-cpu")).script
-    run = tmp_path / "run"
-    (run / "epoch_0").mkdir(parents=True)
-    assert _run_resume_block(script, run)[1] == []  # no recipe state yet: start afresh
-    time.sleep(0.02)
-    (run / "recipe_state").mkdir()
-    (run / "recipe_state" / "recipe_state.pt").write_bytes(b"state after epoch 0")
-    time.sleep(0.02)
-    (run / "epoch_1").mkdir()  # cut off (or final): after the state
-    (run / "epoch_1" / "model-00001-of-00001.safetensors").write_bytes(b"partial")
-    out, args = _run_resume_block(script, run)
-    assert "resuming from" in out and out.split("resuming from ")[1].split()[0].endswith("/epoch_0")
+    run_dir = tmp_path / "run"
+    (run_dir / "epoch_0").mkdir(parents=True)
+    assert _resume(script, run_dir) == ([], [])  # no recipe state yet: start afresh
+    state = run_dir / "recipe_state" / "recipe_state.pt"
+    state.parent.mkdir()
+    state.write_bytes(b"state after epoch 0")
+    (run_dir / "epoch_1").mkdir()  # cut off (or final): after the state
+    (run_dir / "epoch_1" / "model-00001-of-00001.safetensors").write_bytes(b"partial")
+    _age(run_dir / "epoch_0", 300)
+    _age(state, 200)
+    _age(run_dir / "epoch_1", 100)
+    args, said = _resume(script, run_dir)
+    assert said == [
+        f"moved {run_dir}/epoch_1 aside: written after the recipe state, it trains again",
+        f"resuming from {run_dir}/epoch_0",
+    ]
     assert args == [
         "resume_from_checkpoint=True",
         "checkpointer.checkpoint_files.filename_format=epoch_0/model-{}-of-{}.safetensors",
     ]
-    moved = [p.name for p in run.iterdir() if p.name.startswith("superseded.")]
+    moved = [p.name for p in run_dir.iterdir() if p.name.startswith("superseded.")]
     assert len(moved) == 1 and moved[0].startswith("superseded.epoch_1.77.")
-    assert (run / moved[0] / "model-00001-of-00001.safetensors").read_bytes() == b"partial"  # kept
-    assert sorted(p.name for p in run.glob("epoch_*")) == ["epoch_0"]
+    assert (run_dir / moved[0] / "model-00001-of-00001.safetensors").read_bytes() == b"partial"  # kept
+    assert sorted(p.name for p in run_dir.glob("epoch_*")) == ["epoch_0"]
 
 
 def test_torchtune_resumes_from_the_newest_complete_step_checkpoint_mid_epoch(tmp_path):
     """cookbook_tune.py writes step_N/{epoch_E/, recipe_state/} (as .step_N.partial, renamed when complete): the
-    resume takes it when its recipe state is newer than torchtune's own epoch-end one, and never a partial one."""
-    import time
-
+    resume takes it when its recipe state is newer than torchtune's own epoch-end one, and never a partial one
+    (nor a step folder missing its weights)."""
     from cookbook.spec import make_spec
 
     full = render_job(make_spec("llama3_3_70b_full", profile="local-cpu")).script
     lora = render_job(make_spec("llama3_3_70b_lora", profile="local-cpu")).script
-    run = tmp_path / "run"
-    (run / "epoch_0").mkdir(parents=True)
-    (run / "recipe_state").mkdir()
-    (run / "recipe_state" / "recipe_state.pt").write_bytes(b"state after epoch 0")
-    time.sleep(0.02)
-    for name in ("step_6", ".step_7.partial"):
-        (run / name / "epoch_1").mkdir(parents=True)
-        (run / name / "recipe_state").mkdir()
-        (run / name / "recipe_state" / "recipe_state.pt").write_bytes(b"state at a step")
-    out, args = _run_resume_block(full, run)
-    assert f"resuming from {run}/step_6 (mid-epoch)" in out
+    run_dir = tmp_path / "run"
+    (run_dir / "epoch_0").mkdir(parents=True)
+    state = run_dir / "recipe_state" / "recipe_state.pt"
+    state.parent.mkdir()
+    state.write_bytes(b"state after epoch 0")
+    _age(run_dir / "epoch_0", 500)
+    _age(state, 400)
+    for name, age in (("step_6", 300), (".step_7.partial", 200), ("step_8", 100)):
+        if name != "step_8":  # step_8: its recipe state only, the weights never written
+            (run_dir / name / "epoch_1").mkdir(parents=True)
+        (run_dir / name / "recipe_state").mkdir(parents=True)
+        (run_dir / name / "recipe_state" / "recipe_state.pt").write_bytes(b"state at a step")
+        _age(run_dir / name / "recipe_state" / "recipe_state.pt", age)
+    args, said = _resume(full, run_dir)
+    assert said == [f"resuming from {run_dir}/step_6 (mid-epoch)"]
     assert args == [
         "resume_from_checkpoint=True",
         "checkpointer.recipe_checkpoint=step_6/recipe_state/recipe_state.pt",
         "checkpointer.checkpoint_files.filename_format=step_6/epoch_1/model-{}-of-{}.safetensors",
     ]
-    assert _run_resume_block(lora, run)[1] == [
+    assert _resume(lora, run_dir)[0] == [
         "resume_from_checkpoint=True",
         "checkpointer.recipe_checkpoint=step_6/recipe_state/recipe_state.pt",
         "checkpointer.adapter_checkpoint=step_6/epoch_1/adapter_model.pt",
     ]
-    time.sleep(0.02)  # the next epoch end writes a newer epoch state: that one wins
-    (run / "epoch_1").mkdir()
-    time.sleep(0.02)
-    (run / "recipe_state" / "recipe_state.pt").write_bytes(b"state after epoch 1")
-    out, args = _run_resume_block(full, run)
-    assert out.split("resuming from ")[1].split()[0].endswith("/epoch_1") and "mid-epoch" not in out
+    (run_dir / "epoch_1").mkdir()  # the next epoch end writes a newer epoch state: that one wins
+    _age(run_dir / "epoch_1", 50)
+    state.write_bytes(b"state after epoch 1")
+    args, said = _resume(full, run_dir)
+    assert said == [f"resuming from {run_dir}/epoch_1"]
+    assert args == [
+        "resume_from_checkpoint=True",
+        "checkpointer.checkpoint_files.filename_format=epoch_1/model-{}-of-{}.safetensors",
+    ]

@@ -232,10 +232,22 @@ def test_problem_6_a_node_drained_after_the_run_ended_is_not_this_jobs_failure(n
 
 @pytest.mark.parametrize("outcome", ["stop-saved", "TERM", "USR1", "completed", "excluded"])
 def test_problem_6_time_limit_and_preemption_requeues_never_spend_the_budget(outcome: str):
+    """A run that ended on its own terms while the admins drained its nodes (maintenance, a preemption): no
+    node of it failed."""
     ns = tuple(nodes(16))
     previous = RunRecord("812", 0, ns, start=T0, end=T0 + 60, outcome=outcome)
-    states = {x: NodeState("down", T0 + 30) for x in ns}
+    states = {x: NodeState("drained", T0 + 30) for x in ns}
     assert decide.node_fail_culprits(previous, states, now=T0 + 100) == []
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_problem_6_a_node_that_died_while_the_others_saved_is_still_its_node_fail(n: int):
+    """Slurm's NODE_FAIL requeue sends TERM to the survivors, whose ranks may save: the dead node is still blamed."""
+    ns = tuple(nodes(n))
+    previous = RunRecord("812", 0, ns, start=T0, end=T0 + 60, outcome="stop-saved")
+    states = {x: NodeState("allocated", None) for x in ns}
+    states[ns[-1]] = NodeState("down*", T0 + 30)
+    assert decide.node_fail_culprits(previous, states, now=T0 + 100) == [ns[-1]]
 
 
 def test_the_run_records_read_back():
@@ -306,21 +318,37 @@ def test_the_runtime_never_imports_cookbook_and_is_held_once():
     assert len(texts) == len(set(texts))  # no byte-identical copies left beside the scripts
 
 
-def test_the_batch_step_writes_the_names_the_runtime_reads():
+def test_the_batch_step_writes_the_names_the_runtime_reads(tmp_path):
+    """The batch step (cookbook_runtime.run, run for real against stand-in srun/scontrol, a rank hanging on n2)
+    keeps its state under cookbook_runtime.files' names, where the ranks (COOKBOOK_STOP_FILE, COOKBOOK_HANG_DIR,
+    the flight recorder's dump prefix) and the login node's readers (cookbook.analysis: the hang report, the
+    node report, the run folder named in the log) look for them."""
+    from batch_step import FakeSlurm, runtime_argv
+
+    from cookbook.analysis.hang import hang_folders, hang_report, run_dir_of
+    from cookbook.analysis.node_health import node_events
     from cookbook.render import render_job
     from cookbook.spec import make_spec
     from cookbook_runtime import files
 
-    script = render_job(make_spec("llama3_3_70b_full", profile="generic")).script
-    state = f"$RUN_DIR/{files.STATE}"
-    for written in (
-        f'{files.STOP_FILE_ENV}="{state}/{files.STOP}"',
-        f'"$COOKBOOK_STOP_FILE{files.SAVED_SUFFIX}"',
-        f'ledger="{state}/{files.RETRIES}$COOKBOOK_FIRST_JOB"',
-        f'COOKBOOK_NODES_FILE="{state}/{files.NODES}$SLURM_JOB_ID"',
-        f'PREFLIGHT_DIR="{state}/{files.PREFLIGHT}$SLURM_JOB_ID.',
-        f'{files.HANG_DIR_ENV}="{state}/{files.HANG}/$SLURM_JOB_ID-',
-        f'"${files.HANG_DIR_ENV}/{files.HANG_TRIGGER}"',
-        f'TORCH_FR_DUMP_TEMP_FILE="${files.HANG_DIR_ENV}/{files.TRACE_PREFIX}"',
-    ):
-        assert written in script, written
+    fake = FakeSlurm(tmp_path)
+    run_dir = fake.run_dir
+    argv = runtime_argv(render_job(make_spec("llama3_3_70b_full", profile="generic")).script)
+    ran = fake.run_step(argv, FAKE_SRUN="hang")
+    check, launch = ran.argv("srun")
+    assert check[check.index("--out") + 1] == str(files.gate_dir(run_dir, "41", 0)), ran.out
+    env = ran.launches()[0]["env"]
+    hang_dir = files.hang_dir(run_dir, "41", 0)
+    assert env[files.STOP_FILE_ENV] == str(files.state_dir(run_dir) / files.STOP)
+    assert env[files.HANG_DIR_ENV] == str(hang_dir)
+    assert env["TORCH_FR_DUMP_TEMP_FILE"] == f"{hang_dir}/{files.TRACE_PREFIX}"  # + the rank
+    assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == env["TORCH_FR_DUMP_TEMP_FILE"]
+    assert hang_folders(run_dir) == [hang_dir]
+    assert hang_report(run_dir)[0] == "hang: rank 1 on n2 (last step behind the others)"
+    log = tmp_path / "job.out"
+    log.write_text(ran.out)
+    assert run_dir_of(log) == run_dir
+    assert [(e.kind, e.node) for e in node_events(log)][-1] == ("excluded", "n2")
+    assert files.ledger(run_dir, "41").read_text().startswith("41\tn2\thang: rank 1 on n2")
+    runs = decide.parse_runs((files.state_dir(run_dir) / files.RUNS).read_text())
+    assert [(r.job, r.restart, r.nodes, r.outcome) for r in runs] == [("41", 0, ("n1", "n2"), "excluded")]

@@ -1,26 +1,55 @@
 """The generated scripts against what a first real run would hit (issue: rehearse every GPU script).
 
 Each test fails on the script text as it was before the fix (the "broken" variants below are those
-texts), so a regression in the template is caught without a GPU cluster.
+texts), or on the runtime (cookbook_runtime.run) the script's last line hands the job to, so a regression in
+the template or the runtime is caught without a GPU cluster.
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
+import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from batch_step import FakeSlurm, job_view, runtime_args, runtime_argv, unset_env
 
 from cookbook.recipes import get_recipe, list_recipes
 from cookbook.rehearsal.rehearse import manifest, possibly_empty_arrays, static_problems
 from cookbook.render import generated_files, render_job, write_job
-from cookbook.spec import SHARED_PORT_SPAN, JobSpec, make_spec, profiles
+from cookbook.spec import JobSpec, make_spec, profiles
+from cookbook_runtime import decide, resume, run, slurm
 
 SCRIPTS = {name: text for name, text in generated_files().items() if name.endswith(".sbatch")}
 GPU_SCRIPTS = {n: t for n, t in SCRIPTS.items() if ".local-cpu." not in n}
+
+
+@functools.cache
+def _switches(name: str) -> argparse.Namespace:
+    """The runtime's switches of a generated script (its last line), as the runtime parses them."""
+    return runtime_args(SCRIPTS[name])
+
+
+def _launch(args: argparse.Namespace, extra: tuple[str, ...] = ()) -> list[str]:
+    """The srun command the runtime starts the ranks with, for job 1234 on n1,n2 (8 processes each)."""
+    return run.launch_command(job_view(args), "10.0.0.1", 29500, 8, list(extra))
+
+
+def _program(args: argparse.Namespace) -> list[str]:
+    """The program and its arguments: the words after the launcher (torchrun, tune run)."""
+    return args.launcher[run.launcher_words(args.launcher) :]
+
+
+@pytest.fixture
+def no_interface_env(monkeypatch):
+    """No NCCL/gloo interface set by this machine or left behind by the runtime; no rehearsal hook."""
+    unset_env(monkeypatch, "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "COOKBOOK_REHEARSE")
 
 
 def test_every_recipe_and_profile_is_generated():
@@ -66,13 +95,16 @@ def test_the_rehearsal_of_the_fsdp_script_checks_the_model_of_the_job():
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_no_script_expands_a_possibly_empty_array_unguarded(name):
-    """Problem 1: bash before 4.4 aborts on "${A[@]}" of an empty array under set -u."""
+    """Problem 1: bash before 4.4 aborts on "${A[@]}" of an empty array under set -u. The scripts keep no array
+    (the runtime builds the launch in Python), and the check still catches one added to them."""
     text = SCRIPTS[name]
-    assert possibly_empty_arrays(text) == []
-    assert "RESUME_ARGS=()" in text and '${RESUME_ARGS[@]+"${RESUME_ARGS[@]}"}' in text
-    broken = text.replace('${RESUME_ARGS[@]+"${RESUME_ARGS[@]}"}', '"${RESUME_ARGS[@]}"')
-    assert possibly_empty_arrays(broken) == ["RESUME_ARGS"]
-    assert any("RESUME_ARGS" in p and "4.4" in p for p in static_problems(broken))
+    assert possibly_empty_arrays(text) == [] and static_problems(text) == []
+    unguarded = 'EXTRA=()\nprintf "%s" "${EXTRA[@]}"\n'
+    broken = text.replace("set -euo pipefail\n", "set -euo pipefail\n" + unguarded, 1)
+    assert possibly_empty_arrays(broken) == ["EXTRA"]
+    assert any("EXTRA" in p and "4.4" in p for p in static_problems(broken))
+    guarded = broken.replace('"${EXTRA[@]}"', '${EXTRA[@]+"${EXTRA[@]}"}')
+    assert possibly_empty_arrays(guarded) == []
 
 
 def test_guarded_expansion_keeps_arguments_and_expands_empty_to_nothing():
@@ -83,18 +115,52 @@ def test_guarded_expansion_keeps_arguments_and_expands_empty_to_nothing():
     assert out == "[x][a b][c]"
 
 
-def test_torchtune_resume_loop_is_guarded_too():
-    text = SCRIPTS["torchtune/llama3_3_70b_full.nebius.sbatch"]
-    assert "mapfile -t EPOCHS" in text and possibly_empty_arrays(text) == []
+@pytest.mark.parametrize(
+    "name",
+    [
+        "torchtune/llama3_3_70b_full.nebius.sbatch",
+        "torchtune/llama3_3_70b_lora.local-cpu.sbatch",
+        "torchtitan/llama3_8b_c4.nebius.sbatch",
+        "fsdp/fsdp.local-cpu.sbatch",
+    ],
+)
+def test_a_first_start_without_checkpoints_launches_with_no_resume_argument(name, tmp_path, no_interface_env):
+    """What the empty RESUME_ARGS array was under bash 4.2: on an empty run folder the resume adds nothing (not
+    even an empty word) and the launch ends with the program's own arguments."""
+    args = _switches(name)
+    assert args.resume != "none"
+    extra, said = resume.resume(
+        args.resume, tmp_path, checkpoint_dir=tmp_path / "checkpoints", adapter=args.resume_adapter,
+        filename_format=args.resume_filename_format, job="1234",
+    )  # fmt: skip
+    assert (extra, said) == ([], [])
+    command = _launch(args, tuple(extra))
+    assert command[-len(_program(args)) :] == _program(args) and "" not in command
 
 
-def test_no_script_takes_the_head_node_with_head():
-    """Problem 2 (static half; the real scontrol half is in tests/cluster/test_rehearsal.py)."""
+def test_the_rendezvous_is_the_batch_hosts_own_address_and_the_node_list_is_read_whole(
+    tmp_path, monkeypatch, no_interface_env
+):
+    """Problem 2: no script pipes `scontrol show hostnames` into `head` (under pipefail scontrol dies of SIGPIPE on
+    large allocations; the static check still catches it); the runtime reads the node list whole and takes the
+    batch host's own address for the rendezvous, never the NodeName. (The real scontrol half is in
+    tests/cluster/test_rehearsal.py.)"""
     for text in SCRIPTS.values():
-        line = next(ln for ln in text.splitlines() if ln.startswith("HEAD_NODE="))
-        assert "| awk 'NR == 1'" in line and "head" not in line
-    broken = SCRIPTS["torchtitan/llama3_8b_c4.generic.sbatch"].replace("| awk 'NR == 1'", "| head -n 1")
+        assert "scontrol show hostnames" not in text
+    pipe = 'set -euo pipefail\nHEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
+    broken = SCRIPTS["torchtitan/llama3_8b_c4.generic.sbatch"].replace("set -euo pipefail\n", pipe)
     assert any("SIGPIPE" in p for p in static_problems(broken))
+    monkeypatch.setenv("PATH", f"{FakeSlurm(tmp_path).bin}:{os.environ['PATH']}")
+    many = [f"gpu-{i:04d}" for i in range(4096)]
+    assert slurm.hostnames(",".join(many)) == many
+    local = [("lo", "127.0.0.1"), ("docker0", "172.17.0.1"), ("eth0", "10.1.2.3"), ("ib0", "192.168.7.3")]
+    monkeypatch.setattr(run, "local_addresses", lambda: local)
+    monkeypatch.setattr(run, "resolved_addresses", lambda: ["192.168.7.3"])
+    monkeypatch.setattr(run, "port_taken", lambda address, port: False)
+    args = _switches("torchtitan/llama3_8b_c4.generic.sbatch")
+    assert run.rendezvous(job_view(args, nodes=("gpu-0001", "gpu-0002"))) == ("192.168.7.3", 29500)
+    monkeypatch.setattr(run, "resolved_addresses", lambda: ["127.0.1.1"])  # the name resolves to loopback
+    assert run.rendezvous(job_view(args, nodes=("gpu-0001", "gpu-0002")))[0] == "10.1.2.3"
 
 
 def test_two_renders_into_one_folder_keep_their_own_configs(tmp_path):
@@ -125,12 +191,13 @@ def test_every_start_path_is_an_absolute_script_variable(name):
             assert sp.hub_ok or value.startswith('"${RECIPE_DIR}"/'), value
     if rec.framework == "torchtitan":
         for sp in rec.start_paths(spec):
-            assert f"--{sp.key} \\" in text, sp.key
+            assert f"--{sp.key}" in _switches(name).launcher, sp.key
 
 
 def test_flux_autoencoder_and_assets_are_set_and_warned_about(tmp_path):
     job = render_job(make_spec("flux_schnell", "nebius", recipe_dir=str(tmp_path)))
-    assert '--encoder.autoencoder_path \\\n  "${FLUX_DIR}"/ae.safetensors' in job.script
+    words = runtime_args(job.script, {"FLUX_DIR": "/models/flux"}).launcher  # the script's variable, at run time
+    assert words[words.index("--encoder.autoencoder_path") + 1] == "/models/flux/ae.safetensors"
     assert any("encoder.autoencoder_path" in w and "does not exist" in w for w in job.warnings)
     assert any(
         "hf_assets_path" in w
@@ -150,17 +217,27 @@ def test_torchtitan_gpu_configs_profile_only_on_request_with_the_seed_timeout():
     assert flux.profiler.enable_profiling is False and flux.comm.train_timeout_seconds == 300
     assert flux.training.local_batch_size == 32 and flux.parallelism.data_parallel_replicate_degree == 2
     text = GPU_SCRIPTS["torchtitan/flux_schnell.nebius.sbatch"]
-    assert '--parallelism.data_parallel_replicate_degree \\\n  "${SLURM_JOB_NUM_NODES}"' in text
+    words = runtime_args(text, {"SLURM_JOB_NUM_NODES": "16"}).launcher  # the job's node count, at run time
+    assert words[words.index("--parallelism.data_parallel_replicate_degree") + 1] == "16"
     expected = get_recipe("flux_schnell").expected_config(JobSpec("flux_schnell", profile="nebius"))
     assert expected["parallelism.data_parallel_replicate_degree"][0] == "$SLURM_JOB_NUM_NODES"
     assert expected["training.local_batch_size"][0] == 32
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
-def test_cpus_reach_the_launcher(name):
-    """Problem 8: srun gets --cpus-per-task (Slurm 22.05-23.02 srun does not inherit it)."""
-    srun = next(ln for ln in SCRIPTS[name].splitlines() if ln.startswith("srun "))
-    assert '--cpus-per-task="${SLURM_CPUS_PER_TASK:-$SLURM_CPUS_ON_NODE}"' in srun
+def test_cpus_reach_the_launcher(name, monkeypatch, no_interface_env):
+    """Problem 8: srun gets --cpus-per-task (Slurm 22.05-23.02 srun does not inherit it): the job's
+    SLURM_CPUS_PER_TASK, else every CPU it has on the node; a container's options follow."""
+    args = _switches(name)
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "96")
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "12")
+    command = _launch(args)
+    srun = command[: command.index("--kill-on-bad-exit=1")]
+    assert srun == run.srun_prefix(args) and srun[0] == "srun" and "--cpus-per-task=12" in srun
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK")
+    assert "--cpus-per-task=96" in run.srun_prefix(args)
+    container = [w for w in runtime_argv(SCRIPTS[name]) if w.startswith("--srun-arg=")]
+    assert [f"--srun-arg={w}" for w in srun if w.startswith("--container-")] == container
 
 
 def test_profiles_settings_with_sources():
@@ -175,35 +252,55 @@ def test_profiles_settings_with_sources():
         assert all(v.source for v in prof.env)
         assert "seed" not in " ".join(v.source for v in prof.env).lower()
     nebius = GPU_SCRIPTS["torchtune/llama3_3_70b_lora.nebius.sbatch"]
-    assert "GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME:-$NCCL_SOCKET_IFNAME}" in nebius
+    # the interface is detected at run time (next test), never pinned in the script
+    assert _switches("torchtune/llama3_3_70b_lora.nebius.sbatch").interface == "detect"
+    assert "export NCCL_SOCKET_IFNAME" not in nebius and "GLOO_SOCKET_IFNAME" not in nebius
     assert 'export TRITON_CACHE_DIR="${TMPDIR:-/tmp}/triton-cache-$SLURM_JOB_ID"' in nebius
 
 
-def test_interface_detection_picks_the_interface_holding_the_address():
-    text = GPU_SCRIPTS["torchtitan/llama3_8b_c4.crusoe.sbatch"]
-    start = text.index('if [[ -z "${NCCL_SOCKET_IFNAME:-}" ]]; then')
-    block = text[start : text.index("RDZV_PORT=", start)]
-    out = subprocess.run(
-        [
-            "bash",
-            "-c",
-            f"set -euo pipefail; unset NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME; "
-            f'HEAD_ADDR=127.0.0.1\n{block}\necho "$NCCL_SOCKET_IFNAME $GLOO_SOCKET_IFNAME"',
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split("\n")
-    assert out[-2] == "lo lo"
+def test_interface_detection_picks_the_interface_holding_the_address(monkeypatch, capsys, no_interface_env):
+    """--interface=detect: NCCL and gloo get the interface holding the head address (never loopback or a container
+    bridge); a user's NCCL_SOCKET_IFNAME wins and gloo follows it; --interface=none exports nothing."""
+    assert ("lo", "127.0.0.1") in run.local_addresses()  # this machine's `ip -o -4 addr show`, parsed
+    local = [("lo", "127.0.0.1"), ("docker0", "172.17.0.1"), ("ens5", "10.0.3.7"), ("ib0", "192.168.0.7")]
+    monkeypatch.setattr(run, "local_addresses", lambda: local)
+    monkeypatch.setattr(run, "resolved_addresses", lambda: ["10.0.3.7"])
+    monkeypatch.setattr(run, "port_taken", lambda address, port: False)
+    args = _switches("torchtitan/llama3_8b_c4.crusoe.sbatch")
+    assert args.interface == "detect"
+    assert run.rendezvous(job_view(args))[0] == "10.0.3.7"
+    assert os.environ["NCCL_SOCKET_IFNAME"] == os.environ["GLOO_SOCKET_IFNAME"] == "ens5"
+    assert "network interface: ens5" in capsys.readouterr().out
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib0")
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME")
+    assert run.rendezvous(job_view(args))[0] == "192.168.0.7"
+    assert os.environ["NCCL_SOCKET_IFNAME"] == os.environ["GLOO_SOCKET_IFNAME"] == "ib0"
+    unset_env(monkeypatch, "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+    none = _switches("fsdp/fsdp.local-cpu.sbatch")
+    assert none.interface == "none"
+    run.rendezvous(job_view(none))
+    assert "NCCL_SOCKET_IFNAME" not in os.environ and "GLOO_SOCKET_IFNAME" not in os.environ
+
+
+def test_gloo_never_gets_a_pinned_nccl_selector(monkeypatch, no_interface_env):
+    """aws-efa pins NCCL_SOCKET_IFNAME='^docker,lo,veth', NCCL's selector syntax; gloo takes exact interface names
+    only: it gets the interface the selector picked, or nothing (the bash set gloo's only when it detected one)."""
+    text = GPU_SCRIPTS["torchtitan/llama3_8b_c4.aws-efa.sbatch"]
+    assert "export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-'^docker,lo,veth'}" in text
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "^docker,lo,veth")
+    monkeypatch.setattr(run, "local_addresses", lambda: [("lo", "127.0.0.1"), ("ens32", "10.0.9.4")])
+    monkeypatch.setattr(run, "resolved_addresses", lambda: ["10.0.9.4"])
+    monkeypatch.setattr(run, "port_taken", lambda address, port: False)
+    assert run.rendezvous(job_view(_switches("torchtitan/llama3_8b_c4.aws-efa.sbatch")))[0] == "10.0.9.4"
+    assert os.environ.get("GLOO_SOCKET_IFNAME") in (None, "ens32")
 
 
 @pytest.mark.parametrize("name", ["fsdp/fsdp.local-cpu.sbatch", "torchtitan/llama3_8b_c4.crusoe.sbatch"])
-def test_a_rendezvous_port_already_listened_on_is_skipped(name):
+def test_a_rendezvous_port_already_listened_on_is_skipped(name, monkeypatch, capsys, no_interface_env):
     """Two jobs rendered with other base ports (or a service) can land on one port of a shared head node: the
-    script takes the next port nobody listens on (the e2e run once died of EADDRINUSE there)."""
-    text = SCRIPTS[name]
-    start = text.index("RDZV_PORT=")
-    block = text[start : text.index('echo "job $SLURM_JOB_ID', start)]
+    runtime takes the next port nobody listens on (the e2e run once died of EADDRINUSE there)."""
+    monkeypatch.setattr(decide, "head_address", lambda *a: ("127.0.0.1", "lo"))
+    args = argparse.Namespace(**vars(_switches(name)))
     with socket.socket() as taken, socket.socket() as also_taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -213,13 +310,13 @@ def test_a_rendezvous_port_already_listened_on_is_skipped(name):
             also_taken.listen()
         except OSError:
             pytest.skip(f"port {port + 1} is in use here")
-        base = port - 1234 % SHARED_PORT_SPAN if "local-cpu" in name else port
-        block = re.sub(r"RDZV_PORT=\$\(\( \d+ ", f"RDZV_PORT=$(( {base} ", block)
-        block = block.replace("RDZV_PORT=29500", f"RDZV_PORT={port}")
-        script = f'set -euo pipefail; HEAD_ADDR=127.0.0.1 SLURM_JOB_ID=1234\n{block}\necho "port $RDZV_PORT"'
-        out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
-    assert out.splitlines()[-1] == f"port {port + 2}", out
+        assert run.port_taken("127.0.0.1", port)
+        args.port = port - 1234 % args.port_span if args.port_span else port  # job 1234 lands on `port`
+        assert run.rendezvous(job_view(args, job_id="1234")) == ("127.0.0.1", port + 2)
+    out = capsys.readouterr().out
     assert f"rendezvous port {port} is taken on 127.0.0.1; trying {port + 1}" in out
+    assert f"rendezvous port {port + 1} is taken on 127.0.0.1; trying {port + 2}" in out
+    assert not run.port_taken("127.0.0.1", port)  # closed again
 
 
 def test_container_mounts_must_cover_what_the_job_reads(tmp_path):
@@ -352,17 +449,29 @@ def test_plain_sbatch_needs_no_folder_created_first(tmp_path):
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
-def test_every_log_line_is_tagged_with_node_and_rank(name):
-    """Problem 13: srun --label (node index) and torchrun --role=rank --tee=3 ("[rankN]:")."""
-    text = SCRIPTS[name]
-    srun = next(ln for ln in text.splitlines() if ln.startswith("srun "))
-    assert "--label" in srun and "--role=rank --tee=3" in text
-    assert "export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]:'" in text
+def test_every_log_line_is_tagged_with_node_and_rank(name, no_interface_env):
+    """Problem 13: srun --label (the node index) and torchrun --role=rank --tee=3 ("[rankN]:"), the launcher's
+    flags before the program's own arguments; the template of the global rank is the next test's."""
+    args = _switches(name)
+    command = _launch(args)
+    assert "--label" in command[: command.index("--kill-on-bad-exit=1")]
+    flags = command[: len(command) - len(_program(args))]
+    assert "--role=rank" in flags and "--tee=3" in flags and "--log-dir=/runs/job/torchrun-logs" in flags
+    assert command[len(flags) :] == _program(args)
+
+
+def test_the_ranks_log_lines_carry_the_global_rank(tmp_path):
+    """torchrun's own tag is the LOCAL rank (the same on every node): the batch step, run for real with stand-in
+    srun/scontrol, hands the ranks a template naming ${rank}, which torchrun fills in."""
+    ran = FakeSlurm(tmp_path).run_step(runtime_argv(SCRIPTS["fsdp/fsdp.generic.sbatch"]), COOKBOOK_PREFLIGHT="0")
+    (launch,) = ran.launches()
+    assert launch["env"]["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]:", ran.out
+    assert {"--label", "--role=rank", "--tee=3"} <= set(launch["argv"])
 
 
 def _torchrun_node(node_rank: int, port: int, worker: Path, prefix_line: str, tmp: Path) -> subprocess.Popen:
     """One node of a 2-node torchrun (static rendezvous on this machine: node_rank fixed), launched as the
-    scripts launch it (``--role=rank --tee=3``) after the script's own prefix line."""
+    runtime launches it (``--role=rank --tee=3``) after the batch step's prefix template."""
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = (
         f"{prefix_line}\n{torchrun} --nnodes=2 --node-rank={node_rank} --nproc-per-node=1 "
@@ -377,8 +486,10 @@ def test_log_lines_carry_the_global_rank_and_the_parser_keeps_rank_0(tmp_path):
     rank: [rank0] on every node), and parse_log keeps rank 0's numbers from a log where node 1 comes first."""
     from cookbook.metrics import parse_log
 
-    text = SCRIPTS["fsdp/fsdp.generic.sbatch"]
-    line = next(ln for ln in text.splitlines() if ln.startswith("export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="))
+    argv = runtime_argv(SCRIPTS["fsdp/fsdp.generic.sbatch"])
+    (launch,) = FakeSlurm(tmp_path / "slurm").run_step(argv, COOKBOOK_PREFLIGHT="0").launches()
+    template = launch["env"]["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"]  # what the batch step hands the ranks
+    line = f"export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE={shlex.quote(template)}"
     worker = tmp_path / "worker.py"
     worker.write_text(
         "import os\nr = int(os.environ['RANK'])\n"
@@ -386,7 +497,7 @@ def test_log_lines_carry_the_global_rank_and_the_parser_keeps_rank_0(tmp_path):
         "lr: 0.000100', flush=True)\n"
     )
 
-    def run(prefix_line: str) -> list[str]:  # a 2-node torchrun on this machine
+    def two_nodes(prefix_line: str) -> list[str]:  # a 2-node torchrun on this machine
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
@@ -396,7 +507,7 @@ def test_log_lines_carry_the_global_rank_and_the_parser_keeps_rank_0(tmp_path):
         # as srun --label writes them; node 1's lines first
         return [f"{i}: {ln}" for i in (1, 0) for ln in outs[i].splitlines() if "Loss" in ln]
 
-    tagged = run(line)
+    tagged = two_nodes(line)
     assert any(ln.startswith("1: [rank1]:") for ln in tagged), tagged
     # without the line, torchrun tags node 1's process with its local rank: [rank0]
     assert not any(ln.startswith("1: [rank0]:") for ln in tagged), tagged

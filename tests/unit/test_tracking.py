@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from batch_step import runtime_args
 
 from cookbook.cli import main
 from cookbook.render import render_job, write_job
@@ -38,9 +39,9 @@ def test_torchtune_logs_through_its_metric_logger(tmp_path, tracker):
 
 def test_torchtitan_switches_its_metrics_and_its_trainer_logs_to_mlflow(tmp_path):
     script = render_job(make_spec("llama3_8b_c4", "local-cpu", tracker="tensorboard")).script
-    assert (
-        '--metrics.enable_tensorboard \\\n  --metrics.save_tb_folder \\\n  tensorboard/"${COOKBOOK_RUN_NAME}"' in script
-    )
+    words = runtime_args(script, {"COOKBOOK_RUN_NAME": "tt-7"}).launcher  # the tracker block's name, at run time
+    i = words.index("--metrics.enable_tensorboard")
+    assert words[i : i + 3] == ["--metrics.enable_tensorboard", "--metrics.save_tb_folder", "tensorboard/tt-7"]
     assert "--metrics.enable_wandb" in render_job(make_spec("llama3_8b_c4", "local-cpu", tracker="wandb")).script
     job = render_job(make_spec("llama3_8b_c4", "local-cpu", tracker="mlflow"))  # the cookbook's trainer logs
     assert "COOKBOOK_TRACKER=mlflow" in job.script and "cookbook_titan_trainer.py" in job.files
@@ -63,8 +64,8 @@ def test_the_fsdp_script_gets_its_tracker_flag():
 
 
 def _run_block(script: str, tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """The script's tracker block under bash, as a job's batch step runs it."""
-    block = script.split("# --- experiment tracking", 1)[1].split("\n# --- preemption", 1)[0]
+    """The script's tracker block under bash, as a job's batch step runs it (it ends where the launch begins)."""
+    block = script.split("# --- experiment tracking", 1)[1].split("\n# --- launch", 1)[0]
     code = f"set -euo pipefail\n# ---{block}\nenv | grep -E '^(COOKBOOK|WANDB|MLFLOW)_' | sort\n"
     base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "RUN_DIR": str(tmp_path / "run")}
     (tmp_path / "run").mkdir(exist_ok=True)

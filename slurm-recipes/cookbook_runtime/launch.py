@@ -1,0 +1,49 @@
+"""``python3 -m cookbook_runtime.launch torchrun|tune run ARGS``: one node's launcher, shielded from the stop
+signals so that only the ranks act on them.
+
+Slurm sends USR1 (``scancel --signal=USR1``) and TERM (the time limit, ``scancel``, a preemption) to every
+process of the job. torchrun's agent answers TERM by tearing its workers down (SIGTERM, then SIGKILL after
+30 s), which would cut a large stop-save short. Here the launcher ignores both signals, and keeps ignoring
+them when torchrun installs its own handlers; the workers it starts install the runtime's handlers
+(:class:`cookbook_runtime.rank.StopRequest`), save at the next step boundary and exit 0, and the launcher
+ends with them. SIGKILL (``KillWait`` after TERM) still ends everything.
+"""
+
+from __future__ import annotations
+
+import runpy
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+SHIELDED = (signal.SIGUSR1, signal.SIGTERM)
+_ENTRY = {"torchrun": "torch.distributed.run", "tune": "torchtune._cli.tune"}
+
+
+def shield() -> None:
+    """Ignore the stop signals in this process and refuse later handlers for them (torchrun's agent
+    installs one for TERM); the ignored disposition passes to the workers, whose own handlers replace it."""
+    for sig in SHIELDED:
+        signal.signal(sig, signal.SIG_IGN)
+    original: Callable[..., Any] = signal.signal
+
+    def keep_ignored(sig: int, handler: Any) -> Any:
+        if sig in SHIELDED:
+            return signal.SIG_IGN
+        return original(sig, handler)
+
+    signal.signal = keep_ignored  # type: ignore[assignment]
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in _ENTRY:
+        sys.exit(f"usage: python3 -m cookbook_runtime.launch {{{'|'.join(_ENTRY)}}} ARGS (got {' '.join(argv[:2])})")
+    shield()
+    sys.argv = argv
+    runpy.run_module(_ENTRY[argv[0]], run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""The job runtime (``cookbook_runtime.run``) on real Slurm, with a real 2-node FSDP job (local-cpu):
+
+- a fault every node shares (here the gate's bandwidth floor, failed alike by all) excludes no node and
+  resubmits nothing: the log says so in one line and the job trains;
+- a TERM (``scancel``) whose stop-save is slowed to 40 s completes that save on a cluster whose ``KillWait``
+  gives it the time (the private ``nodes3`` cluster: 60 s), and a job whose save is longer than the site's
+  ``KillWait`` (the shared cluster: 5 s) says so plainly at its start;
+- a recipe folder copied with the runtime trains in a Python environment that holds torch and the
+  framework's libraries but not the ``cookbook`` package.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from cluster_wait import wait_for
+
+from cookbook.render import write_job
+from cookbook.slurm.client import SlurmClient, read_output
+from cookbook.spec import JobSpec
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+BATCH = re.compile(r"Batch (\d+) Loss")
+
+
+def _spec(job_dir: Path, tiny_assets, name: str, max_steps: int, throttle: float = 0.0) -> JobSpec:
+    (job_dir / "logs").mkdir(exist_ok=True)  # Slurm creates no folder for --output
+    return JobSpec(
+        recipe="fsdp_llama3_1_8b",
+        profile="local-cpu",
+        nodes=2,
+        gpus_per_node=0,
+        exclusive=False,
+        time="00:10:00",
+        signal_seconds=30,
+        log_dir=str(job_dir / "logs"),
+        run_dir=str(job_dir / "run"),
+        assets_dir=str(tiny_assets.root),
+        job_name=name,
+        venv=sys.prefix,
+        overrides={"max_steps": str(max_steps), "checkpoint_freq": "100", "throttle_seconds": str(throttle)},
+    )
+
+
+def _edit(script: Path, old: str, new: str) -> None:
+    text = script.read_text()
+    assert old in text, old
+    script.write_text(text.replace(old, new, 1))
+
+
+def test_a_fault_every_node_shares_excludes_no_node_and_the_job_trains(slurm, tiny_assets, job_dir: Path):
+    script = write_job(_spec(job_dir, tiny_assets, "gate-shared", 4), job_dir / "job.sbatch")
+    _edit(script, "--gate-busbw-floor=0.005", "--gate-busbw-floor=100000")  # no node reaches it: nobody to blame
+    job = slurm.submit(script)
+    info = slurm.wait(job, timeout=400)
+    log = read_output(job_dir / "logs" / f"gate-shared-{job}.out")
+    assert info.state == "COMPLETED", f"{info}\n{log[-3000:]}"
+    assert re.search(r"cookbook: pre-flight: .*No node is blamed for it: training anyway", log), log[-3000:]
+    assert "cookbook: excluding" not in log and "resubmission" not in log
+    assert not list((job_dir / "run" / ".cookbook").glob("retries-*"))  # no retry spent
+    assert [int(s) for s in BATCH.findall(log)] == [1, 2, 3, 4]
+
+
+def test_a_term_save_slowed_to_40_s_completes_where_kill_wait_covers_it(nodes3_cluster, tiny_assets, job_dir: Path):
+    slurm = SlurmClient({**nodes3_cluster.env(), "COOKBOOK_PREFLIGHT": "0", "COOKBOOK_TEST_SLOW_SAVE_S": "40"})
+    assert re.search(r"^KillWait\s*=\s*60 sec", slurm.run("scontrol", "show", "config").stdout, re.M)
+    script = write_job(_spec(job_dir, tiny_assets, "term-save", 200, throttle=0.5), job_dir / "job.sbatch")
+    _edit(script, "  --requeue", "  --requeue --save-seconds=40")
+    job = slurm.submit(script)
+    log_path = job_dir / "logs" / f"term-save-{job}.out"
+    wait_for(lambda: len(BATCH.findall(read_output(log_path))) >= 2, 300, "two training steps")
+    slurm.run("scancel", job)  # TERM to every process of the job; SIGKILL KillWait (60 s) later
+    info = slurm.wait(job, timeout=200)
+    log = read_output(log_path)
+    assert info.state == "CANCELLED", f"{info}\n{log[-3000:]}"
+    assert "cookbook: got TERM" in log, log[-3000:]
+    saved = re.search(r"cookbook: saved at step (\d+) for preemption: (\S+)", log)
+    assert saved, log[-3000:]
+    assert (Path(saved.group(2)) / "COMPLETE").is_file()
+    assert "is shorter than this model's stop-save" not in log  # 60 s covers a 40 s save
+
+
+def test_a_save_longer_than_kill_wait_is_said_at_the_start(slurm, tiny_assets, job_dir: Path):
+    script = write_job(_spec(job_dir, tiny_assets, "short-killwait", 2), job_dir / "job.sbatch")
+    _edit(script, "  --requeue", "  --requeue --save-seconds=40")
+    job = SlurmClient({**slurm.env, "COOKBOOK_PREFLIGHT": "0"}).submit(script)
+    info = slurm.wait(job, timeout=300)
+    log = read_output(job_dir / "logs" / f"short-killwait-{job}.out")
+    assert info.state == "COMPLETED", f"{info}\n{log[-3000:]}"
+    assert "cookbook: this site's KillWait=5 s is shorter than this model's stop-save (~40 s)" in log, log[:3000]
+
+
+def _environment_without_cookbook(env: Path) -> None:
+    """A venv at ``env`` that sees this one's libraries (torch, transformers, datasets) through a path entry, which
+    does not run their ``.pth`` files: the editable ``cookbook`` install is not importable there."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    site = next(env.glob("lib/python3*/site-packages"))
+    (site / "libraries.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    probe = "import importlib.util as u; print(bool(u.find_spec('torch')), bool(u.find_spec('cookbook')))"
+    out = subprocess.run([env / "bin" / "python", "-c", probe], capture_output=True, text=True, cwd="/", check=True)
+    assert out.stdout.split() == ["True", "False"], out.stdout
+
+
+def test_a_copied_recipe_folder_trains_without_the_cookbook_package(slurm, tiny_assets, job_dir: Path):
+    checkout = job_dir / "checkout"
+    recipes = Path(__file__).resolve().parents[2] / "slurm-recipes"
+    shutil.copytree(recipes / "fsdp", checkout / "slurm-recipes" / "fsdp")
+    shutil.copytree(recipes / "cookbook_runtime", checkout / "slurm-recipes" / "cookbook_runtime")
+    (checkout / ".cache").mkdir()
+    (checkout / ".cache" / "tiny").symlink_to(tiny_assets.root)
+    _environment_without_cookbook(checkout / ".venv")  # where the script looks: $RECIPE_DIR/../../.venv
+    folder = checkout / "slurm-recipes" / "fsdp"
+    env = {**slurm.env, "COOKBOOK_PREFLIGHT": "1"}
+    r = subprocess.run(
+        ["sbatch", "--parsable", "fsdp.local-cpu.sbatch"], cwd=folder, env=env, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip().split(";")[0]
+    info = slurm.wait(job, timeout=500)
+    log = read_output(folder / f"fsdp-local-cpu-{job}.out")
+    assert info.state == "COMPLETED", f"{info}\n{log[-3000:]}"
+    assert "cookbook: pre-flight ok on n1" in log and "No module named" not in log, log[-3000:]
+    assert [int(s) for s in BATCH.findall(log)][-1] == 20  # the script's own MAX_STEPS for the tiny shape

@@ -1,0 +1,67 @@
+"""The ranks' side of the stop protocol (``cookbook_runtime.rank``), in one process (no process group)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cookbook_runtime import decide, files, rank
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    now = [1000.0]
+    monkeypatch.setattr(rank.time, "monotonic", lambda: now[0])
+    return now
+
+
+def _steps(stop: rank.StopRequest, clock: list[float], first: int, last: int, step_s: float) -> list[int]:
+    """Run steps first..last of ``step_s`` seconds each; the steps at which the stop was agreed."""
+    agreed = []
+    for step in range(first, last + 1):
+        clock[0] += step_s
+        if stop.should_stop(step):
+            agreed.append(step)
+    return agreed
+
+
+def test_problem_11_the_ranks_agree_every_n_steps_from_the_step_and_lead_time(
+    tmp_path: Path, clock: list[float], monkeypatch: pytest.MonkeyPatch
+):
+    """1 s steps, a 240 s lead, a 20 s save: the flag is compared every N steps, N = stop_check_every (no host
+    sync between), and a stop asked for mid-way is still seen within N steps."""
+    monkeypatch.setenv(files.LEAD_ENV, "240")
+    monkeypatch.setenv(files.SAVE_ENV, "20")
+    flag = tmp_path / "stop"
+    stop = rank.StopRequest(str(flag))
+    every = decide.stop_check_every(1.0, 240, 20)
+    assert every > 1
+    asked = []
+    real = stop.requested_here
+    monkeypatch.setattr(stop, "requested_here", lambda: asked.append(1) or real())
+    assert _steps(stop, clock, 1, 3 * every, 1.0) == []
+    assert len(asked) < 3 * every  # not every step
+    flag.touch()
+    seen = _steps(stop, clock, 3 * every + 1, 5 * every, 1.0)
+    assert seen and seen[0] - 3 * every <= every and seen[0] % every == 0
+
+
+def test_without_a_lead_time_the_ranks_agree_at_every_step(tmp_path: Path, clock: list[float]):
+    """No lead time known (a job without --signal): every step, as before."""
+    flag = tmp_path / "stop"
+    stop = rank.StopRequest(str(flag))
+    assert _steps(stop, clock, 1, 5, 1.0) == []
+    flag.touch()
+    assert _steps(stop, clock, 6, 6, 1.0) == [6]
+
+
+def test_a_slow_save_for_tests_delays_the_saved_marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """COOKBOOK_TEST_SLOW_SAVE_S: the save is complete (the .saved file) only after that long."""
+    slept = []
+    monkeypatch.setattr(rank.time, "sleep", slept.append)
+    monkeypatch.setenv("COOKBOOK_TEST_SLOW_SAVE_S", "40")
+    stop = rank.StopRequest(str(tmp_path / "stop"))
+    stop.saved(7, "/ckpt/step-7")
+    assert slept == [40.0]
+    assert (tmp_path / f"stop{files.SAVED_SUFFIX}").read_text().strip() == files.saved_line(7, "/ckpt/step-7")

@@ -1,0 +1,71 @@
+"""The short script and the runtime agree: every committed script's launch line is one the runtime accepts,
+states the profile's thresholds, and the scripts stay short."""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cookbook.render import generated_files
+from cookbook.spec import profiles
+from cookbook_runtime import run
+
+ROOT = Path(__file__).resolve().parents[2] / "slurm-recipes"
+SCRIPTS = {name: text for name, text in generated_files().items() if name.endswith(".sbatch")}
+
+
+def launch_words(text: str) -> list[str]:
+    """The words of the script's last line (``exec python3 -m cookbook_runtime.run ...``) as bash expands them,
+    with the script's own variables set as a job would have them."""
+    exec_at = text.index("exec python3 -m cookbook_runtime.run")
+    line = text[exec_at:].replace("exec python3 -m cookbook_runtime.run", "printf '%s\\0'", 1)
+    env = {"PATH": "/usr/bin:/bin", "SLURM_SUBMIT_DIR": "/submit", "SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "2"}
+    head = "".join(ln + "\n" for ln in text[:exec_at].splitlines() if ln.startswith(("RECIPE_DIR=", "RUN_DIR=")))
+    out = subprocess.run(["bash", "-c", head + line], env=env, capture_output=True, text=True, check=True).stdout
+    return out.split("\0")[:-1]
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_the_launch_line_is_one_the_runtime_accepts(name: str):
+    args = run.build_parser().parse_args(launch_words(SCRIPTS[name]))
+    launcher = args.launcher[1:] if args.launcher[:1] == ["--"] else args.launcher
+    assert launcher[0] in ("torchrun", "tune"), launcher[:3]
+    assert args.gate and args.max_retries >= 0
+    assert args.requeue == ("#SBATCH --requeue" in SCRIPTS[name])
+    assert (args.once and args.resume != "none") == ("_use." not in name and "flux_schnell_use" not in name)
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_the_launch_line_states_the_profiles_gate_thresholds(name: str):
+    profile = profiles()[name.rsplit(".", 2)[1]]
+    gate = profile.gate()
+    args = run.build_parser().parse_args(launch_words(SCRIPTS[name]))
+    assert args.gate_seconds == gate.time_limit_s.value
+    assert args.gate_busbw_floor == gate.allreduce_min_busbw_gbps.value
+    assert args.gate_min_free_gb == gate.min_free_disk_gb.value
+    assert args.gate_allreduce_mb == gate.allreduce_mb
+    assert args.max_retries == gate.max_retries.value
+    if gate.matmul_fraction:
+        assert args.gate_matmul_fraction == gate.matmul_fraction.value
+    gpus_from_slurm = args.nproc_per_node == 0  # the GPU count is written once, in #SBATCH --gpus-per-node
+    assert gpus_from_slurm == (".local-cpu." not in name)
+
+
+def test_the_scripts_are_short_and_slurm_recipes_small():
+    """Issue #29: the nebius LoRA script at most 60 lines, slurm-recipes/ at most 8,000, no file twice."""
+    assert len(SCRIPTS["torchtune/llama3_3_70b_lora.nebius.sbatch"].splitlines()) <= 60
+    files = [p for p in ROOT.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    assert sum(len(p.read_text().splitlines()) for p in files) <= 8000
+    digests = [hashlib.sha256(p.read_bytes()).hexdigest() for p in files]
+    assert len(set(digests)) == len(digests)
+
+
+def test_the_plain_launch_is_written_beside_the_runtimes():
+    """For people who want none of the runtime: the plain srun torchrun line, as a comment."""
+    text = SCRIPTS["torchtune/llama3_3_70b_lora.nebius.sbatch"]
+    assert "#   srun --ntasks-per-node=1 tune run --nnodes=" in text
+    assert shlex.split(text.splitlines()[-1])[0] == 'output_dir="${RUN_DIR}"'.replace('"', "")
