@@ -274,7 +274,7 @@ class TorchtitanRecipe(Recipe):
 
     def parse(self, spec: JobSpec, overrides: dict[str, str]) -> tuple[Any, str]:
         """torchtitan's parser on this recipe's module and config plus ``overrides`` (see :func:`parse_config`)."""
-        return parse_config(self.config_name(spec), overrides, self.config_module, self.module_path)
+        return parse_config(self.config_name(spec), overrides, self.module_name(spec), self.module_path)
 
     def tracker_overrides(self, spec: JobSpec) -> dict[str, str]:
         """torchtitan 0.3.0's metrics options for ``spec.tracker`` (TensorBoard and W&B; W&B reads its run id,
@@ -302,6 +302,10 @@ class TorchtitanRecipe(Recipe):
     def config_name(self, spec: JobSpec) -> str:
         return self.config_fn + ("_tiny" if spec.local_cpu else "")
 
+    def module_name(self, spec: JobSpec) -> str:
+        """``--module``: the shipped ``cookbook_titan`` (a config function of one's own: its module)."""
+        return self.config_module
+
     def validate(self, spec: JobSpec) -> list[str]:
         problems = []
         name = self.config_name(spec)
@@ -314,7 +318,7 @@ class TorchtitanRecipe(Recipe):
         mine = [k for k in spec.overrides if k in self.tracker_overrides(spec)]
         if mine:
             problems.append(f"--tracker {spec.tracker} sets {', '.join(mine)} itself: drop it (or use --tracker none)")
-        known = _known_fields(name, self.config_module, self.module_path)
+        known = _known_fields(name, self.module_name(spec), self.module_path)
         for key in spec.overrides:
             if known and key not in known:
                 leaf = key.rsplit(".", 1)[-1]
@@ -368,7 +372,7 @@ class TorchtitanRecipe(Recipe):
         return {f"{CONFIG_MODULE}.py": _MODULE_FILE.read_text(), _TRAINER_FILE.name: _TRAINER_FILE.read_text()}
 
     def command(self, spec: JobSpec) -> Launch:
-        args = ["--module", self.config_module, "--config", self.config_name(spec), "--dump_folder", "$RUN_DIR"]
+        args = ["--module", self.module_name(spec), "--config", self.config_name(spec), "--dump_folder", "$RUN_DIR"]
         user = {k: v for k, v in spec.overrides.items() if k not in self.start_args(spec)}
         args += cli_args(
             {**self.launch_overrides(spec), **self.tracker_overrides(spec), **self.start_args(spec), **user}
@@ -418,6 +422,8 @@ class FluxSchnell(TorchtitanRecipe):
     description = "FLUX.1-schnell training on cc12m, torchtitan"
     config_fn = "flux_schnell"
     model_folder = "FLUX.1-schnell"  # its autoencoder and configs: the transformer trains from scratch
+    # local-cpu: a FLUX sized to the tiny assets, a config of the local bench (the shipped module imports none)
+    tiny_module = "cookbook.local.compat.titan_tiny_configs"
     planner_model = "flux_schnell"
     # the Nebius guide's flux_schnell_model.toml; configs/cookbook_titan.py keeps a copy (tests/unit/test_facts.py)
     images_per_gpu = 32
@@ -439,6 +445,9 @@ class FluxSchnell(TorchtitanRecipe):
         "training.local_batch_size": f"the Nebius guide's {images_per_gpu} images per GPU",
         "parallelism.data_parallel_replicate_degree": "HSDP as the Nebius guide: one replica per node",
     }
+
+    def module_name(self, spec: JobSpec) -> str:
+        return self.tiny_module if spec.local_cpu else self.config_module
 
     def gpu_paths(self) -> list[StartPath]:
         return [

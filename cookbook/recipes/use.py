@@ -296,7 +296,7 @@ class FluxSchnellUse(FluxSchnell):
         return {**super().files(spec), FLUX_PROMPTS: "\n".join(CAPTIONS) + "\n"}
 
     def command(self, spec: JobSpec) -> Launch:
-        args: list[str] = ["--module", "cookbook_titan", "--config", self.config_name(spec)]
+        args: list[str] = ["--module", self.module_name(spec), "--config", self.config_name(spec)]
         user = {k: v for k, v in spec.overrides.items() if k not in self.start_args(spec)}
         args += cli_args({**self.start_args(spec), **self.launch_overrides(spec), **user})
         variables = {}

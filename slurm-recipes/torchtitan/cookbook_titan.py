@@ -10,7 +10,9 @@ import os
 from typing import Any  # torchtitan's Trainer.Config (the module loads without torchtitan for the check)
 
 
-def _checkpointed(cfg: Any) -> Any:
+def checkpointed(cfg: Any) -> Any:
+    """Checkpoints on, and the trainer that saves a full step-N on a stop request (the local bench's tiny configs
+    use it too)."""
     from cookbook_titan_trainer import stoppable  # shipped beside this file
 
     cfg.checkpoint.enable = True  # resume from the newest step-N after a requeue
@@ -23,7 +25,7 @@ def _for_clusters(cfg: Any) -> Any:
     # 100 s (the default) is shorter than a checkpoint save to a shared filesystem: the collective after it
     # times out and kills the job; 300 s is torchtitan's own init timeout
     cfg.comm.train_timeout_seconds = 300
-    return _checkpointed(cfg)
+    return checkpointed(cfg)
 
 
 def llama3_8b_c4() -> Any:
@@ -50,7 +52,7 @@ def llama3_8b_c4_tiny() -> Any:
     cfg.validator.enable = False
     cfg.checkpoint.interval = 2
     cfg.debug.seed = 0  # a fixed seed: a resumed run and an uninterrupted one are comparable step by step
-    return _checkpointed(cfg)
+    return checkpointed(cfg)
 
 
 def flux_schnell() -> Any:
@@ -63,19 +65,3 @@ def flux_schnell() -> Any:
     cfg = base()
     cfg.training.local_batch_size = 32
     return _for_clusters(cfg)
-
-
-def flux_schnell_tiny() -> Any:
-    """local-cpu: a FLUX transformer shrunk to the tiny T5/CLIP/autoencoder assets, on cc12m-like tars.
-
-    torchtitan's flux_debugmodel expects the real autoencoder's widths, so the tiny run uses the model
-    spec sized to the tiny assets (cookbook.local.compat.titan_tiny_configs, CPU-only).
-    """
-    from cookbook.local.compat.titan_tiny_configs import tiny_flux
-
-    cfg = tiny_flux()
-    cfg.training.steps = 4
-    cfg.checkpoint.interval = 2
-    cfg.validator.enable = False
-    cfg.debug.seed = 0  # a fixed seed: a resumed run and an uninterrupted one are comparable step by step
-    return _checkpointed(cfg)

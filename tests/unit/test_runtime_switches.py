@@ -69,3 +69,15 @@ def test_the_plain_launch_is_written_beside_the_runtimes():
     text = SCRIPTS["torchtune/llama3_3_70b_lora.nebius.sbatch"]
     assert "#   srun --ntasks-per-node=1 tune run --nnodes=" in text
     assert shlex.split(text.splitlines()[-1])[0] == 'output_dir="${RUN_DIR}"'.replace('"', "")
+
+
+def test_no_gpu_script_or_shipped_file_needs_the_cookbook_package():
+    """The nodes of a GPU cluster need torch and the framework, never ``cookbook`` (local-cpu scripts name its
+    CPU shims, the local bench's)."""
+    import re
+
+    imports = re.compile(r"^\s*(?:from|import)\s+cookbook(?:\.|\s|$)", re.M)
+    shipped = [p for p in ROOT.rglob("*.py") if "__pycache__" not in p.parts]
+    assert shipped and not [p for p in shipped if imports.search(p.read_text())]
+    gpu = {n: t for n, t in SCRIPTS.items() if ".local-cpu." not in n}
+    assert gpu and not [n for n, t in gpu.items() if re.search(r"\bcookbook\.", t)]

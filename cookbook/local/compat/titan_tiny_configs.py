@@ -216,3 +216,17 @@ def tiny_flux() -> Any:  # FluxTrainer.Config (torchtitan imported inside)
         checkpoint=CheckpointManager.Config(enable=True, interval=3, last_save_model_only=False),
         validator=FluxValidator.Config(enable=False),
     )
+
+
+def flux_schnell_tiny() -> Any:
+    """local-cpu ``flux_schnell``: :func:`tiny_flux` (torchtitan's flux_debugmodel expects the real autoencoder's
+    widths) for a few steps, with the shipped module's checkpointing and stop-save trainer (``cookbook_titan``,
+    beside the script: ``--module cookbook.local.compat.titan_tiny_configs --config flux_schnell_tiny``)."""
+    from cookbook_titan import checkpointed  # the recipe folder (the shipped module), on PYTHONPATH
+
+    cfg = tiny_flux()
+    cfg.training.steps = 4
+    cfg.checkpoint.interval = 2
+    cfg.validator.enable = False
+    cfg.debug.seed = 0  # a fixed seed: a resumed run and an uninterrupted one are comparable step by step
+    return checkpointed(cfg)
