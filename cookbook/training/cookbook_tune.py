@@ -35,6 +35,8 @@ the weights (full: ``checkpointer.checkpoint_files.filename_format``) or the ada
 
 from __future__ import annotations
 
+import datetime
+import functools
 import importlib.util
 import logging
 import os
@@ -46,6 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cookbook_runtime.files import SAVE_ENV
 from cookbook_runtime.rank import StopRequest, hang_step  # the job puts the runtime on PYTHONPATH
 
 TESTED_TORCHTUNE = "0.6.1"
@@ -347,6 +350,12 @@ def main(argv: list[str] | None = None) -> int:
     namespace = entry.__wrapped__.__globals__  # recipe_main looks its class up here when it runs
     base = namespace[RECIPES[name]]
     namespace[RECIPES[name]] = type(RECIPES[name], (StopAndResume, base), {"__doc__": base.__doc__})
+    save_s = float(os.environ.get(SAVE_ENV) or 0)  # the model's stop-save time (cookbook_runtime.run --save-seconds)
+    if save_s and "init_process_group" in namespace:
+        # while rank 0 writes a stop-save the others wait in a collective: torch's 10-minute default would call a
+        # 70B full save (~850 s) a timeout and kill the job; the hang watch has the same floor
+        timeout = datetime.timedelta(seconds=max(600.0, 1.5 * save_s))
+        namespace["init_process_group"] = functools.partial(namespace["init_process_group"], timeout=timeout)
     try:
         entry()  # torchtune's @config.parse wrapper parses sys.argv and calls sys.exit itself
     except Stopped:

@@ -65,3 +65,33 @@ def test_a_slow_save_for_tests_delays_the_saved_marker(tmp_path: Path, monkeypat
     stop.saved(7, "/ckpt/step-7")
     assert slept == [40.0]
     assert (tmp_path / f"stop{files.SAVED_SUFFIX}").read_text().strip() == files.saved_line(7, "/ckpt/step-7")
+
+
+def test_problem_9_torchtunes_collective_timeout_covers_the_stop_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """cookbook_tune gives torchtune's process group a timeout of 1.5 x the model's stop-save (at least torch's 10
+    minutes): the ranks waiting while rank 0 writes a 70B full save (~846 s) are not a collective timeout."""
+    from cookbook.training import cookbook_tune
+
+    recipe = tmp_path / "lora_finetune_distributed.py"
+    recipe.write_text(
+        "from torch.distributed import init_process_group\n"
+        "class LoRAFinetuneRecipeDistributed:\n    pass\n"
+        "SEEN = []\n"
+        "def _main():\n    SEEN.append(init_process_group)\n"
+        "def recipe_main():\n    _main()\n"
+        "recipe_main.__wrapped__ = _main\n"
+    )
+    seen: list = []
+    real = cookbook_tune.runpy.run_path
+
+    def run_path(path: str, run_name: str) -> dict:
+        module = real(path, run_name=run_name)
+        seen.append(module)
+        return module
+
+    monkeypatch.setattr(cookbook_tune, "_recipe_file", lambda name: str(recipe))
+    monkeypatch.setattr(cookbook_tune.runpy, "run_path", run_path)
+    monkeypatch.setenv(files.SAVE_ENV, "846")
+    assert cookbook_tune.main(["lora_finetune_distributed", "--config", "x.yaml"]) == 0
+    (init,) = seen[0]["SEEN"]
+    assert init.keywords["timeout"].total_seconds() == pytest.approx(1.5 * 846)
