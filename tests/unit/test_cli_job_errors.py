@@ -37,3 +37,20 @@ def test_slurm_without_a_configuration_is_one_line(tmp_path, monkeypatch, capsys
     captured = capsys.readouterr()
     assert captured.err.strip().splitlines() == ["error: squeue: fatal: Could not establish a configuration source"]
     assert captured.out == ""
+
+
+def test_a_controller_that_does_not_answer_is_said_even_when_a_record_knows_the_job(tmp_path, monkeypatch, capsys):
+    """squeue cannot reach slurmctld but the job-completion log (sacct -c, read locally) knows job 5: `status`
+    says Slurm did not answer (one line, exit 2) instead of printing the record as if it were Slurm's answer."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    down = "squeue: error: Unable to contact slurm controller (connect failure)"
+    (folder / "squeue").write_text(f"#!/bin/sh\necho '{down}' >&2\nexit 1\n")
+    (folder / "sacct").write_text("#!/bin/sh\necho '5|COMPLETED|0:0|n1'\n")
+    (folder / "scontrol").write_text("#!/bin/sh\nexit 1\n")
+    for exe in folder.iterdir():
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+    assert main(["status", "5"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [f"error: {down}"] and captured.out == ""
