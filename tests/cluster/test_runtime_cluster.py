@@ -55,19 +55,6 @@ def _edit(script: Path, old: str, new: str) -> None:
     script.write_text(text.replace(old, new, 1))
 
 
-def test_a_fault_every_node_shares_excludes_no_node_and_the_job_trains(slurm, tiny_assets, job_dir: Path):
-    script = write_job(_spec(job_dir, tiny_assets, "gate-shared", 4), job_dir / "job.sbatch")
-    _edit(script, "--gate-busbw-floor=0.005", "--gate-busbw-floor=100000")  # no node reaches it: nobody to blame
-    job = slurm.submit(script)
-    info = slurm.wait(job, timeout=400)
-    log = read_output(job_dir / "logs" / f"gate-shared-{job}.out")
-    assert info.state == "COMPLETED", f"{info}\n{log[-3000:]}"
-    assert re.search(r"cookbook: pre-flight: .*No node is blamed for it: training anyway", log), log[-3000:]
-    assert "cookbook: excluding" not in log and "resubmission" not in log
-    assert not list((job_dir / "run" / ".cookbook").glob("retries-*"))  # no retry spent
-    assert [int(s) for s in BATCH.findall(log)] == [1, 2, 3, 4]
-
-
 def test_a_term_save_slowed_to_40_s_completes_where_kill_wait_covers_it(nodes3_cluster, tiny_assets, job_dir: Path):
     slurm = SlurmClient({**nodes3_cluster.env(), "COOKBOOK_PREFLIGHT": "0", "COOKBOOK_TEST_SLOW_SAVE_S": "40"})
     assert re.search(r"^KillWait\s*=\s*60 sec", slurm.run("scontrol", "show", "config").stdout, re.M)
@@ -87,16 +74,6 @@ def test_a_term_save_slowed_to_40_s_completes_where_kill_wait_covers_it(nodes3_c
     assert "is shorter than this model's stop-save" not in log  # 60 s covers a 40 s save
 
 
-def test_a_save_longer_than_kill_wait_is_said_at_the_start(slurm, tiny_assets, job_dir: Path):
-    script = write_job(_spec(job_dir, tiny_assets, "short-killwait", 2), job_dir / "job.sbatch")
-    _edit(script, "  --requeue", "  --requeue --save-seconds=40")
-    job = SlurmClient({**slurm.env, "COOKBOOK_PREFLIGHT": "0"}).submit(script)
-    info = slurm.wait(job, timeout=300)
-    log = read_output(job_dir / "logs" / f"short-killwait-{job}.out")
-    assert info.state == "COMPLETED", f"{info}\n{log[-3000:]}"
-    assert "cookbook: this site's KillWait=5 s is shorter than this model's stop-save (~40 s)" in log, log[:3000]
-
-
 def _environment_without_cookbook(env: Path) -> None:
     """A venv at ``env`` that sees this one's libraries (torch, transformers, datasets) through a path entry, which
     does not run their ``.pth`` files: the editable ``cookbook`` install is not importable there."""
@@ -108,8 +85,13 @@ def _environment_without_cookbook(env: Path) -> None:
     assert out.stdout.split() == ["True", "False"], out.stdout
 
 
-def test_a_copied_recipe_folder_trains_without_the_cookbook_package(slurm, tiny_assets, job_dir: Path):
-    checkout = job_dir / "checkout"
+@pytest.fixture(scope="module")
+def copied(slurm, tiny_assets, tmp_path_factory) -> tuple[Path, str, str]:
+    """One 2-node job of a copied recipe folder (slurm-recipes/fsdp + cookbook_runtime beside it, as shipped),
+    in a venv without ``cookbook``, its script edited as a user may: a bandwidth floor no node reaches (a fault
+    every node shares, nobody to blame) and a 40 s stop-save (longer than the shared cluster's KillWait of 5 s).
+    Returns (its run folder, its job id, its log)."""
+    checkout = tmp_path_factory.mktemp("copied") / "checkout"
     recipes = Path(__file__).resolve().parents[2] / "slurm-recipes"
     shutil.copytree(recipes / "fsdp", checkout / "slurm-recipes" / "fsdp")
     shutil.copytree(recipes / "cookbook_runtime", checkout / "slurm-recipes" / "cookbook_runtime")
@@ -117,14 +99,31 @@ def test_a_copied_recipe_folder_trains_without_the_cookbook_package(slurm, tiny_
     (checkout / ".cache" / "tiny").symlink_to(tiny_assets.root)
     _environment_without_cookbook(checkout / ".venv")  # where the script looks: $RECIPE_DIR/../../.venv
     folder = checkout / "slurm-recipes" / "fsdp"
-    env = {**slurm.env, "COOKBOOK_PREFLIGHT": "1"}
-    r = subprocess.run(
-        ["sbatch", "--parsable", "fsdp.local-cpu.sbatch"], cwd=folder, env=env, capture_output=True, text=True
-    )
+    script = folder / "fsdp.local-cpu.sbatch"
+    _edit(script, "--gate-busbw-floor=0.005", "--gate-busbw-floor=100000")
+    _edit(script, "  --requeue", "  --requeue --save-seconds=40")
+    r = subprocess.run(["sbatch", "--parsable", script.name], cwd=folder, env=slurm.env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     job = r.stdout.strip().split(";")[0]
     info = slurm.wait(job, timeout=500)
     log = read_output(folder / f"fsdp-local-cpu-{job}.out")
     assert info.state == "COMPLETED", f"{info}\n{log[-3000:]}"
-    assert "cookbook: pre-flight ok on n1" in log and "No module named" not in log, log[-3000:]
-    assert [int(s) for s in BATCH.findall(log)][-1] == 20  # the script's own MAX_STEPS for the tiny shape
+    return folder / "runs" / "fsdp-llama3_1_8b-local-cpu", job, log
+
+
+def test_a_copied_recipe_folder_trains_without_the_cookbook_package(copied):
+    _, _, log = copied
+    assert "cookbook: pre-flight took" in log and "No module named" not in log, log[-3000:]
+    assert [int(s) for s in BATCH.findall(log)] == list(range(1, 21))  # the script's own MAX_STEPS, tiny shape
+
+
+def test_a_fault_every_node_shares_excludes_no_node_and_the_job_trains(copied):
+    run_dir, _, log = copied
+    assert re.search(r"cookbook: pre-flight: .*No node is blamed for it: training anyway", log), log[-3000:]
+    assert "cookbook: excluding" not in log and "resubmission" not in log
+    assert not list((run_dir / ".cookbook").glob("retries-*"))  # no retry spent
+
+
+def test_a_save_longer_than_kill_wait_is_said_at_the_start(copied):
+    _, _, log = copied
+    assert "cookbook: this site's KillWait=5 s is shorter than this model's stop-save (~40 s)" in log, log[:3000]

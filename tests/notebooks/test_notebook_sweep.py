@@ -52,7 +52,8 @@ def test_sweep_function_records_each_run(slurm, tiny_assets, kernel_dirs, tmp_pa
     here = os.getcwd()
     runs = {"r2": {"model.lora_rank": 2}, "r8": {"model.lora_rank": 8}, "r32": {"model.lora_rank": 32}}
     lora = "03_llama3_3_70b_lora"
-    result = sweep(lora, runs, out_dir=tmp_path, base_parameters=local_parameters(lora), parallel=2, array=False)
+    base = {**local_parameters(lora), "try_preemption": False}  # the notebooks' own test preempts; a sweep need not
+    result = sweep(lora, runs, out_dir=tmp_path, base_parameters=base, parallel=2, array=False)
     assert os.getcwd() == here
     table = result.table()
     assert list(table["run"]) == ["r2", "r8", "r32"]
