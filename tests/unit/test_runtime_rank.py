@@ -95,3 +95,43 @@ def test_problem_9_torchtunes_collective_timeout_covers_the_stop_save(tmp_path: 
     assert cookbook_tune.main(["lora_finetune_distributed", "--config", "x.yaml"]) == 0
     (init,) = seen[0]["SEEN"]
     assert init.keywords["timeout"].total_seconds() == pytest.approx(1.5 * 846)
+
+
+def test_problem_12_a_finished_run_submitted_again_does_nothing(tmp_path: Path):
+    """--once: a run that trained to its end writes RUN_DIR/.cookbook/complete; the next submission says so and
+    launches nothing. A stop-saved run is not finished, and a rehearsal neither reads nor writes the mark."""
+    from batch_step import FakeSlurm
+
+    slurm = FakeSlurm(tmp_path / "once")
+    argv = ["--once", "--requeue", "--", "torchrun", "train.py"]
+    first = slurm.run_step(argv, COOKBOOK_PREFLIGHT="0")
+    assert first.status == 0 and len(first.launches()) == 1, first.out
+    mark = slurm.run_dir / files.STATE / files.COMPLETE
+    assert mark.read_text().startswith("job 41 finished it")
+    again = slurm.run_step(argv, COOKBOOK_PREFLIGHT="0")
+    assert again.status == 0 and again.launches() == [], again.out
+    assert f"cookbook: the run in {slurm.run_dir} is complete (job 41 finished it" in again.out
+    rehearsal = slurm.run_step(argv, COOKBOOK_PREFLIGHT="0", COOKBOOK_REHEARSE="/bin/true")
+    assert len(rehearsal.launches()) == 1  # a rehearsal checks the nodes whatever the run's state
+
+    saved = FakeSlurm(tmp_path / "saved")
+    stopped = saved.run_step(argv, COOKBOOK_PREFLIGHT="0", FAKE_SRUN="signal:USR1")
+    assert "requeueing job 41 after the stop-save" in stopped.out
+    assert not (saved.run_dir / files.STATE / files.COMPLETE).exists()
+
+
+def test_a_term_before_the_launch_trains_nothing(tmp_path: Path):
+    """Cancelled (TERM) while the gate ran: no launch, no requeue, the run recorded as ended by TERM."""
+    from batch_step import FakeSlurm
+
+    slurm = FakeSlurm(tmp_path / "term")
+    gate = slurm.bin / "srun"  # the gate's srun sends the batch step TERM, as scancel would
+    gate.write_text(
+        gate.read_text().replace(
+            'if "cookbook_runtime.nodecheck" in args:  # the gate: no report\n    sys.exit(0)',
+            'if "cookbook_runtime.nodecheck" in args:\n    os.kill(os.getppid(), signal.SIGTERM)\n    sys.exit(0)',
+        )
+    )
+    ran = slurm.run_step(["--requeue", "--gate", "--", "torchrun", "train.py"])
+    assert ran.launches() == [] and ran.argv("scontrol").count(["requeue", "41"]) == 0, ran.out
+    assert "cookbook: got TERM before the launch: not training" in ran.out and ran.status == 143
