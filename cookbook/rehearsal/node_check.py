@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The check ``cookbook rehearse`` runs on every node in the training launcher's place.
 
-A generated sbatch script ends with ``exec python3 -m cookbook_runtime.run ... -- LAUNCHER ARGS``; with
-``COOKBOOK_REHEARSE`` set, the runtime starts ``node-check tune run ...`` or ``node-check torchrun ...`` in the
-launcher's place (no gate, no stop-save), so this program receives the launcher and exactly the arguments
-the training would get, on every node of the same allocation, in the
+A generated sbatch script ends with ``exec python3 -m cookbook_runtime.run ... -- LAUNCHER ARGS`` (VENV's
+python3 if set); with ``COOKBOOK_REHEARSE`` set, the runtime starts ``node-check tune run ...`` or
+``node-check torchrun ...`` in the launcher's place (no gate, no stop-save), so this program receives the
+launcher and exactly the arguments the training would get, on every node of the same allocation, in the
 same environment. It trains nothing. It reports, as JSON in ``$COOKBOOK_REHEARSE_OUT/<node>.json``:
 
 - the command it would run (secrets masked) and the environment that matters;

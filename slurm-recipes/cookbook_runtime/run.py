@@ -403,6 +403,10 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().error("no launcher: end the switches with -- torchrun ... or -- tune run ...")
     job = Job(args)
     rehearsal = bool(os.environ.get("COOKBOOK_REHEARSE"))
+    here = os.path.dirname(sys.executable)  # VENV's python3 (the script's exec line): the nodes' python3 and launchers
+    if here and not any("--container-image" in a for a in args.srun_arg):  # a container has its own
+        rest = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != here]
+        os.environ["PATH"] = os.pathsep.join([here, *rest])
     once = args.once and not rehearsal
     complete = job.state / files.COMPLETE
     if once and complete.exists():

@@ -29,7 +29,7 @@ from cookbook_runtime import run
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_ROOT = ROOT / "slurm-recipes"  # holds cookbook_runtime/
-EXEC = "exec python3 -m cookbook_runtime.run"
+EXEC = 'exec "${VENV:+$VENV/bin/}python3" -m cookbook_runtime.run'
 
 _STANDIN = r"""#!{python}
 import json, os, signal, sys, time

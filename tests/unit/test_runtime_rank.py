@@ -135,3 +135,21 @@ def test_a_term_before_the_launch_trains_nothing(tmp_path: Path):
     ran = slurm.run_step(["--requeue", "--gate", "--", "torchrun", "train.py"])
     assert ran.launches() == [] and ran.argv("scontrol").count(["requeue", "41"]) == 0, ran.out
     assert "cookbook: got TERM before the launch: not training" in ran.out and ran.status == 143
+
+
+def test_the_ranks_get_the_python_the_batch_step_runs_on(tmp_path: Path):
+    """`VENV=/shared/env sbatch ...` runs the batch step with that env's python3 (the script's exec line); the
+    gate's and the launch's python3 on every node is the same one: its folder leads PATH."""
+    import sys
+
+    from batch_step import FakeSlurm
+
+    slurm = FakeSlurm(tmp_path / "venv")
+    env_bin = tmp_path / "env" / "bin"
+    env_bin.mkdir(parents=True)
+    (env_bin / "python3").symlink_to(sys.executable)
+    argv = [str(env_bin / "python3"), "-m", "cookbook_runtime.run", "--gate", "--", "torchrun", "train.py"]
+    ran = slurm._ran(argv, slurm.env())
+    sruns = [c for c in ran.calls if c["cmd"] == "srun"]
+    assert len(sruns) == 2, ran.out  # the gate and the launch
+    assert all(c["env"]["PATH"].split(":")[0] == str(env_bin) for c in sruns)

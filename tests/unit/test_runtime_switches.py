@@ -14,6 +14,7 @@ from cookbook.render import generated_files
 from cookbook.spec import profiles
 from cookbook_runtime import run
 
+EXEC = 'exec "${VENV:+$VENV/bin/}python3" -m cookbook_runtime.run'  # the script's last line
 ROOT = Path(__file__).resolve().parents[2] / "slurm-recipes"
 SCRIPTS = {name: text for name, text in generated_files().items() if name.endswith(".sbatch")}
 
@@ -21,8 +22,8 @@ SCRIPTS = {name: text for name, text in generated_files().items() if name.endswi
 def launch_words(text: str) -> list[str]:
     """The words of the script's last line (``exec python3 -m cookbook_runtime.run ...``) as bash expands them,
     with the script's own variables set as a job would have them."""
-    exec_at = text.index("exec python3 -m cookbook_runtime.run")
-    line = text[exec_at:].replace("exec python3 -m cookbook_runtime.run", "printf '%s\\0'", 1)
+    exec_at = text.index(EXEC)
+    line = text[exec_at:].replace(EXEC, "printf '%s\\0'", 1)
     env = {"PATH": "/usr/bin:/bin", "SLURM_SUBMIT_DIR": "/submit", "SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "2"}
     head = "".join(ln + "\n" for ln in text[:exec_at].splitlines() if ln.startswith(("RECIPE_DIR=", "RUN_DIR=")))
     out = subprocess.run(["bash", "-c", head + line], env=env, capture_output=True, text=True, check=True).stdout
