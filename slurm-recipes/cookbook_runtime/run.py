@@ -471,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
             break
         except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
             continue
+    if status < 0:  # srun ended by a signal: the shell's 128 + N, as Slurm and sacct report it
+        status = 128 - status
     if (excluded := hang_check(job, hang_dir)) is not None:
         return excluded
     for sig in (signal.SIGUSR1, signal.SIGTERM):

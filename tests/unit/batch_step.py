@@ -71,6 +71,8 @@ elif action == "hang":
         meta = {{"rank": rank, "world_size": 2, "host": host, "step": step}}
         (hang / f"rank_{{rank}}.json").write_text(json.dumps(meta))
     sys.exit(1)
+elif action == "killed":
+    os.kill(os.getpid(), signal.SIGKILL)
 elif action.startswith("exit:"):
     sys.exit(int(action.split(":")[1]))
 """

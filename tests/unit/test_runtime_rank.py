@@ -153,3 +153,12 @@ def test_the_ranks_get_the_python_the_batch_step_runs_on(tmp_path: Path):
     sruns = [c for c in ran.calls if c["cmd"] == "srun"]
     assert len(sruns) == 2, ran.out  # the gate and the launch
     assert all(c["env"]["PATH"].split(":")[0] == str(env_bin) for c in sruns)
+
+
+def test_ranks_ended_by_a_signal_exit_as_a_shell_would(tmp_path: Path):
+    """srun killed by SIGKILL: the batch step exits 137 (128 + 9), as bash did and sacct reports, not -9."""
+    from batch_step import FakeSlurm
+
+    argv = ["--", "torchrun", "train.py"]
+    ran = FakeSlurm(tmp_path / "killed").run_step(argv, COOKBOOK_PREFLIGHT="0", FAKE_SRUN="killed")
+    assert ran.status == 137, ran.out
