@@ -13,38 +13,19 @@ from __future__ import annotations
 import os
 import re
 import signal
-import sys
 from pathlib import Path
 
 import pytest
 from cluster_wait import wait_for as _wait_for
+from fsdp_job import fsdp_spec as _spec
 
 from cookbook.render import write_job
 from cookbook.slurm.client import SlurmClient, read_output
-from cookbook.spec import JobSpec
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 BATCH = re.compile(r"Batch (\d+) Loss")
 RESUBMITTED = re.compile(r"by resubmission with --exclude=(\S+) .*: job (\d+) \(retry 1 of 2\)")
-
-
-def _spec(job_dir: Path, tiny_assets, name: str, max_steps: int, throttle: float) -> JobSpec:
-    return JobSpec(
-        recipe="fsdp_llama3_1_8b",
-        profile="local-cpu",
-        nodes=2,
-        gpus_per_node=0,
-        exclusive=False,
-        time="00:10:00",
-        signal_seconds=30,
-        log_dir=str(job_dir / "logs"),
-        run_dir=str(job_dir / "run"),
-        assets_dir=str(tiny_assets.root),
-        job_name=name,
-        venv=sys.prefix,
-        overrides={"max_steps": str(max_steps), "checkpoint_freq": "100", "throttle_seconds": str(throttle)},
-    )
 
 
 def test_preflight_failure_excludes_the_node_and_the_job_completes_on_the_other_two(

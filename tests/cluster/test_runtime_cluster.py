@@ -20,33 +20,14 @@ from pathlib import Path
 
 import pytest
 from cluster_wait import wait_for
+from fsdp_job import fsdp_spec as _spec
 
 from cookbook.render import write_job
 from cookbook.slurm.client import SlurmClient, read_output
-from cookbook.spec import JobSpec
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 BATCH = re.compile(r"Batch (\d+) Loss")
-
-
-def _spec(job_dir: Path, tiny_assets, name: str, max_steps: int, throttle: float = 0.0) -> JobSpec:
-    (job_dir / "logs").mkdir(exist_ok=True)  # Slurm creates no folder for --output
-    return JobSpec(
-        recipe="fsdp_llama3_1_8b",
-        profile="local-cpu",
-        nodes=2,
-        gpus_per_node=0,
-        exclusive=False,
-        time="00:10:00",
-        signal_seconds=30,
-        log_dir=str(job_dir / "logs"),
-        run_dir=str(job_dir / "run"),
-        assets_dir=str(tiny_assets.root),
-        job_name=name,
-        venv=sys.prefix,
-        overrides={"max_steps": str(max_steps), "checkpoint_freq": "100", "throttle_seconds": str(throttle)},
-    )
 
 
 def _edit(script: Path, old: str, new: str) -> None:
@@ -59,6 +40,7 @@ def test_a_term_save_slowed_to_40_s_completes_where_kill_wait_covers_it(nodes3_c
     slurm = SlurmClient({**nodes3_cluster.env(), "COOKBOOK_PREFLIGHT": "0", "COOKBOOK_TEST_SLOW_SAVE_S": "40"})
     assert re.search(r"^KillWait\s*=\s*60 sec", slurm.run("scontrol", "show", "config").stdout, re.M)
     script = write_job(_spec(job_dir, tiny_assets, "term-save", 200, throttle=0.5), job_dir / "job.sbatch")
+    (job_dir / "logs").mkdir()  # Slurm creates no folder for --output
     _edit(script, "  --requeue", "  --requeue --save-seconds=40")
     job = slurm.submit(script)
     log_path = job_dir / "logs" / f"term-save-{job}.out"
