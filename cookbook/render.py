@@ -30,8 +30,9 @@ from cookbook.spec import (
 from cookbook.templating import quote, quote_with_vars, render_template, template_env
 from cookbook.tracking import VARIABLES as TRACKER_VARIABLES
 from cookbook.tracking import tracker_block, tracker_problems
+from cookbook.versions import exact_version
 
-_BUILTIN_VARS = ("RECIPE_DIR", "RUN_DIR", "SLURM_JOB_NUM_NODES")
+_BUILTIN_VARS = ("RECIPE_DIR", "RUNTIME_DIR", "RUN_DIR", "SLURM_JOB_NUM_NODES")
 RUNTIME = Path(cookbook_runtime.__file__).resolve().parent  # what a job runs on the nodes: shipped once
 RUNTIME_NAME = RUNTIME.name
 
@@ -107,8 +108,16 @@ def runtime_lines(spec: JobSpec, recipe: Recipe, names: tuple[str, ...]) -> list
         f"--gate-min-free-gb={gate.min_free_disk_gb.value:g}",
     ]
     lines.append(checks)
+    pins = [f"{p}=={v}" if (v := exact_version(p)) else p for p in recipe.packages]  # the tested versions
+    needs = [f"--needs={','.join(pins)}"]
+    if recipe.trains and not spec.local_cpu:
+        from cookbook.planner.lead_time import largest_save_bytes  # the planner loads every recipe
+
+        needs.append(f"--checkpoint-gb={largest_save_bytes(recipe.stop_save_recipes(), spec.overrides) / 1e9:.0f}")
+    lines.append(needs)
     if spec.container_image:
-        srun = [f"--srun-arg=--container-image={spec.container_image}"]
+        # one import of the image per node and job: the named container is reused by every srun of the job
+        srun = [f"--srun-arg=--container-image={spec.container_image}", f"--srun-arg=--container-name={spec.name}"]
         if spec.container_mounts:
             srun.append(f"--srun-arg=--container-mounts={','.join(spec.container_mounts)}")
         lines.append(srun)
@@ -390,7 +399,7 @@ def generated_specs() -> list[JobSpec]:
                     # one torchtune YAML for every GPU profile (the same config; generated_files checks it)
                     config_name=None if local or recipe.framework != "torchtune" else f"{stem}.yaml",
                     run_dir=f"$RECIPE_DIR/runs/fsdp-$MODEL-{name}" if any_model else None,
-                    venv="$RECIPE_DIR/../../.venv" if local else None,
+                    venv="$RUNTIME_DIR/../.venv",  # make setup's, beside slurm-recipes/
                     runtime_dir="$RECIPE_DIR/..",  # slurm-recipes/cookbook_runtime, once for every recipe folder
                     assets_dir="$RECIPE_DIR/../../.cache/tiny" if local else None,
                 )

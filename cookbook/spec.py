@@ -154,7 +154,7 @@ class JobSpec:
     # the recipe's lead time (render sets it: cookbook/planner/lead_time.py; local-cpu: LOCAL_CPU_DEFAULTS')
     env: dict[str, str] = field(default_factory=dict)
     overrides: dict[str, str] = field(default_factory=dict)
-    venv: str | None = None  # a virtualenv to activate on every node (may use $RECIPE_DIR)
+    venv: str | None = None  # the Python environment every node runs: a venv or conda prefix (may use $RECIPE_DIR)
     assets_dir: str | None = None  # local-cpu: tiny assets root (default .cache/tiny; may use $RECIPE_DIR)
     port: int = 29500  # rendezvous port on the head node
     tracker: str = "none"  # experiment tracking (TRACKERS); run name <job name>-<first job id>, see cookbook.tracking
@@ -218,13 +218,14 @@ def profile_defaults(profile: str) -> dict[str, Any]:
 
 
 def session_defaults(profile: str) -> dict[str, Any]:
-    """:func:`profile_defaults` plus what a job submitted from this process needs: on ``local-cpu`` a
-    random rendezvous port (shared nodes: jobs on one node must not collide) and this virtualenv."""
+    """:func:`profile_defaults` plus what a job submitted from this process needs: this virtualenv (the nodes'
+    Python: on a shared filesystem, as the login node's home is) and on ``local-cpu`` a random rendezvous port
+    (shared nodes: jobs on one node must not collide)."""
     defaults = profile_defaults(profile)
+    if sys.prefix != sys.base_prefix:
+        defaults["venv"] = sys.prefix
     if is_local_cpu(profile):
         defaults["port"] = random.randint(20000, EPHEMERAL_PORTS_START - SHARED_PORT_SPAN)  # all below the ephemeral
-        if sys.prefix != sys.base_prefix:
-            defaults["venv"] = sys.prefix
     return defaults
 
 

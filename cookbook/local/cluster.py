@@ -68,9 +68,9 @@ _SBIN = ("/usr/sbin", "/sbin")
 
 #: Named clusters that can run side by side with the shared CPU cluster ``cookbook`` (own subnet, ports).
 PRESETS: dict[str, dict] = {
-    # 4 nodes: two 2-node GPU jobs run at once (the rehearsal test submits dozens)
+    # 8 nodes: four 2-node GPU jobs run at once (the rehearsal test submits dozens)
     "gpu": {
-        "nodes": 4,
+        "nodes": 8,
         "gpus_per_node": 8,
         "cpus_per_node": 192,
         "mem_mb_per_node": 1_843_200,

@@ -52,6 +52,21 @@ def stop_save_bytes(recipe: str, overrides: Mapping[str, str] | None = None) -> 
     return per_param * trained, defaults.framework != "torchtune"
 
 
+def largest_save_bytes(recipes: Sequence[str], overrides: Mapping[str, str] | None = None) -> int:
+    """Bytes of the largest save a run of ``recipes`` writes at once: the stop-save, or torchtune's end-of-epoch
+    weights (bf16, the whole model: a LoRA run writes its merged model too). 0: no model to size. The runtime's
+    ``--checkpoint-gb``: the run folder must hold it."""
+    largest = 0
+    for name in recipes:
+        save = stop_save_bytes(name, overrides)
+        if save is None:
+            continue
+        defaults = recipe_defaults(name)
+        weights = 2 * MODELS[defaults.model].total_params if defaults.framework == "torchtune" else 0
+        largest = max(largest, save[0], weights)
+    return largest
+
+
 def save_seconds(recipes: Sequence[str], nodes: int, overrides: Mapping[str, str] | None = None) -> float:
     """Seconds the stop-save of the largest of ``recipes`` takes on ``nodes`` nodes, with the safety factor
     (0: no model to size)."""

@@ -138,6 +138,8 @@ class Recipe(ABC):
     planner_source: ClassVar[str] = ""
     trains: ClassVar[bool] = False  # a training run: once it finished, submitting it again does nothing
     script_nodes: ClassVar[int] = 2  # nodes of its slurm-recipes/ scripts (a job using a trained model: 1)
+    # what the nodes' Python must have (the runtime's --needs: a node without them stops the job, naming the fix)
+    packages: ClassVar[tuple[str, ...]] = ("torch",)
 
     @abstractmethod
     def validate(self, spec: JobSpec) -> list[str]:

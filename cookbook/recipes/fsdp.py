@@ -283,15 +283,15 @@ class FsdpAnyModel(FsdpRecipe):
     def command(self, spec: JobSpec) -> Launch:
         launch = super().command(spec)
         tiny = {"max_steps": super().base_args(spec)["max_steps"]} if spec.local_cpu else {}
-        models = [
-            (
-                shape,
-                ("tiny_moe" if shape.startswith("mixtral") else "tiny") if spec.local_cpu else shape,
-                tiny.get("max_steps", str(steps)),
-            )
-            for shape, _, steps in FSDP_MODELS
-        ]
+        cases: dict[tuple[str, str], list[str]] = {}  # (SHAPE, MAX_STEPS) -> the models that have them
+        for model, _, steps in FSDP_MODELS:
+            shape = ("tiny_moe" if model.startswith("mixtral") else "tiny") if spec.local_cpu else '"$MODEL"'
+            cases.setdefault((shape, tiny.get("max_steps", str(steps))), []).append(model)
         prelude = render_template(
-            "fsdp_model.sh.j2", script=spec.script_name or "fsdp.sbatch", default=DEFAULT_MODEL, models=models
+            "fsdp_model.sh.j2",
+            script=spec.script_name or "fsdp.sbatch",
+            default=DEFAULT_MODEL,
+            cases=cases,
+            models=[m for m, _, _ in FSDP_MODELS],
         )
         return replace(launch, prelude=prelude, prelude_variables=("MODEL", "SHAPE", "MAX_STEPS"))

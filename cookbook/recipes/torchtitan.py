@@ -198,6 +198,7 @@ WANDB_FOLDER = "wandb"  # --tracker wandb: metrics.save_tb_folder, relative to -
 
 class TorchtitanRecipe(Recipe):
     framework = "torchtitan"
+    packages = ("torch", "torchtitan")
     trains = True
     config_paths = CONFIG_PATHS
     trace_subdir = "profiling/traces"  # relative to --dump_folder (the run folder)

@@ -220,6 +220,7 @@ class TorchtuneRecipe(Recipe):
     """A torchtune distributed recipe from a built-in config; see the module docstring."""
 
     framework = "torchtune"
+    packages = ("torch", "torchtune")
     trains = True
     trace_subdir = "profiling_outputs"
     planner_keys = {

@@ -89,6 +89,7 @@ class TorchtuneUse(Recipe):
     """``<training recipe>_use``: generate and evaluate with the base and the fine-tuned model."""
 
     framework = "use"
+    packages = ("torch", "torchtune")
     script_nodes: ClassVar[int] = 1
     trained_key: ClassVar[str] = "trained"  # the override naming the training run folder
 

@@ -26,7 +26,8 @@ from cookbook.slurm.client import SlurmClient, SlurmError, read_output
 from cookbook.spec import JobSpec, get_profile, profile_defaults, profiles
 from cookbook.templating import render_template, script_header
 
-HOOK = "COOKBOOK_REHEARSE"
+HOOK = "COOKBOOK_REHEARSE"  # the runtime (cookbook_runtime.run) runs this check in the launcher's place
+RUNTIME_LAUNCH = "-m cookbook_runtime.run"  # a script that can be rehearsed ends in the runtime's launch line
 NODE_CHECK = Path(__file__).with_name("node_check.py")
 CHECK_TEMPLATE = "rehearse_node_check.sh.j2"  # templates/: the launcher stand-in that starts NODE_CHECK
 
@@ -292,9 +293,10 @@ def start_rehearsal(
     if not script.is_file():
         raise RehearsalError(f"{script}: no such script (render one with `cookbook render RECIPE -o FILE`)")
     text = script.read_text(errors="replace")
-    if HOOK not in text:
+    if RUNTIME_LAUNCH not in text:
         raise RehearsalError(
-            f"{script}: not a cookbook script with the rehearsal hook ({HOOK}); render it again with `cookbook render`"
+            f"{script}: not a cookbook script (its launch runs `python3 {RUNTIME_LAUNCH}`, which takes the rehearsal "
+            f"hook {HOOK}); render it again with `cookbook render`"
         )
     problems = static_problems(text, script)
     stamp = time.strftime("%Y%m%d-%H%M%S")

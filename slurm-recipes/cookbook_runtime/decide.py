@@ -17,6 +17,7 @@ import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 # ---------------------------------------------------------------- head address and port
 
@@ -224,6 +225,69 @@ def gate_budget(base_s: float, nodes: int, startup_s: float = 120.0) -> float:
     """Seconds the gate may take: the profile's budget for the checks, a cold start (``import torch`` from a
     shared filesystem, CUDA contexts: ``startup_s``) and NCCL/gloo initialisation growing with the node count."""
     return base_s + startup_s + 0.25 * nodes
+
+
+# ---------------------------------------------------------------- the nodes' Python and the run folder's space
+
+ENV_FIX = (
+    "install the pinned stack into an environment every node sees, built on a node of this architecture "
+    "(`make setup` run there), and name it: VENV=/shared/env sbatch ... (or the job's container image)"
+)
+
+
+@dataclass(frozen=True)
+class EnvVerdict:
+    """``stop``: the line that ends the job (the environment lacks what the job runs), else ""; ``notes``: what
+    differs from the tested versions, or nodes that did not answer (the job trains)."""
+
+    stop: str = ""
+    notes: tuple[str, ...] = ()
+
+
+def environment_verdict(
+    nodes: Sequence[str], answers: Mapping[str, Mapping[str, Any]], needs: Mapping[str, str]
+) -> EnvVerdict:
+    """The nodes' Python against ``needs`` (``{package: tested version}``). A package missing on some node is
+    the environment's fault, named with its nodes and the fix: the job stops and no node is excluded (no
+    other node would have it either). Another version, or a node without an answer, is said; the job trains."""
+    missing: dict[str, list[str]] = {}
+    other: dict[tuple[str, str], list[str]] = {}
+    for node in nodes:
+        answer = answers.get(node)
+        if answer is None:
+            continue
+        for package, want in needs.items():
+            have = (answer.get("versions") or {}).get(package)
+            if have is None:
+                missing.setdefault(package, []).append(node)
+            elif want and have.split("+")[0] != want:
+                other.setdefault((package, have), []).append(node)
+    silent = [n for n in nodes if n not in answers]
+    notes = [f"{p} {v} on {_few(ns)} (tested: {needs[p]}): training anyway" for (p, v), ns in other.items()]
+    if silent:
+        notes.append(f"no answer about the Python environment from {_few(silent)}: training anyway")
+    if not missing:
+        return EnvVerdict("", tuple(notes))
+    where = sorted({n for ns in missing.values() for n in ns}, key=list(nodes).index)
+    first = answers[where[0]]
+    lacks = ", ".join(f"{p} ({_few(ns)})" if len(missing) > 1 else p for p, ns in missing.items())
+    stop = (
+        f"the Python environment of {_few(where)} ({first.get('python')}, {first.get('machine')}) lacks {lacks}: "
+        f"not training, and no node is excluded (the environment is at fault, not a node). Fix: {ENV_FIX}"
+    )
+    return EnvVerdict(stop, tuple(notes))
+
+
+def run_dir_space_problem(free_bytes: int, total_bytes: int, need_bytes: int) -> str:
+    """One line when the run folder's filesystem cannot hold one checkpoint of the job (the planner's size):
+    the first save would fail hours in. A filesystem that reports no size (some FUSE mounts) is not judged."""
+    if not need_bytes or total_bytes <= 0 or free_bytes >= need_bytes:
+        return ""
+    return (
+        f"{free_bytes / 1e9:.0f} GB free where the checkpoints go, and one checkpoint of this job is "
+        f"~{need_bytes / 1e9:.0f} GB (the planner's size): the first save would fail. Free space there or set "
+        "RUN_DIR to a larger shared filesystem"
+    )
 
 
 # ---------------------------------------------------------------- retries and resubmission

@@ -315,23 +315,6 @@ def judge(
     return verdict
 
 
-def summarize(args: argparse.Namespace) -> int:
-    """One line per node, the verdict, the nodes to exclude (``node<TAB>reason`` lines) in ``--failed``. Exit 0:
-    train (a problem no node can be blamed for is logged); 1: exclude the nodes in ``--failed``; 3: a strict
-    gate stops the job. (The batch step, :mod:`cookbook_runtime.run`, calls :func:`judge` itself.)"""
-    limits = GateThresholds(matmul_peer_ratio=args.matmul_peer_ratio, busbw_peer_ratio=args.busbw_peer_ratio,
-                            strict=args.strict)  # fmt: skip
-    verdict = judge(Path(args.out), args.nodes.split(), args.procs, args.gpus, limits, lambda s: print(s, flush=True))
-    Path(args.failed).write_text("".join(f"{n}\t{'; '.join(dict.fromkeys(r))}\n" for n, r in verdict.blame.items()))
-    if verdict.unattributed:
-        print(f"cookbook: pre-flight: {verdict.unattributed}. No node is blamed for it: "
-              + ("not training (strict gate)" if verdict.stop else "training anyway (the framework's own error, if "
-                 "any, is the truth)"), flush=True)  # fmt: skip
-    if verdict.blame:
-        return 1
-    return 3 if verdict.stop else 0
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     sub = p.add_subparsers(dest="mode", required=True)
@@ -349,18 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--min-free-gb", type=float, default=0.0)
     c.add_argument("--timeout", type=float, default=60.0)
     c.add_argument("--master", default="", help="ADDR:PORT of rank 0 when srun, not torchrun, starts the ranks")
-    s = sub.add_parser("summarize", help="one line per node; the nodes to exclude to --failed")
-    s.add_argument("--out", required=True)
-    s.add_argument("--nodes", required=True, help="the job's nodes, space-separated")
-    s.add_argument("--procs", type=int, default=1, help="processes per node")
-    s.add_argument("--gpus", type=int, default=0, help="GPUs per node (0: CPU, no peer comparison of matmuls)")
-    s.add_argument("--failed", required=True)
-    s.add_argument("--matmul-peer-ratio", type=float, default=GateThresholds.matmul_peer_ratio)
-    s.add_argument("--busbw-peer-ratio", type=float, default=GateThresholds.busbw_peer_ratio)
-    s.add_argument("--strict", action="store_true", help="stop on a problem no node can be blamed for")
     args = p.parse_args(argv)
-    if args.mode == "summarize":
-        return summarize(args)
     check(args)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -6,9 +6,11 @@ runtime does the rest, in order, each step one log line:
 1. a run that already finished (``--once``) says so and does nothing;
 2. a requeue after a node failure (NODE_FAIL): the nodes that failed during the previous run are excluded;
 3. the rendezvous: the batch host's own address (never the NodeName), its interface, a free port;
-4. the pre-flight gate (``--gate``): every node checks itself, the verdict blames only what it can attribute
-   (:func:`cookbook_runtime.decide.gate_verdict`) and excludes those nodes; anything else is logged, and
-   the job trains;
+4. the pre-flight: the nodes' Python has torch and the framework (``--needs``; else the job stops, naming the
+   nodes and the fix: the environment is at fault, no node is excluded), the run folder holds a checkpoint
+   (``--checkpoint-gb``), and the gate (``--gate``): every node checks itself, the verdict blames only what
+   it can attribute (:func:`cookbook_runtime.decide.gate_verdict`) and excludes those nodes; anything else
+   is logged, and the job trains;
 5. the resume point (``--resume FRAMEWORK``): the newest complete checkpoint of the run folder;
 6. one launcher per node (``srun``), shielded from USR1/TERM (:mod:`cookbook_runtime.launch`); USR1 or TERM
    reaching this step becomes the stop flag every rank polls (``--requeue``): the ranks save at the next step
@@ -28,6 +30,7 @@ import argparse
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -36,7 +39,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from . import decide, files, resume, slurm
+from . import decide, files, pyenv, resume, slurm
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gate-busbw-peer-ratio", type=float, default=0.6, help="below R x the peers' median: blamed")
     g.add_argument("--gate-allreduce-mb", type=int, default=256, help="all-reduce payload per rank, MiB")
     g.add_argument("--gate-min-free-gb", type=float, default=0.0, help="free node-local disk ($TMPDIR)")
+    g.add_argument("--needs", default="", help="PKG==VERSION,...: the nodes' Python must have these (else stop)")
+    g.add_argument("--checkpoint-gb", type=float, default=0.0, help="one checkpoint's size, GB: RUN_DIR must hold it")
     p.add_argument("--srun-arg", action="append", default=[], help="an extra srun option (container image...)")
     p.add_argument("launcher", nargs=argparse.REMAINDER, help="-- torchrun|tune run ARGS")
     return p
@@ -322,6 +327,44 @@ def gate(job: Job, address: str, port: int, nproc: int) -> int | None:
     return None
 
 
+def python_environment(job: Job) -> int | None:
+    """Every node's Python against ``--needs`` (:mod:`cookbook_runtime.pyenv`); an exit status when it lacks
+    what the job runs (no node excluded), None to go on."""
+    needs = dict(word.partition("==")[::2] for word in job.args.needs.split(",") if word)
+    if not needs:
+        return None
+    command = [*srun_prefix(job.args), "--kill-on-bad-exit=0", "python3", "-m", "cookbook_runtime.pyenv", *needs]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=decide.gate_budget(30, len(job.nodes)))
+        answers, said = pyenv.read_answers(done.stdout), done.stderr.strip().splitlines()
+    except subprocess.TimeoutExpired:
+        answers, said = {}, []
+    verdict = decide.environment_verdict(job.nodes, answers, needs)
+    for note in verdict.notes:
+        say(f"cookbook: {note}" + (f" (srun: {said[-1]})" if said and "no answer" in note else ""))
+    if verdict.stop:
+        say(f"cookbook: {verdict.stop}")
+        job.record(time.time(), "failed")
+        return 2
+    return None
+
+
+def run_dir_space(job: Job) -> int | None:
+    """The run folder can hold one checkpoint (``--checkpoint-gb``, the planner's size; ``COOKBOOK_CHECKPOINT_GB``
+    overrides it, 0: no check); else an exit status."""
+    try:
+        usage = shutil.disk_usage(job.run_dir)
+        need = float(os.environ.get("COOKBOOK_CHECKPOINT_GB") or job.args.checkpoint_gb)
+    except (OSError, ValueError):
+        return None
+    problem = decide.run_dir_space_problem(usage.free, usage.total, int(need * 1e9))
+    if not problem:
+        return None
+    say(f"cookbook: RUN_DIR {job.run_dir}: {problem}; not training")
+    job.record(time.time(), "failed")
+    return 2
+
+
 def read_hf_token() -> None:
     """HF_TOKEN from the environment or the token file, for the ranks' environment only: never in the script,
     its arguments or a log (the log says present or absent)."""
@@ -435,8 +478,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[files.STOP_FILE_ENV] = str(stop_file)
     if args.requeue:  # a stop asked for during the gate is kept: the ranks save at their first step
         watch_signals(job, stop_file)
-    if args.gate and os.environ.get("COOKBOOK_PREFLIGHT", "1") != "0" and not rehearsal:
-        if (status := gate(job, address, port, nproc)) is not None:
+    if os.environ.get("COOKBOOK_PREFLIGHT", "1") != "0" and not rehearsal:
+        for check in (python_environment, run_dir_space):
+            if (status := check(job)) is not None:
+                return status
+        if args.gate and (status := gate(job, address, port, nproc)) is not None:
             return status
     checkpoint_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
     extra, lines = resume.resume(

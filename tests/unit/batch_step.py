@@ -6,10 +6,11 @@
   :func:`unset_env`: variables the runtime writes into ``os.environ``, unset for one test and restored after it;
 - :class:`FakeSlurm`: stand-ins for ``srun``, ``scontrol``, ``sinfo`` and ``sbatch`` first on ``PATH`` (and a
   ``python3`` that is this interpreter), each recording what it was asked in ``calls.jsonl``, so the real
-  runtime -- or a whole rendered script -- runs in a test. ``srun`` plays the gate (it writes no report: the gate
-  logs that and the job trains) and the ranks, as ``FAKE_SRUN`` says: ``ok``, ``exit:N``, ``save`` (rank 0's
-  stop-save), ``signal:USR1``/``signal:TERM`` (Slurm signals the batch step; the ranks see the stop flag and
-  save), ``hang`` (rank 1 on n2 stalls: the hang watch's trigger and dumps).
+  runtime -- or a whole rendered script -- runs in a test. ``srun`` plays the nodes' Python check (this
+  interpreter's answer on every node; ``FAKE_NO_TORCH=n2``: n2's lacks the packages), the gate (it writes no
+  report: the gate logs that and the job trains) and the ranks, as ``FAKE_SRUN`` says: ``ok``, ``exit:N``,
+  ``save`` (rank 0's stop-save), ``signal:USR1``/``signal:TERM`` (Slurm signals the batch step; the ranks see
+  the stop flag and save), ``hang`` (rank 1 on n2 stalls: the hang watch's trigger and dumps).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from cookbook_runtime import run
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_ROOT = ROOT / "slurm-recipes"  # holds cookbook_runtime/
-EXEC = 'exec "${VENV:+$VENV/bin/}python3" -m cookbook_runtime.run'
+EXEC = "exec python3 -m cookbook_runtime.run"  # the script's last line
 
 _STANDIN = r"""#!{python}
 import json, os, signal, sys, time
@@ -51,6 +52,16 @@ if name == "sinfo":
     sys.exit(0)
 if name == "sbatch":
     print("99;cluster")
+    sys.exit(0)
+if "cookbook_runtime.pyenv" in args:  # each node's Python: this one's (FAKE_NO_TORCH: nodes that lack it all)
+    from cookbook_runtime import pyenv
+    packages = args[args.index("cookbook_runtime.pyenv") + 1 :]
+    for k, node in enumerate(os.environ["SLURM_JOB_NODELIST"].split(",")):
+        os.environ["SLURMD_NODENAME"] = node
+        answer = pyenv.probe(packages)
+        if node in os.environ.get("FAKE_NO_TORCH", "").split(","):
+            answer["versions"] = {{p: None for p in packages}}
+        print(f"{{k}}: {{pyenv.TAG}} {{json.dumps(answer)}}")
     sys.exit(0)
 if "cookbook_runtime.nodecheck" in args:  # the gate: no report
     sys.exit(0)
@@ -126,8 +137,9 @@ class Ran:
         return [c["argv"] for c in self.calls if c["cmd"] == cmd]
 
     def launches(self) -> list[dict]:
-        """The srun calls that started the ranks (not the gate's)."""
-        return [c for c in self.calls if c["cmd"] == "srun" and "cookbook_runtime.nodecheck" not in c["argv"]]
+        """The srun calls that started the ranks (not the pre-flight's)."""
+        checks = ("cookbook_runtime.nodecheck", "cookbook_runtime.pyenv")
+        return [c for c in self.calls if c["cmd"] == "srun" and not set(checks) & set(c["argv"])]
 
 
 class FakeSlurm:
@@ -159,6 +171,7 @@ class FakeSlurm:
             "SLURM_JOB_NODELIST": "n1,n2",
             "SLURM_JOB_NUM_NODES": "2",
             "SLURM_CPUS_ON_NODE": "4",
+            "COOKBOOK_CHECKPOINT_GB": "0",  # a 70B checkpoint is more than /tmp holds: test_runtime_decide checks it
             **extra,
         }
 

@@ -91,7 +91,8 @@ def test_gpu_nodes_are_written_with_device_files_gres_and_claimed_cpus(tmp_path,
     )
     assert "SlurmctldPort=7017" in conf and "SlurmdPort=7018" in conf
     gres = (cluster.etc / "gres.conf").read_text().splitlines()
-    assert gres[1:] == ["AutoDetect=off", f"NodeName=n[1-4] Name=gpu File={tmp_path}/dev/nvidia[0-7]"]
+    nodes = lc.PRESETS["gpu"]["nodes"]
+    assert gres[1:] == ["AutoDetect=off", f"NodeName=n[1-{nodes}] Name=gpu File={tmp_path}/dev/nvidia[0-7]"]
     assert [p.name for p in cluster.gpu_devices()] == [f"nvidia{i}" for i in range(8)]
 
 

@@ -22,6 +22,7 @@ from cookbook.cli import main
 from cookbook.render import render_job
 from cookbook.spec import JobSpec, profile_defaults, profiles
 from cookbook_runtime import nodecheck as preflight
+from cookbook_runtime.decide import GateThresholds, GateVerdict
 
 SCRIPT = Path(preflight.__file__)
 MODULE = [sys.executable, "-m", "cookbook_runtime.nodecheck"]
@@ -32,13 +33,11 @@ def _report(out: Path, node: str, rank: int, failures: list[str], **measures: ob
     (out / f"{node}.{rank}.json").write_text(json.dumps(report))
 
 
-def _summarize(out: Path, nodes: str, procs: int = 1) -> tuple[int, str, str]:
-    r = subprocess.run(
-        [*MODULE, "summarize", f"--out={out}", f"--nodes={nodes}", f"--procs={procs}",
-         f"--failed={out / 'failed'}"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    return r.returncode, r.stdout, (out / "failed").read_text()
+def _judge(out: Path, nodes: str, procs: int = 1) -> tuple[GateVerdict, str]:
+    """The batch step's reading of the reports: the verdict and the lines it logs."""
+    lines: list[str] = []
+    verdict = preflight.judge(out, nodes.split(), procs, 0, GateThresholds(), lines.append)
+    return verdict, "\n".join(lines)
 
 
 def test_summary_blames_the_node_whose_own_checks_failed_never_one_that_did_not_report(tmp_path: Path):
@@ -47,24 +46,23 @@ def test_summary_blames_the_node_whose_own_checks_failed_never_one_that_did_not_
     _report(tmp_path, "n2", 0, ["network interface ib0 not present (have eth0, lo)"], matmul_tflops=700.0)
     _report(tmp_path, "n2", 1, ["matmul on GPU 1: 100 TFLOP/s < 494 TFLOP/s"])
     _report(tmp_path, "n3", 0, [])
-    code, out, failed = _summarize(tmp_path, "n1 n2 n3", procs=2)
-    assert code == 1
+    verdict, out = _judge(tmp_path, "n1 n2 n3", procs=2)
     assert "cookbook: pre-flight ok on n1 in 3.2 s: matmul_tflops 650.0, allreduce_busbw_gbps 300.0" in out
     assert (
         "cookbook: pre-flight failed on n2: network interface ib0 not present (have eth0, lo); "
         "matmul on GPU 1: 100 TFLOP/s < 494 TFLOP/s" in out
     )
-    assert "pre-flight failed on n3" not in out and "1 of 2 local rank(s) of n3 did not report" in out
-    assert [line.split("\t")[0] for line in failed.splitlines()] == ["n2"]
+    assert "pre-flight failed on n3" not in out and "1 of 2 local rank(s) of n3 did not report" in verdict.unattributed
+    assert list(verdict.blame) == ["n2"] and verdict.exclude == ["n2"]
 
 
 def test_a_slow_all_reduce_blames_no_single_node(tmp_path: Path):
     slow = "all-reduce across 2 node(s): bus bandwidth 1 GB/s < 100 GB/s"
     _report(tmp_path, "n1", 0, [slow])
     _report(tmp_path, "n2", 0, [slow])
-    code, out, failed = _summarize(tmp_path, "n1 n2")
-    assert code == 0 and failed == ""  # the fabric, not a node: logged, and the job trains
-    assert slow in out and "No node is blamed for it: training anyway" in out
+    verdict, _ = _judge(tmp_path, "n1 n2")
+    assert not verdict.blame and not verdict.stop  # the fabric, not a node: logged, and the job trains
+    assert slow in verdict.unattributed
 
 
 @pytest.mark.parametrize(
@@ -125,8 +123,10 @@ def test_every_profile_has_sourced_thresholds_and_the_script_carries_them(tmp_pa
         assert (args.gate_matmul_fraction, args.gate_matmul_min_tflops) == (matmul_fraction, matmul_min_tflops)
         assert args.max_retries == int(pf.max_retries.value)
         gpus = {"SLURM_GPUS_ON_NODE": str(spec.gpus_per_node)} if profile.uses_gpus else {}
-        ran = FakeSlurm(tmp_path / profile.name).run_step(runtime_argv(job.script), **gpus)
-        check, launch = ran.argv("srun")  # the gate first, then the ranks
+        argv = [a for a in runtime_argv(job.script) if not a.startswith("--checkpoint-gb=")]  # whatever /tmp holds
+        ran = FakeSlurm(tmp_path / profile.name).run_step(argv, **gpus)
+        pyenv, check, launch = ran.argv("srun")  # the nodes' Python, the gate, then the ranks
+        assert pyenv[-2:] == ["cookbook_runtime.pyenv", "torch"], pyenv
         assert "cookbook_runtime.nodecheck" in check and "cookbook_runtime.nodecheck" not in launch, ran.out
         measured = _flags(check[check.index("check") :])
         assert measured["--min-busbw"] == pf.allreduce_min_busbw_gbps.value, profile.name

@@ -335,7 +335,7 @@ def test_the_batch_step_writes_the_names_the_runtime_reads(tmp_path):
     run_dir = fake.run_dir
     argv = runtime_argv(render_job(make_spec("llama3_3_70b_full", profile="generic")).script)
     ran = fake.run_step(argv, FAKE_SRUN="hang")
-    check, launch = ran.argv("srun")
+    _, check, launch = ran.argv("srun")  # the nodes' Python, the gate, the ranks
     assert check[check.index("--out") + 1] == str(files.gate_dir(run_dir, "41", 0)), ran.out
     env = ran.launches()[0]["env"]
     hang_dir = files.hang_dir(run_dir, "41", 0)
@@ -352,3 +352,85 @@ def test_the_batch_step_writes_the_names_the_runtime_reads(tmp_path):
     assert files.ledger(run_dir, "41").read_text().startswith("41\tn2\thang: rank 1 on n2")
     runs = decide.parse_runs((files.state_dir(run_dir) / files.RUNS).read_text())
     assert [(r.job, r.restart, r.nodes, r.outcome) for r in runs] == [("41", 0, ("n1", "n2"), "excluded")]
+
+
+# ------------------------------------------------------------------ the nodes' Python and the run folder (#30)
+
+
+def answer(node: str, torch: str | None = "2.13.0+cu128", framework: str | None = "0.6.1") -> dict:
+    return {"node": node, "python": "/shared/env/bin/python3", "machine": "x86_64",
+            "versions": {"torch": torch, "torchtune": framework}}  # fmt: skip
+
+
+NEEDS = {"torch": "2.13.0", "torchtune": "0.6.1"}
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_the_tested_stack_on_every_node_trains_with_nothing_to_say(n: int):
+    verdict = decide.environment_verdict(nodes(n), {x: answer(x) for x in nodes(n)}, NEEDS)
+    assert verdict == decide.EnvVerdict()
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_nodes_without_torch_stop_the_job_in_one_line_naming_them_and_the_fix(n: int):
+    """#30 item 1: a fresh login shell or SBATCH_EXPORT=NONE gives the nodes the system python3."""
+    answers = {x: answer(x, torch=None, framework=None) for x in nodes(n)}
+    verdict = decide.environment_verdict(nodes(n), answers, NEEDS)
+    assert verdict.stop.startswith(f"the Python environment of {nodes(n)[0]}")
+    assert "lacks torch (" in verdict.stop and "no node is excluded" in verdict.stop and "VENV=" in verdict.stop
+    assert "\n" not in verdict.stop and len(verdict.stop) < 600  # one line, whatever the node count
+
+
+@pytest.mark.parametrize("n", (16, 1000))
+def test_one_node_without_the_framework_stops_the_job_too_and_names_that_node(n: int):
+    answers = {x: answer(x) for x in nodes(n)} | {nodes(n)[3]: answer(nodes(n)[3], framework=None)}
+    verdict = decide.environment_verdict(nodes(n), answers, NEEDS)
+    assert f"the Python environment of {nodes(n)[3]} " in verdict.stop and "lacks torchtune:" in verdict.stop
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_another_version_or_a_silent_node_is_said_and_the_job_trains(n: int):
+    answers = {x: answer(x, torch="2.11.0+cu126") for x in nodes(n)[1:]}
+    verdict = decide.environment_verdict(nodes(n), answers, NEEDS)
+    assert verdict.stop == ""
+    if n > 1:
+        assert verdict.notes[0].startswith("torch 2.11.0+cu126 on ") and "(tested: 2.13.0)" in verdict.notes[0]
+    assert verdict.notes[-1].startswith(f"no answer about the Python environment from {nodes(n)[0]}")
+
+
+def test_the_run_folder_must_hold_one_checkpoint_of_the_planners_size():
+    """#30 item 10: a 70B full stop-save writes ~423 GB; a quota'd home with 12 GB fails hours in."""
+    problem = decide.run_dir_space_problem(12 * 10**9, 500 * 10**9, 423 * 10**9)
+    assert problem.startswith("12 GB free where the checkpoints go") and "~423 GB" in problem
+    assert decide.run_dir_space_problem(500 * 10**9, 10**12, 423 * 10**9) == ""
+    assert decide.run_dir_space_problem(0, 0, 423 * 10**9) == ""  # a filesystem that reports no size
+    assert decide.run_dir_space_problem(12 * 10**9, 500 * 10**9, 0) == ""  # nothing to size
+
+
+def test_the_batch_step_stops_before_the_gate_when_the_nodes_lack_torch(tmp_path):
+    """The runtime itself: n2's Python lacks torch -> one line, exit 2, no gate, no exclusion, no launch."""
+    from batch_step import FakeSlurm, runtime_argv
+
+    from cookbook.render import render_job
+    from cookbook.spec import make_spec
+
+    argv = runtime_argv(render_job(make_spec("llama3_3_70b_lora", profile="nebius")).script)
+    ran = FakeSlurm(tmp_path / "env").run_step(argv, FAKE_NO_TORCH="n2", SLURM_GPUS_ON_NODE="8")
+    assert ran.status == 2, ran.out
+    stops = [line for line in ran.out.splitlines() if "not training" in line]
+    assert len(stops) == 1 and stops[0].startswith("cookbook: the Python environment of n2 ("), ran.out
+    assert [a[-3:] for a in ran.argv("srun")] == [["cookbook_runtime.pyenv", "torch", "torchtune"]]
+    assert not ran.argv("sbatch") and not [a for a in ran.argv("scontrol") if a[0] in ("update", "requeue")]
+
+
+def test_the_batch_step_stops_when_the_run_folder_cannot_hold_a_checkpoint(tmp_path):
+    from batch_step import FakeSlurm, runtime_argv
+
+    from cookbook.render import render_job
+    from cookbook.spec import make_spec
+
+    argv = runtime_argv(render_job(make_spec("llama3_3_70b_full", profile="nebius")).script)
+    assert "--checkpoint-gb=423" in argv  # the planner's 70B stop-save: 6 bytes x 70.6 B parameters
+    ran = FakeSlurm(tmp_path / "space").run_step(argv, COOKBOOK_CHECKPOINT_GB="1e9", SLURM_GPUS_ON_NODE="8")
+    assert ran.status == 2 and "one checkpoint of this job is ~1000000000 GB" in ran.out, ran.out
+    assert len(ran.argv("srun")) == 1  # the nodes' Python was asked; no gate, no launch

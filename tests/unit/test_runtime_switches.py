@@ -9,12 +9,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from batch_step import EXEC
 
 from cookbook.render import generated_files
 from cookbook.spec import profiles
 from cookbook_runtime import run
 
-EXEC = 'exec "${VENV:+$VENV/bin/}python3" -m cookbook_runtime.run'  # the script's last line
 ROOT = Path(__file__).resolve().parents[2] / "slurm-recipes"
 SCRIPTS = {name: text for name, text in generated_files().items() if name.endswith(".sbatch")}
 
@@ -68,7 +68,7 @@ def test_the_scripts_are_short_and_slurm_recipes_small():
 def test_the_plain_launch_is_written_beside_the_runtimes():
     """For people who want none of the runtime: the plain srun torchrun line, as a comment."""
     text = SCRIPTS["torchtune/llama3_3_70b_lora.nebius.sbatch"]
-    assert "#   srun --ntasks-per-node=1 tune run --nnodes=" in text
+    assert "# Without the runtime: srun --ntasks-per-node=1 tune run --nnodes=" in text
     assert shlex.split(text.splitlines()[-1])[0] == 'output_dir="${RUN_DIR}"'.replace('"', "")
 
 
