@@ -55,12 +55,11 @@ lint: setup
 	$(BIN)/ruff format --check cookbook slurm-recipes/cookbook_runtime tests benchmarks
 	$(BIN)/mypy
 
-# On a machine without triton (the local bench), torchtitan's parsers import it through the stand-in.
 lab: setup
-	COOKBOOK_PRELOAD="$$($(BIN)/python -m cookbook.local.preload)" $(BIN)/python -m cookbook.lab $(LAB_ARGS)
+	$(BIN)/python -m cookbook.lab $(LAB_ARGS)
 
 recipes: setup
-	COOKBOOK_PRELOAD="$$($(BIN)/python -m cookbook.local.preload)" $(BIN)/cookbook generate-recipes slurm-recipes
+	$(BIN)/cookbook generate-recipes slurm-recipes
 
 clean: cluster-down
 	rm -rf out .cluster

@@ -247,16 +247,14 @@ CLI_LIMIT_S = 0.3  # the issue's start-up limit (verbs that only start: --help, 
 
 def cli_times(tmp: Path, repeat: int = 5) -> dict[str, float]:
     """Best-of-``repeat`` wall seconds of each command, run in turns (so load hits them alike)."""
-    from cookbook.local import preload_value  # the torchtitan render's triton stand-in, as `make` sets it here
-
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COOKBOOK_PRELOAD": preload_value()}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     times: dict[str, list[float]] = {name: [] for name in CLI}
     for _ in range(repeat):
         for name, args in CLI.items():
             cmd = [PY, *args] if args[0] == "-c" else [PY, "-m", "cookbook", *(a.format(tmp=tmp) for a in args)]
             t = time.perf_counter()
             ok = subprocess.run(cmd, capture_output=True, env=env, check=False).returncode == 0
-            times[name].append(time.perf_counter() - t if ok else math.nan)  # e.g. torchtitan without triton
+            times[name].append(time.perf_counter() - t if ok else math.nan)  # a command that failed
     return {name: min(ts) for name, ts in times.items()}
 
 

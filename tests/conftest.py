@@ -13,11 +13,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from cookbook.local import use_triton_standin_if_needed
 from cookbook.paths import project_root
-
-# This bench has no triton: torchtitan's parsers (child processes, jobs) import it through the stand-in.
-use_triton_standin_if_needed()
 
 LOCK_DIR = project_root() / ".cluster"
 
@@ -74,7 +70,7 @@ def job_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def gpu_cluster():
-    """The GPU-shaped local cluster `gpu` (preset: 4 nodes x 8 fake GPUs, 192 CPUs each), beside `cookbook`."""
+    """The GPU-shaped local cluster `gpu` (preset: 8 nodes x 8 fake GPUs, 192 CPUs each), beside `cookbook`."""
     from cookbook.local.cluster import ClusterConfig, LocalCluster
 
     if os.geteuid() != 0:

@@ -40,9 +40,6 @@ def _keep_previous(out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from cookbook import notebook_runner as nr
-    from cookbook.local import use_triton_standin_if_needed
-
-    use_triton_standin_if_needed()
 
     ap = argparse.ArgumentParser(prog="python -m cookbook.local.demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None, help="output folder (default: out/demo)")

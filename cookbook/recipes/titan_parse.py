@@ -6,16 +6,15 @@ on stdin, ``{"args": [...], "modules": [files]}`` (torchtitan's ``--module M --c
 ``modules``, optional: config modules of one's own, imported from their files first), and writes one JSON
 line: ``{"config": <the parsed config as plain data> | null, "fields": [dotted field names], "error": ""}``.
 
-Before torchtitan is imported, each ``module:function`` named in ``COOKBOOK_PRELOAD`` (comma-separated) is
-called: a machine without the GPU stack names a stand-in there (the local CPU bench does, in its Makefile
-and test set-up). The config module (``--module``) is found on ``PYTHONPATH``, which the parent sets.
+Where triton is not installed (a login node's CPU or aarch64 torch), the child imports torchtitan through
+:mod:`cookbook.recipes.titan_import` first; where it is, nothing is patched. The config module
+(``--module``) is found on ``PYTHONPATH``, which the parent sets.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import importlib.util
 import io
 import json
@@ -23,14 +22,7 @@ import os
 import sys
 from typing import Any
 
-PRELOAD_ENV = "COOKBOOK_PRELOAD"
-
-
-def preload() -> None:
-    """Call each ``module:function`` of ``$COOKBOOK_PRELOAD``."""
-    for item in filter(None, os.environ.get(PRELOAD_ENV, "").split(",")):
-        module, _, function = item.strip().partition(":")
-        getattr(importlib.import_module(module), function)()
+from cookbook.recipes.titan_import import import_torchtitan_without_triton
 
 
 def plain(value: Any) -> Any:
@@ -59,21 +51,18 @@ def field_paths(value: Any, prefix: str = "") -> list[str]:
 
 def parse(args: list[str]) -> dict[str, Any]:
     """torchtitan's ``ConfigManager().parse_args(args)``: the config, its fields, or the parser's error text."""
-    from torchtitan.config.manager import ConfigManager
-
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            from torchtitan.config.manager import ConfigManager
+
             cfg = ConfigManager().parse_args(args)
     except SystemExit:
         return {"config": None, "fields": [], "error": err.getvalue() or "torchtitan refused the arguments"}
     except ModuleNotFoundError as e:
         reason = f"torchtitan cannot be imported here ({type(e).__name__}: {e})"
-        if e.name == "triton":
-            reason += (
-                f"; on a machine without the GPU stack name a stand-in in {PRELOAD_ENV} (the local bench: "
-                "cookbook.local.compat.triton_standin:import_torchtitan_without_triton)"
-            )
+        if e.name == "triton":  # a torchtitan module that imports triton, unknown to titan_import
+            reason += "; add it to cookbook.recipes.titan_import.TORCHTITAN_TRITON_IMPORTERS"
         return {"config": None, "fields": [], "error": reason}
     except Exception as e:  # noqa: BLE001  (torchtitan's own validation message)
         return {"config": None, "fields": [], "error": f"{type(e).__name__}: {e}"}
@@ -97,7 +86,10 @@ def load_module(file: str) -> None:
 
 
 def main() -> int:
-    preload()
+    # before anything imports torchtitan (the config modules below too); where triton is installed, a no-op.
+    # A failure (torchtitan not installed) is left for parse() to report with the import's own message.
+    with contextlib.redirect_stdout(sys.stderr), contextlib.suppress(Exception):
+        import_torchtitan_without_triton()
     for line in sys.stdin:
         request = json.loads(line)
         for file in request.get("modules", []):

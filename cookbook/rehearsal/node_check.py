@@ -76,7 +76,6 @@ def program_of(words: list[str], args: list[str]) -> tuple[str, list[str]]:
     if words == ["tune", "run"]:
         return "torchtune", args
     if args[:2] == ["-m", "cookbook.local.compat.cpu"] and len(args) > 2:
-        os.environ["COOKBOOK_REHEARSE_LOCAL_CPU"] = "1"  # seen by the --parse child (see parse_in_training_env)
         # local-cpu: torchtune RECIPE ... / torchtitan ... / torchtitan-flux-infer ... (FLUX sampling)
         return ("torchtitan" if args[2].startswith("torchtitan") else args[2]), args[3:]
     if args[:2] in (["-m", "torchtitan.train"], ["-m", "torchtitan.models.flux.inference.infer"]):
@@ -87,19 +86,20 @@ def program_of(words: list[str], args: list[str]) -> tuple[str, list[str]]:
 
 
 # ------------------------------------------------------------------------------------------ parse
+def torchtitan_without_triton() -> bool:
+    """Runs in the training interpreter: where triton is not installed, import torchtitan through the engine's
+    stand-in (:mod:`cookbook.recipes.titan_import`), as the engine's parser and local-cpu jobs do. True when it
+    was used; False where triton is installed, or where the cookbook is not (torchtitan's own import then
+    reports the missing triton)."""
+    try:
+        from cookbook.recipes.titan_import import import_torchtitan_without_triton
+    except ImportError:
+        return False
+    return import_torchtitan_without_triton()
+
+
 def parse_in_training_env(framework: str, args: list[str], keys: list[str]) -> dict:
     """Runs in the training interpreter: the framework's own parser on ``args``; values of ``keys``."""
-    # a machine without the GPU stack (the local bench: no triton) names a stand-in in COOKBOOK_PRELOAD, as for the
-    # engine's own torchtitan parser (cookbook.recipes.titan_parse); local-cpu jobs run through the CPU shims
-    # (``-m cookbook.local.compat.cpu``), which import torchtitan without triton: the parser is reached the same way
-    preload = os.environ.get("COOKBOOK_PRELOAD") or (
-        "cookbook.local.compat.triton_standin:import_torchtitan_without_triton"
-        if os.environ.get("COOKBOOK_REHEARSE_LOCAL_CPU") and framework == "torchtitan"
-        else None
-    )
-    if preload:
-        mod, _, fn = preload.partition(":")
-        getattr(__import__(mod, fromlist=[fn]), fn)()
     values: dict[str, object] = {}
     if framework == "torchtune":
         from omegaconf import OmegaConf
@@ -476,7 +476,9 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--parse"]:  # child in the training interpreter
         framework, keys, args = argv[1], json.loads(argv[2]), argv[3:]
         try:
-            print(json.dumps({"ok": True, "values": parse_in_training_env(framework, args, keys)}, default=str))
+            standin = framework == "torchtitan" and torchtitan_without_triton()
+            answer = {"ok": True, "values": parse_in_training_env(framework, args, keys), "triton_standin": standin}
+            print(json.dumps(answer, default=str))
         except BaseException as e:  # noqa: BLE001  (SystemExit from argparse included: report, never raise)
             print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}))
         return 0
@@ -524,6 +526,7 @@ def main(argv: list[str]) -> int:
         problems += p
     interp = interpreter_of(words[0]) if launcher else None
     values: dict = {}
+    notes: list[str] = []
     if interp and framework != "unknown":
         keys = [e["key"] for e in manifest.get("paths", {}).get(framework, [])]
         keys += list(manifest.get("expect_config", {}).get(framework, {}))
@@ -540,10 +543,14 @@ def main(argv: list[str]) -> int:
         if parsed["ok"]:
             values = parsed["values"]
             report["config"] = "parsed by " + framework
+            if parsed.get("triton_standin") and args[:2] != ["-m", "cookbook.local.compat.cpu"]:
+                notes.append(
+                    f"triton is not installed for {interp}: torchtitan imports it to train on GPUs; the config "
+                    "was parsed with an inert stand-in (cookbook.recipes.titan_import)"
+                )
         else:
             report["config"] = "rejected"
             problems.append(f"{framework} rejects the config: {mask(parsed['error'], secrets)[:500]}")
-    notes: list[str] = []
     report["paths"], p = paths(framework, values, manifest, mounts, notes)
     problems += p
     if values:

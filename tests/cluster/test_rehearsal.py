@@ -9,7 +9,6 @@ The rehearsals are submitted together and collected afterwards, so the cluster r
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -83,7 +82,7 @@ def stage(root: Path) -> dict[str, str]:
 
 
 def job_env(root: Path, script: str) -> dict[str, str]:
-    """What a user exports before `sbatch`: the model folder, a run folder, the training venv on PATH."""
+    """What a user exports before `sbatch`: the model folder, a run folder, the training venv."""
     model = "Llama-3.1-8B" if "llama3_8b_c4" in script else "Llama-3.3-70B-Instruct"
     return {
         "MODEL_DIR": str(root / "models" / model),
@@ -91,9 +90,7 @@ def job_env(root: Path, script: str) -> dict[str, str]:
         "RUN_DIR": str(root / "runs" / Path(script).stem),
         "TRAINED_DIR": str(root / "trained" / ("flux" if "flux" in script else "torchtune")),
         "HF_TOKEN": SECRET,
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        # the local bench's GPU nodes have torchtitan but no triton (a GPU-only wheel): import it without
-        "COOKBOOK_PRELOAD": "cookbook.local.compat.triton_standin:import_torchtitan_without_triton",
+        "VENV": sys.prefix,  # the script's Python environment (its default: the checkout's .venv, this one here)
     }
 
 

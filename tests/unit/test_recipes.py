@@ -80,7 +80,7 @@ def test_torchtitan_rejection_reason_read_from_a_coloured_utf8_box(monkeypatch):
 
     import tyro._fmtlib
 
-    from cookbook.local.compat.triton_standin import import_torchtitan_without_triton
+    from cookbook.recipes.titan_import import import_torchtitan_without_triton
     from cookbook.recipes.torchtitan import _MODULE_FILE, CONFIG_MODULE, cli_args, parse_config, tyro_reason
 
     import_torchtitan_without_triton()

@@ -1,15 +1,17 @@
-"""Import torchtitan 0.3.0 on a machine without triton.
+"""Import torchtitan 0.3.0 where triton is not installed (a login node's CPU or aarch64 torch).
 
-What breaks: torchtitan imports ``triton`` at module level only to *define* GPU kernels
+torchtitan imports ``triton`` at module level only to *define* GPU kernels
 (``torchtitan/distributed/minimal_async_ep/kernels.py:10 import triton``, on the import path of
 ``torchtitan.trainer``; also ``overrides/fused_swiglu.py`` and ``overrides/fused_mla.py``). triton is an
-undeclared dependency and a 691 MB GPU-only wheel, so the CPU venv does not have it:
-``ModuleNotFoundError: No module named 'triton'``.
+undeclared, GPU-only dependency (a 691 MB wheel), so a login node whose torch has none cannot import
+torchtitan, nor check a job's overrides with torchtitan's own parser: ``No module named 'triton'``.
 
-What the shim does: let torch import its compiler stack first (so torch caches "no triton"), then put an
-inert ``triton`` / ``triton.language`` stand-in in ``sys.modules`` just while those torchtitan modules are
-imported, and remove it afterwards. A stand-in left in ``sys.modules`` would break torch, which then tries
-``triton.backends.compiler``. The GPU kernels are never called on CPU.
+:func:`import_torchtitan_without_triton` lets torch import its compiler stack first (so torch caches "no
+triton"), then puts an inert ``triton`` / ``triton.language`` in ``sys.modules`` only while those torchtitan
+modules are imported, and removes it afterwards (one left there would break torch, which then tries
+``triton.backends.compiler``). The kernels are never called. Where triton is installed nothing is patched.
+Used by the engine's parser child (:mod:`cookbook.recipes.titan_parse`), the rehearsal's parse in the training
+interpreter, and the local CPU bench.
 """
 
 from __future__ import annotations
@@ -83,10 +85,13 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def import_torchtitan_without_triton() -> None:
-    """Import torchtitan's triton-importing modules; a no-op when triton is installed or already done."""
-    if triton_available() or all(m in sys.modules for m in TORCHTITAN_TRITON_IMPORTERS):
-        return
+def import_torchtitan_without_triton() -> bool:
+    """Import torchtitan's triton-importing modules with the stand-in; True where it was needed (no triton
+    installed), False where triton is installed (nothing is patched then)."""
+    if triton_available():
+        return False
+    if all(m in sys.modules for m in TORCHTITAN_TRITON_IMPORTERS):
+        return True  # done already in this process
     import torch
     import torch.utils._triton as torch_triton
 
@@ -101,3 +106,4 @@ def import_torchtitan_without_triton() -> None:
             importlib.import_module(name)
     finally:
         del sys.modules["triton"], sys.modules["triton.language"]
+    return True
