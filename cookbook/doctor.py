@@ -223,6 +223,8 @@ class NodeReport:
     marker_ok: bool
     python_ok: bool
     free_bytes: dict[str, int]
+    pyenv: str = ""  # the venv's answer on the node (cookbook_runtime.pyenv), or its error (Exec format error...)
+    nccl_net: str = ""  # aws-ofi-nccl's NCCL plugin (libnccl-net*.so), where found
 
 
 def probe_nodes(
@@ -253,6 +255,7 @@ def probe_nodes(
             work=str(work),
             python=sys.executable,
             site=site,
+            needs=versions.FRAMEWORKS,
             disks=[str(Path(p).expanduser().resolve()) for p in disk_paths],
         )
     )
@@ -283,6 +286,8 @@ def probe_nodes(
                 d.get("marker") == token,
                 d.get("python") == "yes",
                 free,
+                d.get("pyenv", ""),
+                d.get("nccl_net", ""),
             )
         )
     if info.state != "COMPLETED" and not reports:
@@ -293,6 +298,27 @@ def probe_nodes(
             f"probe job {job} ended {info.state}: {read_output(out, tail_lines=5) or '(no output)'}",
         )
     return job, reports, nodes
+
+
+def stack_on_nodes(reports: Sequence[NodeReport]) -> Check:
+    """The venv, run on each node: torch and the frameworks at the pinned versions, built for the node's
+    machine (a venv made on an x86 login node does not run on aarch64 nodes: Exec format error)."""
+    from cookbook_runtime import pyenv
+
+    problems = []
+    for r in reports:
+        answer = next(iter(pyenv.read_answers(r.pyenv).values()), None)
+        if answer is None:
+            problems.append(f"{r.host}: the venv does not run there ({r.pyenv or 'no answer'})")
+            continue
+        for package, version in answer["versions"].items():
+            if version is None or not versions.accepts(package, version):
+                have = "missing" if version is None else version
+                problems.append(f"{r.host}: {package} {have}, tested {versions.tested_version(package)}")
+    fix = "build the venv on a node of the cluster's architecture (`make setup` run there), on shared storage"
+    if problems:
+        return Check("stack on nodes", "fail", "; ".join(problems[:4]) + ("; ..." if len(problems) > 4 else ""), fix)
+    return Check("stack on nodes", "pass", f"{', '.join(versions.FRAMEWORKS)} as pinned, on {len(reports)} node(s)")
 
 
 def probe_checks(
@@ -328,6 +354,7 @@ def probe_checks(
             f"{sys.executable} missing on {', '.join(no_py)}" if no_py else f"{sys.executable} on every node",
             "create the venv on the shared filesystem" if no_py else "",
         ),
+        stack_on_nodes([r for r in reports if r.python_ok]),
     ]
     gpus = {r.host: r.gpus for r in reports}
     has_gpus = any(g > 0 for g in gpus.values())
@@ -359,6 +386,18 @@ def probe_checks(
             )
         )
     efa = [r.host for r in reports if r.efa or r.efa_devices]
+    no_plugin = [r.host for r in reports if "/opt/amazon/efa" in r.efa and not r.nccl_net]
+    if no_plugin:
+        out.append(
+            Check(
+                "aws-ofi-nccl",
+                "fail",
+                f"EFA on {', '.join(no_plugin)} but no NCCL plugin (libnccl-net*.so in the ld cache or "
+                "/opt/amazon/ofi-nccl/lib): NCCL would fall back to TCP sockets",
+                "install aws-ofi-nccl (the DLAMI and ParallelCluster AMIs have it) or add its lib folder to "
+                "LD_LIBRARY_PATH in the profile",
+            )
+        )
     out.append(
         Check(
             "efa/infiniband",

@@ -204,7 +204,8 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
         program_lines=program_lines(launch.args, names),
         runtime_lines=runtime_lines(spec, recipe, names),
     )
-    warnings = recipe.warnings(spec) + start_path_warnings(spec, recipe) + mount_problems(spec, recipe)
+    warnings = recipe.warnings(spec) + start_path_warnings(spec, recipe) + hub_fetch_warnings(spec, recipe)
+    warnings += mount_problems(spec, recipe)
     files = {**recipe.files(spec), **({} if spec.runtime_dir else runtime_files())}
     return RenderedJob(script, files, warnings)
 
@@ -228,6 +229,27 @@ def start_path_warnings(spec: JobSpec, recipe: Recipe) -> list[str]:
                 else f"render with --set {sp.key}=PATH"
             )
             out.append(f"{sp.key} = {path} ({sp.what}) does not exist on this machine: put it there, or {how}")
+    return out
+
+
+def hub_fetch_warnings(spec: JobSpec, recipe: Recipe) -> list[str]:
+    """A multi-node GPU job whose start-up paths are Hub ids (FLUX's T5 and CLIP encoders by default): every
+    rank fetches them when it starts, hundreds at once (HTTP 429, a shared HF_HOME written concurrently).
+    One warning each, with the download line that stages it on shared storage."""
+    if spec.local_cpu or spec.nodes < 2:
+        return []
+    out = []
+    variables = recipe.start_variables(spec)
+    for sp in recipe.start_paths(spec):
+        value = resolve_here(spec.overrides.get(sp.key, sp.default), spec, variables)
+        if not (sp.hub_ok and sp.variable and value) or value.startswith(("/", ".", "$")):
+            continue
+        folder = f"/shared/models/{value.split('/')[-1]}"
+        out.append(
+            f"{sp.key} = {value} is a Hub id: each of the {spec.nodes} nodes' ranks downloads it at start-up. "
+            f"Stage it once: `cookbook download {value} --output-dir {folder}`, then export {sp.variable}={folder} "
+            "(and HF_HUB_OFFLINE=1) before sbatch"
+        )
     return out
 
 
@@ -489,6 +511,7 @@ __all__ = [
     "render_template",
     "resolve_here",
     "start_path_warnings",
+    "hub_fetch_warnings",
     "template_env",
     "test_only",
     "validate",

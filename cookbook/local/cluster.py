@@ -80,8 +80,10 @@ PRESETS: dict[str, dict] = {
         "multi_port0": 17300,
     },
     # 3 CPU nodes: a 2-node job that excludes one node and still runs (the pre-flight gate, NODE_FAIL retry);
-    # KillWait 60 s, as a site that gives a TERM's stop-save its time (the shared cluster's 5 s does not)
+    # KillWait 60 s, as a site that gives a TERM's stop-save its time (the shared cluster's 5 s does not);
+    # host names ip-10-83-0-N that differ from the NodeNames, which do not resolve (the head address's test)
     "nodes3": {
+        "aws_host_names": True,
         "nodes": 3,
         "subnet": "10.83.0",
         "ctld_port": 7317,
@@ -114,6 +116,9 @@ class ClusterConfig:
     mem_mb_per_node: int | None = None  # claimed RealMemory; default: 80 % of this machine's memory / nodes
     cpu_bind: bool = False  # TaskPlugin=task/affinity (tasks pinned to real cores) instead of task/none
     kill_wait: int = 5  # seconds between TERM and KILL (scancel, the time limit): a short one keeps tests quick
+    # netns mode: node i's host name is ip-<its address with dashes>, as on AWS, and its NodeName (n<i>) resolves
+    # nowhere inside jobs (ParallelCluster without managed DNS; NodeAddr= sites): nothing may look NodeNames up
+    aws_host_names: bool = False
 
     @classmethod
     def named(cls, name: str, **overrides) -> ClusterConfig:
@@ -131,6 +136,10 @@ class ClusterConfig:
     @property
     def node_names(self) -> list[str]:
         return [f"n{i}" for i in range(1, self.nodes + 1)]
+
+    def host_name(self, i: int) -> str:
+        """Node ``n<i>``'s host name (netns mode)."""
+        return f"ip-{self.subnet.replace('.', '-')}-{i}" if self.aws_host_names else f"n{i}"
 
     @property
     def netns_prefix(self) -> str:
@@ -382,7 +391,7 @@ class LocalCluster:
             ctld_addr = f"{cfg.subnet}.254"
             nodes = "\n".join(f"NodeName=n{i} NodeAddr={cfg.subnet}.{i} {cpu}" for i in range(1, cfg.nodes + 1))
             hosts = ["127.0.0.1 localhost", f"{ctld_addr} {socket.gethostname()} slurmctld-host"]
-            hosts += [f"{cfg.subnet}.{i} n{i}" for i in range(1, cfg.nodes + 1)]
+            hosts += [f"{cfg.subnet}.{i} {cfg.host_name(i)}" for i in range(1, cfg.nodes + 1)]
         else:
             ctld_addr = "127.0.0.1"
             nodes = (
@@ -552,10 +561,11 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             return
         pid_file.unlink(missing_ok=True)
         (self.cfg.root / "spool" / f"slurmd-{node}").mkdir(parents=True, exist_ok=True)
-        # Own mount + UTS namespace: hostname <node>, and /etc/hosts replaced by a bind mount so node
+        # Own mount + UTS namespace: its host name, and /etc/hosts replaced by a bind mount so node
         # names resolve inside jobs. The host's /etc/hosts is never modified.
         slurmd = _which("slurmd")
-        inner = f"hostname {node} && mount --bind {self.etc / 'hosts.nodes'} /etc/hosts && exec {slurmd} -N {node}"
+        host = self.cfg.host_name(int(node[1:])) if settings["mode"] == "netns" else node
+        inner = f"hostname {host} && mount --bind {self.etc / 'hosts.nodes'} /etc/hosts && exec {slurmd} -N {node}"
         unshare = ["unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c", inner]
         if settings["mode"] == "netns":
             # nsenter, not `ip netns exec`: the latter remounts /sys and slurmd then fails.

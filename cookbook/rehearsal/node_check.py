@@ -11,11 +11,15 @@ same environment. It trains nothing. It reports, as JSON in ``$COOKBOOK_REHEARSE
 - GPUs visible (Slurm's ``CUDA_VISIBLE_DEVICES``, ``nvidia-smi -L`` where present) against ``--nproc-per-node``;
 - CPUs the launcher may use (its affinity) against the CPUs the job has on the node;
 - the rendezvous: the head node binds the address and port every node was given, every other node connects;
-- the config parsed by the framework's own parser, in the training interpreter (the launcher's ``#!``),
-  and the paths it names (model files, tokenizer, dataset, autoencoder/encoders) present and readable,
-  the run folder writable, each inside a container mount when the job uses a container;
+- the training interpreter (the launcher's ``#!``): it runs on this node and has torch and the framework at
+  the tested versions (a venv built on a login node of another architecture does not run);
+- the config parsed by the framework's own parser, in that interpreter, once (on the first node; the others
+  read its values from the shared reports folder), and on every node the paths it names (model files,
+  tokenizer, dataset, autoencoder/encoders) present and readable, the run folder writable, each inside a
+  container mount when the job uses a container;
 - the network interface NCCL/gloo are told to use, present on the node, and the EFA / InfiniBand device
-  the profile names (``FI_PROVIDER=efa``, ``NCCL_IB_HCA``) under ``/sys/class/infiniband``;
+  the profile names (``FI_PROVIDER=efa``, ``NCCL_IB_HCA``) under ``/sys/class/infiniband``; with EFA, the
+  aws-ofi-nccl plugin NCCL needs (else it falls back to sockets);
 - the recipe's intended settings (profiling off unless asked, timeouts, HSDP...), the profile's
   environment and log lines tagged with node and global rank.
 
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import shutil
 import socket
@@ -459,6 +464,14 @@ def rdma_check(
         info["efa"] = efa
         if not efa:
             missing.append(f"FI_PROVIDER=efa but no EFA device under {root} (has: {', '.join(devices) or 'none'})")
+        from cookbook_runtime.nodecheck import nccl_net_plugin
+
+        info["nccl_net_plugin"] = plugin = nccl_net_plugin()
+        if plugin is None:
+            missing.append(
+                "FI_PROVIDER=efa but aws-ofi-nccl's NCCL plugin (libnccl-net*.so) is not on LD_LIBRARY_PATH, in "
+                "/opt/amazon/ofi-nccl/lib or the ld cache: NCCL would fall back to sockets"
+            )
     hca = os.environ.get("NCCL_IB_HCA", "")
     if hca and not hca.startswith("^"):
         wanted = [w.split(":")[0] for w in hca.split(",") if w]
@@ -469,6 +482,52 @@ def rdma_check(
     fix = "; check `ibv_devices`, load the driver, or unset the variable on a cluster without that fabric"
     gpu_node = bool(shutil.which("nvidia-smi")) if gpu_node is None else gpu_node
     return info, ([m + fix for m in missing] if gpu_node else []), ([] if gpu_node else [m + fix for m in missing])
+
+
+def python_environment(interp: str, needs: dict[str, str], login_machine: str) -> tuple[dict, list[str]]:
+    """The training interpreter's answer (``cookbook_runtime.pyenv``: its machine, the installed versions of
+    ``needs``) and the problems: a package missing or at another version than tested, or an interpreter that
+    does not run here (built for the login node's machine, not this node's)."""
+    from cookbook_runtime import pyenv
+    from cookbook_runtime.decide import ENV_FIX
+
+    try:
+        r = subprocess.run(
+            [interp, "-m", "cookbook_runtime.pyenv", *needs], capture_output=True, text=True, timeout=120
+        )
+        answer, why = (
+            next(iter(pyenv.read_answers(r.stdout).values()), None),
+            r.stderr.strip() or f"exit {r.returncode}",
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:  # Exec format error: built for another machine
+        answer, why = None, str(e)
+    if answer is None:
+        why = why.splitlines()[-1]
+        here = platform.machine()
+        other = f" (this node is {here}, the login node {login_machine})" if login_machine not in ("", here) else ""
+        return {"python": interp, "error": why}, [f"the training interpreter {interp} does not run here{other}: {why}. "
+                                                   f"Fix: {ENV_FIX}"]  # fmt: skip
+    problems = []
+    for package, want in needs.items():
+        have = answer["versions"].get(package)
+        if have is None:
+            problems.append(f"{package} is not installed for {interp} ({answer['machine']}). Fix: {ENV_FIX}")
+        elif want and have.split("+")[0] != want:
+            problems.append(f"{package} {have} for {interp}, tested with {want}: install the pinned version")
+    return answer, problems
+
+
+def shared_parse(path: Path, seconds: float = 300.0) -> dict[str, Any]:
+    """The first node's parse of the config (``parsed.json`` in the shared reports folder): the config is the
+    same on every node, so one node parses it (seconds of framework import) and the others check their paths
+    and settings against its values."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            return dict(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            time.sleep(0.5)
+    return {"ok": False, "error": f"the first node did not parse the config within {seconds:.0f} s"}
 
 
 # ------------------------------------------------------------------------------------------ main
@@ -527,30 +586,43 @@ def main(argv: list[str]) -> int:
     interp = interpreter_of(words[0]) if launcher else None
     values: dict = {}
     notes: list[str] = []
+    if interp:
+        report["python"], p = python_environment(interp, manifest.get("needs", {}), manifest.get("login_machine", ""))
+        problems += p
+    first = (os.environ.get("SLURM_NODEID") or "0") == "0"
     if interp and framework != "unknown":
         keys = [e["key"] for e in manifest.get("paths", {}).get(framework, [])]
         keys += list(manifest.get("expect_config", {}).get(framework, {}))
-        r = subprocess.run(
-            [interp, os.path.abspath(__file__), "--parse", framework, json.dumps(keys), *program_args],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
-        parsed: dict[str, Any] = (
-            json.loads(lines[-1]) if lines else {"ok": False, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
-        )
+        shared = out_dir / "parsed.json"
+        if first:
+            r = subprocess.run(
+                [interp, os.path.abspath(__file__), "--parse", framework, json.dumps(keys), *program_args],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+            parsed: dict[str, Any] = (
+                json.loads(lines[-1]) if lines else {"ok": False, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
+            )
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / f"parsed.{os.getpid()}.tmp").write_text(json.dumps(parsed, default=str))
+            os.replace(out_dir / f"parsed.{os.getpid()}.tmp", shared)
+        else:
+            parsed = shared_parse(shared)
         if parsed["ok"]:
             values = parsed["values"]
-            report["config"] = "parsed by " + framework
+            report["config"] = "parsed by " + framework + ("" if first else " on the first node")
             if parsed.get("triton_standin") and args[:2] != ["-m", "cookbook.local.compat.cpu"]:
                 notes.append(
                     f"triton is not installed for {interp}: torchtitan imports it to train on GPUs; the config "
                     "was parsed with an inert stand-in (cookbook.recipes.titan_import)"
                 )
-        else:
+        elif first:
             report["config"] = "rejected"
             problems.append(f"{framework} rejects the config: {mask(parsed['error'], secrets)[:500]}")
+        else:
+            report["config"] = "rejected on the first node"
     report["paths"], p = paths(framework, values, manifest, mounts, notes)
     problems += p
     if values:

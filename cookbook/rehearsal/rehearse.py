@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -25,6 +26,7 @@ from cookbook.secure_files import make_executable
 from cookbook.slurm.client import SlurmClient, SlurmError, read_output
 from cookbook.spec import JobSpec, get_profile, profile_defaults, profiles
 from cookbook.templating import render_template, script_header
+from cookbook.versions import exact_version
 
 HOOK = "COOKBOOK_REHEARSE"  # the runtime (cookbook_runtime.run) runs this check in the launcher's place
 RUNTIME_LAUNCH = "-m cookbook_runtime.run"  # a script that can be rehearsed ends in the runtime's launch line
@@ -169,6 +171,9 @@ def manifest(text: str, env: dict[str, str] | None = None) -> dict:
             sbatch_value(text, "gpus-per-node") or sbatch_value(text, "gres") or sbatch_value(text, "gpus")
         ),
         "mounts": container_mounts(text),
+        # the nodes' Python must have these (the tested versions) and run there (built for the nodes' machine)
+        "needs": {p: exact_version(p) or "" for p in (recipe.packages if recipe else ("torch",))},
+        "login_machine": platform.machine(),
     }
 
 

@@ -16,9 +16,15 @@ efa=$(echo "$libs" | grep -o 'libfabric\.so[.0-9]*' | head -1)
 efa_dev=$(find /dev/infiniband -mindepth 1 -maxdepth 1 -printf '%f\n' 2>/dev/null | sort | tr '\n' ' ')
 seen=$(cat "$marker" 2>/dev/null || echo "")
 python_ok=no; [ -x "$PYTHON_EXE" ] && python_ok=yes
+# the venv's own answer (standard library, nothing imported): machine and the pinned packages' versions; an
+# "Exec format error" here is a venv built for another architecture (an x86 login node, aarch64 GB200 nodes)
+# shellcheck disable=SC2086  # PYTHON_NEEDS: one word per package
+pyenv=$("$PYTHON_EXE" -m cookbook_runtime.pyenv $PYTHON_NEEDS 2>&1 | tail -n 1 | tr -d '\n')
+nccl_net=$( (echo "$libs"; ls /opt/amazon/ofi-nccl/lib /opt/aws-ofi-nccl/lib 2>/dev/null) | grep -o 'libnccl-net[^ ]*\.so[.0-9]*' | head -1)
 {
   echo "host=$host"; echo "gpus=$gpus"; echo "gpu_names=$gpu_names"; echo "nccl=$nccl"
   echo "efa=$efa"; echo "efa_devices=$efa_dev"; echo "marker=$seen"; echo "python=$python_ok"
+  echo "pyenv=$pyenv"; echo "nccl_net=$nccl_net"
   for p in "$@"; do
     q="$p"; while [ ! -e "$q" ]; do q=$(dirname "$q"); done
     echo "disk_kib:$p=$(df -Pk "$q" | awk 'NR==2{print $4}')"

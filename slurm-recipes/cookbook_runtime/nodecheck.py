@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -71,6 +72,20 @@ def fabric_device_problem() -> str | None:
     return None
 
 
+PLUGIN_DIRS = ("/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib64", "/opt/aws-ofi-nccl/lib", "/usr/local/lib")
+
+
+def nccl_net_plugin() -> str | None:
+    """aws-ofi-nccl's NCCL plugin (``libnccl-net*.so``) on LD_LIBRARY_PATH, the usual install folders or the ld
+    cache: the path, or None (NCCL then falls back to TCP sockets, quietly, at a fraction of EFA's bandwidth)."""
+    for d in [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d] + list(PLUGIN_DIRS):
+        found = sorted(n for n in (os.listdir(d) if os.path.isdir(d) else []) if n.startswith("libnccl-net"))
+        if found:
+            return os.path.join(d, found[0])
+    cache = subprocess.run(["sh", "-c", "ldconfig -p 2>/dev/null"], capture_output=True, text=True).stdout
+    return next((ln.split("=>")[-1].strip() for ln in cache.splitlines() if "libnccl-net" in ln), None)
+
+
 def local_checks(args: argparse.Namespace, local_rank: int, out: Path) -> tuple[list[str], dict[str, Any]]:
     failures: list[str] = []
     measures: dict[str, Any] = {}
@@ -86,6 +101,13 @@ def local_checks(args: argparse.Namespace, local_rank: int, out: Path) -> tuple[
             failures.append(problem)
         if args.gpus and (problem := fabric_device_problem()):
             failures.append(problem)
+        if args.gpus and os.environ.get("FI_PROVIDER") == "efa":
+            measures["nccl_net_plugin"] = plugin = nccl_net_plugin()
+            if plugin is None:
+                failures.append(
+                    "aws-ofi-nccl's NCCL plugin (libnccl-net*.so) not found on LD_LIBRARY_PATH, in "
+                    "/opt/amazon/ofi-nccl/lib or the ld cache: NCCL would fall back to sockets, not EFA"
+                )
         try:
             probe = out / f"{node_name()}.probe"
             probe.write_text(node_name())

@@ -1,9 +1,8 @@
-"""``python3 -m cookbook_runtime.pyenv PACKAGE==VERSION ...``: what this node's Python has, as one line.
+"""``python3 -m cookbook_runtime.pyenv PACKAGE ...``: what this node's Python has, as one line.
 
-The batch step runs it on every node before the gate (``srun``, inside the job's container if it has one): the
-interpreter, its architecture and the installed versions of torch and the framework, read from the package
-metadata (nothing is imported: it answers where torch is missing or broken). The verdict is
-:func:`cookbook_runtime.decide.environment_verdict`. Standard library only.
+The batch step runs it on every node before the gate (``srun``, inside the job's container if any): the
+interpreter, its machine and the installed versions of torch and the framework, read from the package metadata
+(nothing imported: it answers where torch is missing or broken). The verdict: ``decide.environment_verdict``.
 """
 
 from __future__ import annotations
@@ -33,23 +32,9 @@ def probe(packages: Sequence[str]) -> dict[str, object]:
 
 def read_answers(text: str) -> dict[str, dict]:
     """Every node's answer in the output of the srun step (``0: cookbook-pyenv {...}`` lines)."""
-    answers: dict[str, dict] = {}
-    for line in text.splitlines():
-        _, tag, rest = line.partition(TAG + " ")
-        if tag:
-            try:
-                answer = json.loads(rest)
-            except ValueError:
-                continue
-            answers[str(answer.get("node"))] = answer
-    return answers
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    needs = [word.split("==")[0] for word in (sys.argv[1:] if argv is None else argv)]
-    print(f"{TAG} {json.dumps(probe(needs))}", flush=True)
-    return 0
+    answers = [json.loads(line.partition(TAG + " ")[2]) for line in text.splitlines() if TAG + " {" in line]
+    return {str(a.get("node")): a for a in answers}
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    print(f"{TAG} {json.dumps(probe(sys.argv[1:]))}", flush=True)

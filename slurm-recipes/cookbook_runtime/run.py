@@ -337,7 +337,7 @@ def python_environment(job: Job) -> int | None:
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=decide.gate_budget(30, len(job.nodes)))
         answers, said = pyenv.read_answers(done.stdout), done.stderr.strip().splitlines()
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, ValueError):  # no answer, or a garbled one: not judged
         answers, said = {}, []
     verdict = decide.environment_verdict(job.nodes, answers, needs)
     for note in verdict.notes:

@@ -26,6 +26,7 @@ def test_probe_reaches_every_node(slurm, job_dir, tiny_assets):
     assert all(r.free_bytes[str(tiny_assets.llama_dir)] > 0 for r in reports)
     checks = {c.name: c for c in doctor.probe_checks(job, reports, expected)}
     assert checks["probe"].status == "pass" and checks["shared fs"].status == "pass"
+    assert checks["stack on nodes"].status == "pass", checks["stack on nodes"]  # the venv, run on each node
 
 
 def test_probe_checks_flag_silent_nodes_and_unshared_fs():

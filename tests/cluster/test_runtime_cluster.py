@@ -5,6 +5,8 @@
 - a TERM (``scancel``) whose stop-save is slowed to 40 s completes that save on a cluster whose ``KillWait``
   gives it the time (the private ``nodes3`` cluster: 60 s), and a job whose save is longer than the site's
   ``KillWait`` (the shared cluster: 5 s) says so plainly at its start;
+- nodes whose Python lacks torch stop the job in one line (the nodes, the fix) and no node is excluded; on
+  ``nodes3`` NodeNames do not resolve (host names ip-10-83-0-N) and the rendezvous is an address;
 - a recipe folder copied with the runtime trains in a Python environment that holds torch and the
   framework's libraries but not the ``cookbook`` package.
 """
@@ -54,6 +56,27 @@ def test_a_term_save_slowed_to_40_s_completes_where_kill_wait_covers_it(nodes3_c
     assert saved, log[-3000:]
     assert (Path(saved.group(2)) / "COMPLETE").is_file()
     assert "is shorter than this model's stop-save" not in log  # 60 s covers a 40 s save
+    # #30 item 3: nodes3's NodeNames resolve nowhere (host names ip-10-83-0-N): the rendezvous is an address
+    seen = slurm.run("srun", "-N1", "-w", "n1", "sh", "-c", "hostname; getent hosts n1 || echo unresolvable").stdout
+    assert seen.split() == ["ip-10-83-0-1", "unresolvable"], seen
+    assert re.search(r"rendezvous 10\.83\.0\.\d+:\d+", log), log[:2000]
+
+
+def test_nodes_whose_python_lacks_torch_stop_the_job_in_one_line_and_no_node_is_excluded(slurm, tiny_assets, job_dir):
+    """#30 item 1: VENV names an environment without torch (a fresh login shell, SBATCH_EXPORT=NONE): the runtime
+    (standard library) starts, asks every node's Python, and stops before the gate with the nodes and the fix."""
+    bare = job_dir / "bare-env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    script = write_job(_spec(job_dir, tiny_assets, "no-torch", 20), job_dir / "job.sbatch")
+    (job_dir / "logs").mkdir()
+    job = SlurmClient({**slurm.env, "VENV": str(bare)}).submit(script)
+    info = slurm.wait(job, timeout=120)
+    log = read_output(job_dir / "logs" / f"no-torch-{job}.out")
+    assert info.state == "FAILED" and info.exit_code.startswith("2"), f"{info}\n{log}"
+    (stop,) = [line for line in log.splitlines() if "not training" in line]
+    assert re.match(rf"cookbook: the Python environment of n1,n2 \({bare}/bin/python3, \w+\) lacks torch", stop), log
+    assert "no node is excluded" in stop and "VENV=" in stop
+    assert "pre-flight" not in log and "excluding" not in log and "launching" not in log, log
 
 
 def _environment_without_cookbook(env: Path) -> None:

@@ -63,3 +63,22 @@ def test_render_and_frame():
 def test_disk_check(tmp_path):
     assert doctor.check_disk(tmp_path / "not" / "yet").status == "pass"
     assert doctor.check_disk(tmp_path, need_bytes=10**18).status == "fail"
+
+
+def test_the_stack_on_nodes_fails_naming_a_node_without_torch_or_whose_venv_does_not_run_there():
+    """#30 items 1 and 6: the venv made on the login node, run on each node by the probe job."""
+    from cookbook.doctor import NodeReport, stack_on_nodes
+
+    def node(host: str, pyenv: str) -> NodeReport:
+        return NodeReport(host, 8, "", "", "", "", True, True, {}, pyenv)
+
+    ok = 'cookbook-pyenv {"node": "n1", "python": "/v/bin/python3", "machine": "x86_64", "versions": ' + (
+        '{"torch": "2.13.0+cu130", "torchtune": "0.6.1", "torchao": "0.15.0", "torchtitan": "0.3.0"}}'
+    )
+    assert stack_on_nodes([node("n1", ok)]).status == "pass"
+    no_torch = ok.replace('"2.13.0+cu130"', "null").replace('"n1"', '"n2"')
+    arm = "/v/bin/python3: cannot execute binary file: Exec format error"
+    check = stack_on_nodes([node("n1", ok), node("n2", no_torch), node("n3", arm)])
+    assert check.status == "fail" and "n2: torch missing, tested 2.13.0" in check.detail
+    assert "n3: the venv does not run there (/v/bin/python3: cannot execute binary file" in check.detail
+    assert "make setup" in check.fix

@@ -239,3 +239,22 @@ def test_diagnose_keeps_the_node_fail_advice_when_the_job_did_not_exclude(tmp_pa
     assert "resubmit excluding it (--exclude=NODE)" in text and "already done by the job" not in text, text
     if after:
         assert "nodes: not done: after NODE_FAIL on n3: the retry budget is spent" in text, text
+
+
+def test_the_efa_plugin_is_found_where_aws_installs_it_and_its_absence_blames_no_node(tmp_path, monkeypatch):
+    """#30 item 4: without aws-ofi-nccl NCCL quietly uses sockets. The gate names it; every node alike blames none."""
+    monkeypatch.setattr(preflight, "PLUGIN_DIRS", ())
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path / "lib"))
+    assert preflight.nccl_net_plugin() is None  # this machine: no plugin anywhere
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libnccl-net-ofi.so").touch()
+    assert preflight.nccl_net_plugin() == str(tmp_path / "lib" / "libnccl-net-ofi.so")
+    missing = "aws-ofi-nccl's NCCL plugin (libnccl-net*.so) not found on LD_LIBRARY_PATH: NCCL would fall back"
+    for node in ("n1", "n2", "n3"):
+        _report(tmp_path, node, 0, [missing], matmul_tflops=700.0)
+    verdict, _ = _judge(tmp_path, "n1 n2 n3")
+    assert not verdict.blame and "NCCL would fall back" in verdict.unattributed
+    _report(tmp_path, "n1", 0, [], matmul_tflops=700.0)
+    _report(tmp_path, "n2", 0, [], matmul_tflops=700.0)
+    verdict, _ = _judge(tmp_path, "n1 n2 n3")
+    assert list(verdict.blame) == ["n3"]  # one node without it, its peers with it: that node's own fault

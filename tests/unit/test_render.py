@@ -11,7 +11,7 @@ from batch_step import job_view, runtime_args, unset_env
 
 from cookbook.cli import main
 from cookbook.render import generate_recipes, generated_files, quote_with_vars, render_job, write_job
-from cookbook.spec import JobSpec
+from cookbook.spec import JobSpec, make_spec
 from cookbook_runtime import resume, run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,6 +169,7 @@ def test_probe_and_rehearsal_files_pass_shellcheck_and_keep_a_hostile_partition_
             work=str(work),
             python="/usr/bin/python3",
             site="/site",
+            needs=("torch", "torchtune"),
             disks=["/data/my models"],
         )
     )
@@ -302,3 +303,19 @@ def test_torchtune_resumes_from_the_newest_complete_step_checkpoint_mid_epoch(tm
         "resume_from_checkpoint=True",
         "checkpointer.checkpoint_files.filename_format=epoch_1/model-{}-of-{}.safetensors",
     ]
+
+
+def test_a_multi_node_job_that_would_fetch_hub_ids_at_start_up_is_warned_with_the_download_line():
+    """#30 item 8: FLUX's T5 (~44 GB) and CLIP encoders are Hub ids by default; every rank would fetch them."""
+    from cookbook.recipes import get_recipe
+    from cookbook.render import hub_fetch_warnings
+
+    recipe = get_recipe("flux_schnell")
+    spec = make_spec("flux_schnell", profile="nebius", nodes=2, recipe_dir="/shared/recipes")
+    said = hub_fetch_warnings(spec, recipe)
+    assert [w.split(" = ")[0] for w in said] == ["encoder.t5_encoder", "encoder.clip_encoder"]
+    assert "`cookbook download google/t5-v1_1-xxl --output-dir /shared/models/t5-v1_1-xxl`" in said[0]
+    assert "export T5_DIR=/shared/models/t5-v1_1-xxl" in said[0] and "HF_HUB_OFFLINE=1" in said[0]
+    staged = {"encoder.t5_encoder": "/shared/t5", "encoder.clip_encoder": "/shared/clip"}
+    assert hub_fetch_warnings(make_spec("flux_schnell", profile="nebius", nodes=2, overrides=staged), recipe) == []
+    assert hub_fetch_warnings(make_spec("flux_schnell", profile="nebius", nodes=1), recipe) == []

@@ -413,16 +413,22 @@ def test_node_check_looks_for_the_efa_or_infiniband_device(tmp_path, monkeypatch
     """Problem 9: the fabric the profile names must have a device under /sys/class/infiniband; a problem on a
     GPU node, a note on a node without nvidia-smi (the CPU bench)."""
     from cookbook.rehearsal.node_check import rdma_check
+    from cookbook_runtime import nodecheck
 
     sysfs = tmp_path / "infiniband"
     monkeypatch.delenv("NCCL_IB_HCA", raising=False)
     monkeypatch.setenv("FI_PROVIDER", "efa")
+    monkeypatch.setattr(nodecheck, "PLUGIN_DIRS", (str(tmp_path / "ofi-nccl"),))
+    monkeypatch.setenv("LD_LIBRARY_PATH", "")
     info, problems, notes = rdma_check(sysfs, gpu_node=True)
-    assert info["devices"] == [] and len(problems) == 1 and not notes
+    assert info["devices"] == [] and len(problems) == 2 and not notes
     assert "FI_PROVIDER=efa but no EFA device" in problems[0] and "ibv_devices" in problems[0]
+    assert "aws-ofi-nccl's NCCL plugin (libnccl-net*.so)" in problems[1]  # #30 item 4: else NCCL uses sockets
     info, problems, notes = rdma_check(sysfs, gpu_node=False)
     assert not problems and "FI_PROVIDER=efa" in notes[0]
     (sysfs / "rdmap16s27").mkdir(parents=True)
+    (tmp_path / "ofi-nccl").mkdir()
+    (tmp_path / "ofi-nccl" / "libnccl-net-ofi.so").touch()
     assert rdma_check(sysfs, gpu_node=True)[1:] == ([], [])
     monkeypatch.delenv("FI_PROVIDER")
     monkeypatch.setenv("NCCL_IB_HCA", "mlx5")
@@ -606,3 +612,23 @@ def test_readme_lists_every_start_path():
     assert START_PATHS_BEGIN in readme
     assert with_start_paths_table(readme) == readme, "run `make recipes`: the start-paths table drifted"
     assert "`MODEL_DIR` | `checkpointer.checkpoint_dir`" in readme and "`encoder.autoencoder_path`" in readme
+
+
+def test_node_check_names_a_python_without_the_framework_and_one_that_cannot_run_here(tmp_path):
+    """#30 items 1 and 6: the training interpreter must have torch and the framework at the tested versions and
+    run on the node (a venv built on an x86 login node does not run on an aarch64 GB200 node)."""
+    import platform
+
+    from cookbook.rehearsal.node_check import python_environment
+
+    answer, problems = python_environment(sys.executable, {"torch": "2.13.0", "nosuchframework": ""}, "x86_64")
+    assert answer["versions"]["torch"].startswith("2.13.0") and answer["machine"] == platform.machine()
+    assert problems == [p for p in problems if "nosuchframework is not installed for" in p] and len(problems) == 1
+    assert "VENV=" in problems[0]
+    _, problems = python_environment(sys.executable, {"torch": "9.9.9"}, "")
+    assert problems[0].startswith("torch 2.13.0") and "tested with 9.9.9" in problems[0]
+    foreign = tmp_path / "python3"
+    foreign.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(57))  # an ELF header of no machine this one runs
+    foreign.chmod(0o755)
+    _, problems = python_environment(str(foreign), {"torch": ""}, "aarch64" if platform.machine() != "aarch64" else "x")
+    assert len(problems) == 1 and f"the training interpreter {foreign} does not run here (this node is" in problems[0]
