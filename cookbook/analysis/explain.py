@@ -6,7 +6,7 @@ traces) and returns :class:`Evidence` with an estimated cost (share of throughpu
 - NCCL on TCP sockets (``NCCL INFO ... NET/Socket``, ``Using network Socket``) where the profile has
   InfiniBand/EFA, and the fabric plugin not loaded (``NET/Plugin : No plugin found``);
 - fewer GPUs per node than the node has; every rank of a node bound to one CPU core;
-- data-loader stalls: step-time spikes and a first-step gap;
+- data-loader stalls: step-time spikes within a start of the job (a requeue's gap is no step);
 - activation checkpointing heavier than needed (the planner says a lighter mode fits);
 - a straggler rank (rank-tagged logs, or profiler traces: the rank the others wait for);
 - scaling efficiency against the 1-node run of the same recipe.
@@ -129,16 +129,17 @@ def check_nccl(text: str, nodes: int | None, expects_fabric: bool) -> list[Evide
 
 
 def check_stalls(steps: pd.DataFrame) -> list[Evidence]:
-    """Data-loader stalls: steps far above the median and a gap before the first step."""
-    if "time" not in steps or steps["time"].isna().all() or len(steps) < 5:
+    """Data-loader stalls: steps far above the median step. Step times are taken within one start of the job
+    (``start``, :mod:`cookbook.analysis.starts`): the gap of a requeue is no step, nor is a start's start-up."""
+    if "time" not in steps or steps["time"].isna().all():
         return []
-    import pandas as pd
+    from cookbook.analysis.starts import after_startup, step_seconds
 
-    t = pd.to_datetime(steps.sort_values("step")["time"]).reset_index(drop=True)
-    dt = t.diff().dt.total_seconds().iloc[2:]  # skip the first two steps (warm-up, compilation); 3+ remain
+    s = steps.sort_values(["start", "step"] if "start" in steps else "step", kind="stable")
+    dt = step_seconds(s)[after_startup(s, 2)].dropna()  # each start's first two steps: warm-up, compilation
     med = dt.median()
     spikes = dt[dt > STALL_FACTOR * med]
-    if med <= 0 or len(spikes) == 0:
+    if len(dt) < 3 or med <= 0 or len(spikes) == 0:
         return []
     cv = float(dt.std() / dt.mean()) if dt.mean() else 0.0
     return [
@@ -216,10 +217,10 @@ def check_checkpointing(
 
 
 def check_stragglers(log: Path, hosts: Sequence[str] | None, procs_per_node: int | None) -> list[Evidence]:
+    from cookbook.analysis.starts import parse_starts
     from cookbook.analysis.stragglers import stragglers
-    from cookbook.metrics import parse_log
 
-    found = stragglers(parse_log(log, ranks="all"), hosts, procs_per_node)
+    found = stragglers(parse_starts(log, ranks="all"), hosts, procs_per_node)
     return [
         Evidence(
             "straggler",
@@ -275,10 +276,14 @@ def check_scaling(measured_tps: float | None, baseline_tps: float | None, nodes:
 
 # ------------------------------------------------------------------------------------------ the report
 def _median_after_warmup(df: pd.DataFrame, column: str) -> float | None:
+    """The median of ``column`` without the first two steps of each start (warm-up), where 3+ steps remain."""
     if column not in df or df[column].dropna().empty:
         return None
-    values = df.sort_values("step")[column].dropna()
-    v = float((values.iloc[2:] if len(values) > 4 else values).median())
+    from cookbook.analysis.starts import after_startup
+
+    d = df.dropna(subset=[column]).sort_values(["start", "step"] if "start" in df else "step", kind="stable")
+    steady = d.loc[after_startup(d, 2), column]
+    v = float((steady if len(steady) > 2 else d[column]).median())
     return v if v > 0 else None
 
 
@@ -299,11 +304,12 @@ def explain_log(
     traces: Sequence[str | Path] | None = None,
 ) -> Explanation:
     """Explain a run's efficiency from its log (plus whatever else is known about it)."""
+    from cookbook.analysis.starts import parse_starts
     from cookbook.metrics import parse_log
 
     log = Path(log)
     text = _ANSI.sub("", log.read_text(errors="replace"))
-    df = parse_log(log)
+    df = parse_starts(log)  # the rows of each start of the job apart
     train = df[df["split"] == "train"] if "split" in df and len(df) else df
     notes: list[str] = []
     measured = _median_after_warmup(train, "mfu_pct")

@@ -2,8 +2,9 @@
 
 Inputs: Slurm accounting (``sacct -D``, or the job-completion log with ``sacct -c`` where there is no
 slurmdbd: one record per start of the job, a requeued job keeping its id) and the job's log, split at
-each start of the batch script (the generated scripts print ``job ID: N node(s) ...`` first). Inside
-each allocation window the log's timestamps split the time into:
+each start of the batch script (the generated scripts print ``job ID: N node(s) ...`` first; one
+definition of a start: :mod:`cookbook.analysis.starts`). Inside each allocation window the log's
+timestamps split the time into:
 
 - ``preflight``: allocation start to the first framework log line (script, srun, torchrun, imports);
 - ``startup``: first log line to "Training starts" (model build, data loader), less ``restore``;
@@ -45,7 +46,6 @@ ALLOCATED_PARTS: tuple[str, ...] = (
     "untimed",
 )
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_SCRIPT_START = re.compile(r"^(?:\d+: )?job (\d+): (\d+) node\(s\)", re.M)
 _TITAN_TIME = re.compile(r"\[titan\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) - \S+ - \w+ - (.*)$")
 _TRAIN_START = re.compile(r"Training starts at step (\d+)")
 _SAVED = re.compile(r"Finished saving the checkpoint in ([\d.]+) ?s|Last step checkpoint completed in ([\d.]+) ?s")
@@ -172,16 +172,14 @@ def _titan_events(seg: Segment) -> None:
 
 
 def log_segments(log: str | Path) -> list[Segment]:
-    """The log split at each start of the batch script, with step end times and framework events."""
+    """The log split at each start of the batch script (:func:`cookbook.analysis.starts.split_starts`), with
+    step end times and framework events."""
+    from cookbook.analysis.starts import split_starts
     from cookbook.metrics import parse_text
 
-    text = _ANSI.sub("", Path(log).read_text(errors="replace"))
-    starts = list(_SCRIPT_START.finditer(text))
-    bounds = [(m.start(), m.group(1)) for m in starts] or [(0, None)]
     segments = []
-    for i, (a, job_id) in enumerate(bounds):
-        b = bounds[i + 1][0] if i + 1 < len(bounds) else len(text)
-        seg = Segment(job_id, text[a:b])
+    for job_id, part in split_starts(_ANSI.sub("", Path(log).read_text(errors="replace"))):
+        seg = Segment(job_id, part)
         _titan_events(seg)
         df = parse_text(seg.text)
         if len(df):

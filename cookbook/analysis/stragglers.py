@@ -1,7 +1,8 @@
 """Stragglers: ranks (and their hosts) that are persistently slower than the others.
 
-Input is ``parse_log(path, ranks="all")``: one row per (rank, step) with ``rank`` (global rank) and
-``time`` (when the log has timestamps) or ``seconds_per_step``. In synchronous data-parallel training
+Input is ``parse_starts(path, ranks="all")`` (or ``parse_log``): one row per (rank, step) with ``rank``
+(global rank), ``time`` (when the log has timestamps) or ``seconds_per_step``, and ``start`` (the start of
+a requeued job that logged it: times are compared within a start). In synchronous data-parallel training
 every rank waits for the slowest at each collective, so all ranks show the same step *time*; the slow
 rank shows up as the one that *reaches* each step last (its log line comes after the others') and,
 where the log prints a per-rank step time (compute only), as the one whose step takes longest.
@@ -9,7 +10,6 @@ where the log prints a per-rank step time (compute only), as the one whose step 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,31 +47,37 @@ class Straggler:
 
 
 def rank_step_times(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (step, rank): ``lag_s`` (arrival after the first rank) and ``step_s`` (its own step time).
+    """Per (start, step, rank): ``lag_s`` (arrival after the first rank) and ``step_s`` (its own step time).
 
     ``step_s`` is the log's ``seconds_per_step`` where printed, else the time since the rank's previous
-    step line. Train rows only; steps logged by a single rank are dropped (nothing to compare).
+    step line of the same start: ``start`` (:func:`cookbook.analysis.starts.parse_starts`; 0 without it)
+    keeps a requeue's gap, and a step a resumed start logs again, apart. Train rows only; steps logged by
+    a single rank are dropped (nothing to compare).
     """
     import pandas as pd
 
+    from cookbook.analysis.starts import start_of, step_seconds
+
+    columns = ["start", "step", "rank", "lag_s", "step_s"]
     if "rank" not in df or df["rank"].isna().all():
-        return pd.DataFrame(columns=["step", "rank", "lag_s", "step_s"])
+        return pd.DataFrame(columns=columns)
     d = df[df["split"] == "train"] if "split" in df else df
-    d = d.dropna(subset=["rank"]).copy()
+    d = d.dropna(subset=["rank"]).assign(start=start_of(df))
     d["rank"] = d["rank"].astype(int)
-    d = d.sort_values(["rank", "step"])
+    d = d.sort_values(["start", "rank", "step"], kind="stable")
+    step = [d["start"], d["step"]]
     if "time" in d and d["time"].notna().any():
         t = pd.to_datetime(d["time"])
-        d["lag_s"] = (t - t.groupby(d["step"]).transform("min")).dt.total_seconds()
-        step_s = t.groupby(d["rank"]).diff().dt.total_seconds()
+        d["lag_s"] = (t - t.groupby(step).transform("min")).dt.total_seconds()
+        step_s = step_seconds(d, by=("rank",))
     else:
         d["lag_s"] = 0.0
         step_s = pd.Series(float("nan"), index=d.index)
     if "seconds_per_step" in d and d["seconds_per_step"].notna().any():
         step_s = d["seconds_per_step"].astype(float)
     d["step_s"] = step_s
-    counts = d.groupby("step")["rank"].transform("nunique")
-    return d.loc[counts > 1, ["step", "rank", "lag_s", "step_s"]].reset_index(drop=True)
+    counts = d.groupby(step)["rank"].transform("nunique")
+    return d.loc[counts > 1, columns].reset_index(drop=True)
 
 
 def stragglers(
@@ -82,7 +88,7 @@ def stragglers(
     ``hosts`` (the job's node list in order) with ``procs_per_node`` names each rank's host
     (rank r runs on hosts[r // procs_per_node], as torchrun numbers them with one launcher per node);
     ``procs_per_node`` None: the ranks in the log divided by the hosts.
-    The first ``skip_first`` steps (warm-up, compilation) are left out.
+    The first ``skip_first`` steps of each start of the job (warm-up, compilation) are left out.
     """
     t = rank_step_times(df)
     if t.empty:
@@ -90,17 +96,17 @@ def stragglers(
     if procs_per_node is None:
         ranks = int(t["rank"].max()) + 1
         procs_per_node = ranks // len(hosts) if hosts and ranks % len(hosts) == 0 else 1
-    t = t[t["step"] > t["step"].min() + skip_first - 1]
+    t = t[t["step"] >= t.groupby("start")["step"].transform("min") + skip_first]
     if t.empty:
         return []
-    med_step = t.groupby("step")["step_s"].transform("median")
-    ratio = t["step_s"] / med_step
+    step = t.groupby(["start", "step"])
+    ratio = t["step_s"] / step["step_s"].transform("median")
     slow = (ratio > SLOW_RATIO) | (t["lag_s"] > MIN_LAG_S)
     # "late" is relative: with several late ranks, the latest one is the straggler
-    late_rank = t.loc[t.groupby("step")["lag_s"].idxmax()]
+    late_rank = t.loc[step["lag_s"].idxmax()]
     found = []
     for rank, rows in t.groupby("rank"):
-        n = rows["step"].nunique()
+        n = len(rows.drop_duplicates(["start", "step"]))
         share = float(slow[rows.index].mean())
         latest = float((late_rank["rank"] == rank).mean())
         if share < PERSISTENT or (rows["lag_s"].median() > MIN_LAG_S and latest < PERSISTENT):
@@ -131,26 +137,24 @@ def stragglers_plot(df: pd.DataFrame) -> tuple[pd.DataFrame, object]:
 
 def straggler_lines(log: str, hosts: Sequence[str] | None = None, procs_per_node: int | None = None) -> list[str]:
     """``straggler: ...`` lines for a log with 2+ ranks (what ``cookbook watch`` prints at the end)."""
-    from cookbook.metrics import parse_log
+    from cookbook.analysis.starts import parse_starts
 
     try:
-        df = parse_log(log, ranks="all")
+        df = parse_starts(log, ranks="all")
     except (OSError, ValueError):
         return []
     return [f"straggler: {s}" for s in stragglers(df, hosts, procs_per_node)]
 
 
-# The generated scripts' first line: ``job 80: 2 node(s) [n[1-2]], rendezvous ...`` (``srun -l`` may prefix it).
-_NODE_LINE = re.compile(r"^(?:\d+: )?job \d+: \d+ node\(s\) \[(\S*)\],", re.M)
-
-
 def log_nodelist(log: str | Path) -> str | None:
     """The node list (Slurm's compressed form) the log's last start of the script printed, if any."""
+    from cookbook.analysis.starts import START_LINE
+
     try:
         text = Path(log).read_text(errors="replace")
     except OSError:
         return None
-    found = _NODE_LINE.findall(text)
+    found = [m.group(3) for m in START_LINE.finditer(text)]
     return found[-1] if found and found[-1] else None
 
 

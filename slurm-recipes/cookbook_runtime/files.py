@@ -65,6 +65,7 @@ def saved_line(step: int, path: str) -> str:
 
 
 SAVED = re.compile(r"cookbook: saved at step (\d+) for preemption: (\S+)")
+START = re.compile(r"^(?:\d+: )?job (\d+): (\d+) node\(s\)(?: \[(\S*)\],)?", re.M)  # run.rendezvous: a start
 GOT_SIGNAL = re.compile(r"cookbook: got (\w+)")
 
 # the gate and exclusion lines (``cookbook.analysis.node_health`` reads them): name -> regex

@@ -16,6 +16,9 @@ from datetime import datetime
 import pytest
 from cluster_wait import wait_for as _wait_for
 
+from cookbook.analysis.explain import explain_log
+from cookbook.analysis.starts import split_starts
+from cookbook.analysis.stragglers import straggler_lines
 from cookbook.cli import main as cli_main
 from cookbook.walkthrough import job_spec, submit
 
@@ -29,8 +32,7 @@ _STEP = re.compile(r"step:\s+(\d+)\s+loss")
 def _log_steps(log) -> list[set[int]]:
     """Steps logged by each start of the script (the requeued job appends to the same log)."""
     text = _ANSI.sub("", log.read_text(errors="replace")) if log.exists() else ""
-    parts = re.split(r"^job \d+: \d+ node\(s\)", text, flags=re.M)[1:]
-    return [{int(s) for s in _STEP.findall(p)} for p in parts]
+    return [{int(s) for s in _STEP.findall(part)} for job, part in split_starts(text) if job]
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +71,15 @@ def _allocation_node_seconds(slurm, job_id: str) -> tuple[int, float]:
     rows = [row for row in rows if row[3] != "0"]  # the requeue of a finished job: a record with no nodes, no start
     total = sum((datetime.fromisoformat(e) - datetime.fromisoformat(s)).total_seconds() * int(n) for _, s, e, n in rows)
     return len(rows), total
+
+
+def test_the_restart_gap_is_no_stall_no_straggler_and_no_slow_step(requeued):
+    """#32: the time between the crash and the requeued start (queue wait, start-up) is not a step: explain
+    finds no data-loader stall or straggler in it, and watch's straggler report says nothing."""
+    assert len(_log_steps(requeued.log)) == 2
+    causes = explain_log(requeued.log, hosts=["n1", "n2"], procs_per_node=1).causes
+    assert "dataloader_stall" not in causes and "straggler" not in causes, causes
+    assert straggler_lines(str(requeued.log)) == []
 
 
 def test_ledger_parts_add_up_to_the_allocation(requeued, slurm):
