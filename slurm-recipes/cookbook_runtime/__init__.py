@@ -7,21 +7,18 @@ package (which imports it: the GPU table, the file and log-line names, the decis
 
 The core, standard library only (the batch step on the first node):
 
-=============  =======================================================================================
-``run``        the batch step: NODE_FAIL, rendezvous, gate, resume, launch, stop relay, hang check, requeue
-``decide``     its decisions as pure functions (unit-tested at 1, 16 and 1,000 nodes)
-``slurm``      what it asks Slurm (scontrol, sinfo, sbatch), answering empty when Slurm does not
-``resume``     the newest complete checkpoint per framework, as launch arguments
-``files``      the names of the files and log lines a job writes
-=============  =======================================================================================
+- ``run``: the batch step: NODE_FAIL, rendezvous, pre-flight, resume, launch, stop relay, hang check, requeue
+- ``decide``: its decisions as pure functions (unit-tested at 1, 16 and 1,000 nodes)
+- ``slurm``: what it asks Slurm (scontrol, sinfo, sbatch), answering empty when Slurm does not
+- ``resume``: the newest complete checkpoint per framework, as launch arguments
+- ``files``: the names of the files and log lines a job writes
+- ``pyenv``: what a node's Python has (torch, the framework), from package metadata
 
 The optional layers, with torch, in the processes the batch step starts:
 
-=============  =======================================================================================
-``launch``     one node's launcher (torchrun, ``tune run``), shielded from USR1/TERM
-``rank``       the ranks' side of the stop protocol: agree at a step boundary, save, exit 0
-``hang``       the ranks' hang watch and the verdict on who hung (the verdict is stdlib)
-``nodecheck``  the gate's checks on every node, and their verdict
-``gpus``       GPU kinds and their peak FLOP/s
-=============  =======================================================================================
+- ``launch``: one node's launcher (torchrun, ``tune run``), shielded from USR1/TERM
+- ``rank``: the ranks' side of the stop protocol: agree at a step boundary, save, exit 0
+- ``hang``: the ranks' hang watch and the verdict on who hung (the verdict is stdlib)
+- ``nodecheck``: the gate's checks on every node, and their verdict
+- ``gpus``: GPU kinds and their peak FLOP/s
 """

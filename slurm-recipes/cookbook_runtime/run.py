@@ -394,10 +394,11 @@ def launch_command(job: Job, address: str, port: int, nproc: int, extra: list[st
     argv = list(job.args.launcher)
     k = launcher_words(argv)
     launcher, program = argv[:k], argv[k:]
+    # every rank's output in its own file (--log-dir); each node's first rank's in the job log too
     flags = [
         f"--nnodes={len(job.nodes)}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
         f"--rdzv-id={job.id}", f"--rdzv-endpoint={address}:{port}",
-        "--role=rank", "--tee=3", f"--log-dir={job.run_dir}/torchrun-logs",
+        "--role=rank", "--tee=3", "--local-ranks-filter=0", f"--log-dir={job.run_dir}/torchrun-logs",
     ]  # fmt: skip
     hook = os.environ.get("COOKBOOK_REHEARSE")
     if hook:  # cookbook rehearse: a check runs in the launcher's place with its arguments

@@ -82,3 +82,24 @@ def test_no_gpu_script_or_shipped_file_needs_the_cookbook_package():
     assert shipped and not [p for p in shipped if imports.search(p.read_text())]
     gpu = {n: t for n, t in SCRIPTS.items() if ".local-cpu." not in n}
     assert gpu and not [n for n, t in gpu.items() if re.search(r"\bcookbook\.", t)]
+
+
+def test_a_container_job_imports_its_image_once_per_node(tmp_path):
+    """#30 item 7 (no pyxis here: the rendered lines, run by the batch step against a fake Slurm): every srun
+    of the job -- the nodes' Python, the gate, the launch -- names the image and one container name, so pyxis
+    imports the image once per node and reuses it (its container_scope is the job)."""
+    from batch_step import FakeSlurm, runtime_argv
+
+    from cookbook.render import render_job
+    from cookbook.spec import make_spec
+
+    spec = make_spec("llama3_3_70b_lora", profile="nebius", container_image="/shared/slurm-cookbook.sqsh",
+                     container_mounts=["/shared:/shared"])  # fmt: skip
+    script = render_job(spec).script
+    assert "VENV=" not in script  # the image's Python, not a venv of the login node
+    ran = FakeSlurm(tmp_path).run_step(runtime_argv(script), SLURM_GPUS_ON_NODE="8")
+    sruns = ran.argv("srun")
+    assert len(sruns) == 3, ran.out
+    for argv in sruns:
+        assert "--container-image=/shared/slurm-cookbook.sqsh" in argv and "--container-mounts=/shared:/shared" in argv
+        assert [a for a in argv if a.startswith("--container-name=")] == [f"--container-name={spec.name}"]

@@ -463,7 +463,28 @@ def test_every_log_line_is_tagged_with_node_and_rank(name, no_interface_env):
     assert "--label" in command[: command.index("--kill-on-bad-exit=1")]
     flags = command[: len(command) - len(_program(args))]
     assert "--role=rank" in flags and "--tee=3" in flags and "--log-dir=/runs/job/torchrun-logs" in flags
+    assert "--local-ranks-filter=0" in flags  # #30 item 9: each node's first rank in the job log, all in files
     assert command[len(flags) :] == _program(args)
+
+
+@pytest.mark.slow
+def test_the_job_log_gets_the_first_rank_of_the_node_and_every_rank_writes_its_own_file(tmp_path):
+    """#30 item 9 on real torchrun, with the runtime's own output flags: 2 ranks on a node, rank 0's line in the
+    console (the job log), each rank's line in its own file under --log-dir."""
+    ran = FakeSlurm(tmp_path / "slurm").run_step(
+        runtime_argv(SCRIPTS["fsdp/fsdp.nebius.sbatch"]), COOKBOOK_PREFLIGHT="0"
+    )
+    (launch,) = ran.launches()
+    output = [a for a in launch["argv"] if a.startswith(("--tee=", "--local-ranks-filter=", "--role="))]
+    worker = tmp_path / "worker.py"
+    worker.write_text("import os\nprint('Batch 0 Loss: 1.5 from rank', os.environ['RANK'], flush=True)\n")
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [str(torchrun), "--standalone", "--nproc-per-node=2", *output, f"--log-dir={tmp_path}/logs", str(worker)]
+    env = {**os.environ, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]:"}
+    console = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, check=True).stdout
+    assert [ln for ln in console.splitlines() if "Loss" in ln] == ["[rank0]:Batch 0 Loss: 1.5 from rank 0"], console
+    files = sorted((tmp_path / "logs").rglob("stdout.log"))
+    assert [f.read_text().strip() for f in files] == [f"Batch 0 Loss: 1.5 from rank {r}" for r in (0, 1)]
 
 
 def test_the_ranks_log_lines_carry_the_global_rank(tmp_path):
@@ -472,7 +493,7 @@ def test_the_ranks_log_lines_carry_the_global_rank(tmp_path):
     ran = FakeSlurm(tmp_path).run_step(runtime_argv(SCRIPTS["fsdp/fsdp.generic.sbatch"]), COOKBOOK_PREFLIGHT="0")
     (launch,) = ran.launches()
     assert launch["env"]["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]:", ran.out
-    assert {"--label", "--role=rank", "--tee=3"} <= set(launch["argv"])
+    assert {"--label", "--role=rank", "--tee=3", "--local-ranks-filter=0"} <= set(launch["argv"])
 
 
 def _torchrun_node(node_rank: int, port: int, worker: Path, prefix_line: str, tmp: Path) -> subprocess.Popen:
