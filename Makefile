@@ -63,3 +63,23 @@ recipes: setup
 
 clean: cluster-down
 	rm -rf out .cluster
+
+# The GPU check (issue #31, benchmarks/README.md "GPU check"): on a lent GPU machine, which has torch but no package
+# registry. Here first: `bash benchmarks/gpu_check_wheels.sh` (the wheels it lacks, into GPU_WHEELS); carry GPU_WHEELS
+# and .cache/tiny. There: a venv over the machine's own python3 and its packages (torch), the wheels installed into it,
+# then benchmarks/gpu_check.py (results in benchmarks/results/, and in $OUT when set). No GPU: `--cpu` mode.
+GPU_PYTHON ?= python3
+GPU_VENV ?= out/gpu-venv
+GPU_WHEELS ?= out/gpu_check_wheels
+GPU_CHECK_ARGS ?=
+.PHONY: gpu-check
+gpu-check:
+	@ls $(GPU_WHEELS)/*.whl >/dev/null 2>&1 || { echo "no wheels in $(GPU_WHEELS): bash benchmarks/gpu_check_wheels.sh"; exit 1; }
+	$(GPU_PYTHON) -m venv --system-site-packages --without-pip $(GPU_VENV)
+	@# a venv made by a venv's python sees the base interpreter's packages, not that venv's (torch): add them after its own
+	$(GPU_PYTHON) -c 'import site; print("\n".join(site.getsitepackages()))' \
+	  > "$$($(GPU_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gpu_check_parent.pth"
+	$(GPU_PYTHON) -m pip --python $(GPU_VENV)/bin/python install -q --no-index --no-deps --no-compile --ignore-installed \
+	  --find-links $(GPU_WHEELS) $(GPU_WHEELS)/*.whl
+	PYTHONUNBUFFERED=1 $(GPU_VENV)/bin/python benchmarks/gpu_check.py --command "make gpu-check" \
+	  $${OUT:+--copy-to "$$OUT"} $(GPU_CHECK_ARGS)
