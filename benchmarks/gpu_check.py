@@ -93,7 +93,7 @@ def execute(ctx: Context, tasks: list[Task], jobs: int, done: dict[str, dict[str
                 task = ready.pop(0)
                 pending.remove(task)
                 bad = [a for a in task.after if done[a]["status"] != "ran"]
-                s = figures.slot(task.estimate, ctx.remaining())
+                s = figures.slot(task.estimate, ctx.remaining(), slack_s=60.0 if ctx.mode == "gpu" else 300.0)
                 if bad or not s.run:
                     reason = f"needs {', '.join(bad)}, which did not run" if bad else s.reason
                     done[task.name] = _record(task, "skipped", 0.0, reason)

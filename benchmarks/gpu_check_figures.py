@@ -177,13 +177,14 @@ class Slot:
     reason: str
 
 
-def slot(estimate_s: float, remaining_s: float, reserve_s: float = 10.0) -> Slot:
+def slot(estimate_s: float, remaining_s: float, reserve_s: float = 10.0, slack_s: float = 60.0) -> Slot:
     """Run a part only when its estimate fits what is left of the deadline (less ``reserve_s`` for writing the
-    results); its processes may then take twice the estimate (at least 60 s more), never past the deadline."""
+    results); its processes may then take twice the estimate (at least ``slack_s`` more: CPU mode shares its cores
+    with a test suite), never past the deadline."""
     usable = remaining_s - reserve_s
     if estimate_s > usable:
         return Slot(False, 0.0, f"does not fit the deadline: needs ~{estimate_s:.0f} s, {max(usable, 0):.0f} s left")
-    return Slot(True, min(usable, max(2 * estimate_s, estimate_s + 60)), "")
+    return Slot(True, min(usable, max(2 * estimate_s, estimate_s + slack_s)), "")
 
 
 def plan_budget(estimates: Sequence[tuple[str, float]], deadline_s: float, reserve_s: float = 10.0,

@@ -586,8 +586,9 @@ def main(argv: list[str]) -> int:
     interp = interpreter_of(words[0]) if launcher else None
     values: dict = {}
     notes: list[str] = []
-    if interp:
-        report["python"], p = python_environment(interp, manifest.get("needs", {}), manifest.get("login_machine", ""))
+    python = interp or shutil.which("python3")  # no launcher on PATH: the job's own python3 (VENV's) says why
+    if python:
+        report["python"], p = python_environment(python, manifest.get("needs", {}), manifest.get("login_machine", ""))
         problems += p
     first = (os.environ.get("SLURM_NODEID") or "0") == "0"
     if interp and framework != "unknown":

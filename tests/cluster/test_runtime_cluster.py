@@ -79,6 +79,21 @@ def test_nodes_whose_python_lacks_torch_stop_the_job_in_one_line_and_no_node_is_
     assert "pre-flight" not in log and "excluding" not in log and "launching" not in log, log
 
 
+def test_rehearse_names_each_node_whose_python_lacks_torch(slurm, tiny_assets, job_dir):
+    """#30 item 1, the rehearsal's side: the same script and environment, rehearsed, fails naming every node,
+    the interpreter and the fix (nothing trains, nothing is excluded)."""
+    from cookbook.rehearsal import rehearse
+
+    bare = job_dir / "bare-env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    script = write_job(_spec(job_dir, tiny_assets, "no-torch-rehearsal", 20), job_dir / "job.sbatch")
+    report = rehearse(script, slurm, timeout=180, folder=job_dir / "rehearsal", env={"VENV": str(bare)})
+    assert not report.ok and [n.node for n in report.nodes] == ["n1", "n2"], report.table()
+    for node in report.nodes:
+        said = [p for p in node.problems if p.startswith(f"torch is not installed for {bare}/bin/python3")]
+        assert said and "VENV=" in said[0], report.table()
+
+
 def _environment_without_cookbook(env: Path) -> None:
     """A venv at ``env`` that sees this one's libraries (torch, transformers, datasets) through a path entry, which
     does not run their ``.pth`` files: the editable ``cookbook`` install is not importable there."""

@@ -191,3 +191,18 @@ def test_the_readme_profile_file_loads_as_it_is(home):
     env = {v.name: v.value for v in site.env}
     assert (site.gpu, site.interface, site.price_per_gpu_hour) == ("h200", "ib0", 3.1)
     assert env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1" and env["NCCL_IB_TIMEOUT"] == "22" and "NCCL_DEBUG" not in env
+
+
+def test_no_builtin_profile_sets_a_variable_whose_reason_was_wrong():
+    """#30 item 5: TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (torch's default is already 3, and mode 1's abort is what can
+    hang on a broken fabric) and a bare NCCL_IB_HCA=mlx5 prefix (every mlx5 device, RoCE front-end NICs
+    included: NCCL's default) stay out; TRITON_CACHE_DIR's source says what writes to ~/.triton; aws-efa's
+    bus-bandwidth floor lets a healthy p4d (~70 GB/s) pass and cites EFA, not InfiniBand."""
+    for profile in profiles(builtin_only=True).values():
+        env = {v.name: v for v in profile.env}
+        assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in env, profile.name
+        assert env.get("NCCL_IB_HCA") is None or env["NCCL_IB_HCA"].value not in ("mlx5", "mlx5_"), profile.name
+        if "TRITON_CACHE_DIR" in env:
+            assert "outside inductor" in env["TRITON_CACHE_DIR"].source, profile.name
+    efa = get_profile("aws-efa").gate().allreduce_min_busbw_gbps
+    assert efa.value < 70 and "EFA" in efa.source and "p4d" in efa.source and "InfiniBand per node" not in efa.source
