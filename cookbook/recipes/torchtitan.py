@@ -417,6 +417,18 @@ class Llama3_8BC4(TorchtitanRecipe):
             )
         ]
 
+    def warnings(self, spec: JobSpec) -> list[str]:
+        """A GPU job without ``dataloader.dataset_path`` streams C4 from the Hub on every rank (#30 item 8)."""
+        cfg, _ = (None, "") if spec.local_cpu else self.parse(spec, self.effective_overrides(spec))
+        if cfg is None or cfg.dataloader.dataset_path:
+            return []
+        return [
+            f"dataloader.dataset = {cfg.dataloader.dataset} is streamed from the Hub (allenai/c4) by every rank of "
+            "the job: with many nodes, HTTP 429. Put C4 `en` on shared storage once (`cookbook download allenai/c4 "
+            "--repo-type dataset --allow-patterns 'en/*' --output-dir /shared/c4`, or `cookbook data c4 FILES "
+            "--output-dir /shared/c4/en`) and render with --set dataloader.dataset_path=/shared/c4/en"
+        ]
+
 
 class FluxSchnell(TorchtitanRecipe):
     name = "flux_schnell"

@@ -319,3 +319,17 @@ def test_a_multi_node_job_that_would_fetch_hub_ids_at_start_up_is_warned_with_th
     staged = {"encoder.t5_encoder": "/shared/t5", "encoder.clip_encoder": "/shared/clip"}
     assert hub_fetch_warnings(make_spec("flux_schnell", profile="nebius", nodes=2, overrides=staged), recipe) == []
     assert hub_fetch_warnings(make_spec("flux_schnell", profile="nebius", nodes=1), recipe) == []
+
+
+def test_a_gpu_llama3_8b_c4_job_streaming_c4_from_the_hub_is_warned_with_how_to_stage_it():
+    """#30 item 8: torchtitan's c4 dataset streams allenai/c4 on every rank unless dataloader.dataset_path is set."""
+    from cookbook.recipes import get_recipe
+
+    recipe = get_recipe("llama3_8b_c4")
+    (said,) = recipe.warnings(make_spec("llama3_8b_c4", profile="crusoe", nodes=2))
+    assert said.startswith("dataloader.dataset = c4 is streamed from the Hub (allenai/c4) by every rank")
+    assert "--set dataloader.dataset_path=/shared/c4/en" in said
+    c4 = {"dataloader.dataset_path": "/shared/c4/en"}
+    staged = make_spec("llama3_8b_c4", profile="crusoe", nodes=2, overrides=c4)
+    assert recipe.warnings(staged) == []
+    assert recipe.warnings(make_spec("llama3_8b_c4", profile="local-cpu", nodes=2)) == []
