@@ -35,23 +35,11 @@ def write_llama(folder: Path, dims: Any) -> int:
     import torch
     from safetensors.torch import save_file
     from torchtune.models.convert_weights import tune_to_hf
-    from torchtune.models.llama3_1 import llama3_1
 
-    from cookbook.local.assets.tiny_llama import hf_config
+    from cookbook.local.assets.tiny_llama import hf_config, torchtune_model
 
     with torch.device("meta"):
-        model = llama3_1(
-            vocab_size=dims.vocab_size,
-            num_layers=dims.n_layers,
-            num_heads=dims.n_heads,
-            num_kv_heads=dims.n_kv_heads,
-            embed_dim=dims.dim,
-            max_seq_len=dims.max_seq_len,
-            intermediate_dim=dims.ffn_dim,
-            rope_base=dims.rope_theta,
-            norm_eps=dims.norm_eps,
-            scale_factor=dims.rope_scale,
-        )
+        model = torchtune_model(dims)
         meta = tune_to_hf(model.state_dict(), num_heads=dims.n_heads, num_kv_heads=dims.n_kv_heads, dim=dims.dim)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     gen = torch.Generator(device=device).manual_seed(0)

@@ -4,16 +4,15 @@ resume from the newest complete checkpoint with no step lost; the two ranks trai
 from __future__ import annotations
 
 import re
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from cluster_wait import wait_for as _wait_for
+from fsdp_job import fsdp_spec
 
 from cookbook.render import write_job
 from cookbook.slurm.client import read_output
-from cookbook.spec import JobSpec
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -33,26 +32,8 @@ def _runs(log: str) -> list[str]:
 
 def test_fsdp_two_nodes_requeued_mid_run_resumes_without_losing_a_step(slurm, tiny_assets, job_dir: Path):
     max_steps = 24
-    spec = JobSpec(
-        recipe="fsdp_llama3_1_8b",
-        profile="local-cpu",
-        nodes=2,
-        gpus_per_node=0,
-        exclusive=False,
-        time="00:10:00",
-        signal_seconds=30,
-        log_dir=str(job_dir / "logs"),
-        run_dir=str(job_dir / "run"),
-        assets_dir=str(tiny_assets.root),
-        job_name="fsdp-resume-test",
-        venv=sys.prefix,
-        overrides={
-            "max_steps": str(max_steps),
-            "checkpoint_freq": "4",
-            "keep_checkpoints": "0",
-            "throttle_seconds": "0.4",
-        },
-    )
+    spec = fsdp_spec(job_dir, tiny_assets, "fsdp-resume-test", max_steps, throttle=0.4,
+                     overrides={"checkpoint_freq": "4", "keep_checkpoints": "0"})  # fmt: skip
     script = write_job(spec, job_dir / "job.sbatch")
     (job_dir / "logs").mkdir()
     ckpts = job_dir / "run" / "checkpoints"
@@ -113,20 +94,8 @@ SAVED = re.compile(r"cookbook: saved at step (\d+) for preemption: (\S+)")
 
 def _fsdp_job(slurm, tiny_assets, folder: Path, name: str, max_steps: int) -> tuple[str, Path]:
     """A 2-node FSDP job whose periodic checkpoints are off (interval longer than the run)."""
-    spec = JobSpec(
-        recipe="fsdp_llama3_1_8b",
-        profile="local-cpu",
-        nodes=2,
-        gpus_per_node=0,
-        exclusive=False,
-        time="00:10:00",
-        log_dir=str(folder / "logs"),
-        run_dir=str(folder / "run"),
-        assets_dir=str(tiny_assets.root),
-        job_name=name,
-        venv=sys.prefix,
-        overrides={"max_steps": str(max_steps), "checkpoint_freq": "1000", "throttle_seconds": "0.5"},
-    )
+    spec = fsdp_spec(folder, tiny_assets, name, max_steps, throttle=0.5, overrides={"checkpoint_freq": "1000"},
+                     signal_seconds=None)  # fmt: skip
     script = write_job(spec, folder / "job.sbatch")
     (folder / "logs").mkdir(parents=True)
     job = slurm.submit(script, cwd=folder)

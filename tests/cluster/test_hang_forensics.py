@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+from fsdp_job import fsdp_spec
 
 from cookbook.cli import main
 from cookbook.render import write_job
 from cookbook.slurm.client import SlurmClient, read_output
-from cookbook.spec import JobSpec
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -29,18 +29,14 @@ STALL_RANK, STALL_STEP = 1, 4
 def test_a_rank_that_never_enters_the_collective_is_named_with_its_host_seq_and_stack(
     slurm, tiny_assets, job_dir: Path, capsys
 ):
-    spec = JobSpec(
-        recipe="fsdp_llama3_1_8b",
-        profile="local-cpu",
-        nodes=2,
-        gpus_per_node=0,
-        exclusive=False,
-        time="00:10:00",
-        log_dir=str(job_dir / "logs"),
-        run_dir=str(job_dir / "run"),
-        assets_dir=str(tiny_assets.root),
-        job_name="hang-forensics-test",
-        venv=sys.prefix,
+    spec = fsdp_spec(
+        job_dir,
+        tiny_assets,
+        "hang-forensics-test",
+        60,
+        throttle=0.2,
+        overrides={"checkpoint_freq": "1000", "keep_checkpoints": "0"},
+        signal_seconds=None,
         env={
             "COOKBOOK_HANG_INJECT": f"{STALL_RANK}:{STALL_STEP}",
             "COOKBOOK_HANG_K": "3",
@@ -48,7 +44,6 @@ def test_a_rank_that_never_enters_the_collective_is_named_with_its_host_seq_and_
             "COOKBOOK_HANG_POLL_S": "0.5",
             "COOKBOOK_MAX_RETRIES": "1",
         },
-        overrides={"max_steps": "60", "checkpoint_freq": "1000", "keep_checkpoints": "0", "throttle_seconds": "0.2"},
     )
     script = write_job(spec, job_dir / "job.sbatch")
     assert (job_dir / "cookbook_runtime" / "hang.py").is_file()

@@ -15,6 +15,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 N_BPE_RANKS = 384  # 256 single bytes + 128 learned merges
 SPECIAL_TOKENS = (
@@ -190,15 +191,11 @@ def hf_config(dims: LlamaDims = DIMS) -> dict:
     }
 
 
-def write_model(folder: Path, dims: LlamaDims = DIMS, seed: int = 0) -> None:
-    """Random weights (small init, so the loss starts near ln(vocab)), converted with torchtune's tune_to_hf."""
-    import torch
-    from safetensors.torch import save_file
-    from torchtune.models.convert_weights import tune_to_hf
+def torchtune_model(dims: LlamaDims) -> Any:
+    """torchtune's Llama 3.1 builder with ``dims`` (on the current device: ``torch.device("meta")`` for shapes)."""
     from torchtune.models.llama3_1 import llama3_1
 
-    torch.manual_seed(seed)
-    model = llama3_1(
+    return llama3_1(
         vocab_size=dims.vocab_size,
         num_layers=dims.n_layers,
         num_heads=dims.n_heads,
@@ -210,6 +207,16 @@ def write_model(folder: Path, dims: LlamaDims = DIMS, seed: int = 0) -> None:
         norm_eps=dims.norm_eps,
         scale_factor=dims.rope_scale,
     )
+
+
+def write_model(folder: Path, dims: LlamaDims = DIMS, seed: int = 0) -> None:
+    """Random weights (small init, so the loss starts near ln(vocab)), converted with torchtune's tune_to_hf."""
+    import torch
+    from safetensors.torch import save_file
+    from torchtune.models.convert_weights import tune_to_hf
+
+    torch.manual_seed(seed)
+    model = torchtune_model(dims)
     gen = torch.Generator().manual_seed(seed)
     state = {  # matrices drawn in name order from one generator
         name: torch.randn(value.shape, generator=gen) * 0.02 if value.dim() == 2 else value
