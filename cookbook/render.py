@@ -203,6 +203,7 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
         launcher="tune run" if launch.launcher == "tune" else "torchrun",
         program_lines=program_lines(launch.args, names),
         runtime_lines=runtime_lines(spec, recipe, names),
+        offline=offline_reason(spec, recipe),
     )
     warnings = recipe.warnings(spec) + start_path_warnings(spec, recipe) + hub_fetch_warnings(spec, recipe)
     warnings += mount_problems(spec, recipe)
@@ -232,25 +233,34 @@ def start_path_warnings(spec: JobSpec, recipe: Recipe) -> list[str]:
     return out
 
 
+STAGE_ROOT = "/shared/hf"  # the example shared folder the render's advice names
+
+
 def hub_fetch_warnings(spec: JobSpec, recipe: Recipe) -> list[str]:
-    """A multi-node GPU job whose start-up paths are Hub ids (FLUX's T5 and CLIP encoders by default): every
-    rank fetches them when it starts, hundreds at once (HTTP 429, a shared HF_HOME written concurrently).
-    One warning each, with the download line that stages it on shared storage."""
+    """A multi-node GPU job that reads a Hub id at start-up (FLUX's T5 and CLIP encoders, C4, alpaca): every rank
+    fetches it when it starts, hundreds at once (HTTP 429, a shared HF_HOME written concurrently). One warning
+    each, with the staging command and the setting that then points the job at the local copy."""
     if spec.local_cpu or spec.nodes < 2:
         return []
     out = []
-    variables = recipe.start_variables(spec)
-    for sp in recipe.start_paths(spec):
-        value = resolve_here(spec.overrides.get(sp.key, sp.default), spec, variables)
-        if not (sp.hub_ok and sp.variable and value) or value.startswith(("/", ".", "$")):
-            continue
-        folder = f"/shared/models/{value.split('/')[-1]}"
+    for f in recipe.hub_fetches(spec):
+        local = f.local(STAGE_ROOT)
+        point = f"export {f.variable}={local} HF_HUB_OFFLINE=1 before sbatch, or render" if f.variable else "render"
         out.append(
-            f"{sp.key} = {value} is a Hub id: each of the {spec.nodes} nodes' ranks downloads it at start-up. "
-            f"Stage it once: `cookbook download {value} --output-dir {folder}`, then export {sp.variable}={folder} "
-            "(and HF_HUB_OFFLINE=1) before sbatch"
+            f"{f.key} = {f.repo_id} is a Hub {f.repo_type} every rank of the {spec.nodes} nodes fetches at start-up. "
+            f"Stage it once (`cookbook stage {spec.recipe} --root {STAGE_ROOT}` stages all the job reads), then "
+            f"{point} with --set {f.key}={local} (the script then sets HF_HUB_OFFLINE=1)"
         )
     return out
+
+
+def offline_reason(spec: JobSpec, recipe: Recipe) -> str:
+    """Why a GPU script sets ``HF_HUB_OFFLINE=1`` ("": it does not): every model, tokenizer and dataset the job
+    reads is a local path, so no rank waits on the Hub (the libraries otherwise still ask it about a file)."""
+    given = {v.name for v in spec.profile_info.env} | set(spec.env)
+    if spec.local_cpu or "HF_HUB_OFFLINE" in given or not recipe.hub_complete(spec) or recipe.hub_fetches(spec):
+        return ""
+    return "every model, tokenizer and dataset this job reads is a local path (cookbook stage): no rank asks the Hub"
 
 
 def mount_problems(spec: JobSpec, recipe: Recipe) -> list[str]:

@@ -84,7 +84,9 @@ class StartPath:
     ``variable`` the script variable holding it (``MODEL_DIR=${MODEL_DIR:-default}``, so it is written once
     and can be changed in the environment before ``sbatch``), or None when the value derives from another
     variable; ``default`` an absolute path at run time (``$RECIPE_DIR/...``) or a Hugging Face repo id
-    when ``hub_ok``. ``expect`` names files that must be inside a folder (checked by ``cookbook rehearse``).
+    when ``hub_ok``. ``expect`` names files that must be inside a folder (checked by ``cookbook rehearse``);
+    ``repo_id`` the Hub repo whose download the folder is (``cookbook stage`` fetches it; ``repo_files``: only
+    these of its files, as globs).
     """
 
     key: str
@@ -94,6 +96,42 @@ class StartPath:
     what: str
     expect: tuple[str, ...] = ()
     hub_ok: bool = False
+    repo_id: str | None = None
+    repo_files: tuple[str, ...] = ()
+
+
+# `datasets` builders that read local files (``source: json`` with ``data_files``): not a Hub fetch
+LOCAL_BUILDERS = frozenset({"json", "csv", "parquet", "text", "arrow", "imagefolder", "audiofolder", "webdataset"})
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
+
+def is_hub_id(value: str) -> bool:
+    """``owner/name`` (or a bare canonical name): a value the Hub libraries fetch, not a path or a builder."""
+    return bool(_HUB_ID.fullmatch(value)) and value not in LOCAL_BUILDERS and not Path(value).exists()
+
+
+@dataclass(frozen=True)
+class HubFetch:
+    """A repo a job would fetch from the Hugging Face Hub at start-up: on many nodes every rank at once (HTTP 429,
+    one shared ``HF_HOME`` written concurrently). ``key`` is the config key to point at a local copy instead
+    (``variable``: its script variable, when it has one); ``allow`` the files worth staging (C4: ``en/*``) and
+    ``subdir`` the folder of the download the key then names (C4: ``en``)."""
+
+    repo_id: str
+    repo_type: Literal["model", "dataset"]
+    key: str
+    variable: str | None = None
+    allow: tuple[str, ...] = ()
+    subdir: str = ""
+
+    def folder(self, root: str) -> str:
+        """Where ``cookbook stage --root ROOT`` puts it: ``ROOT/NAME`` (datasets under ``ROOT/datasets``)."""
+        name = self.repo_id.split("/")[-1]
+        return f"{root.rstrip('/')}/{'datasets/' if self.repo_type == 'dataset' else ''}{name}"
+
+    def local(self, root: str) -> str:
+        """The value of :attr:`key` once staged."""
+        return self.folder(root) + (f"/{self.subdir}" if self.subdir else "")
 
 
 @dataclass(frozen=True)
@@ -128,6 +166,7 @@ class Recipe(ABC):
     # the Hugging Face download the job reads at start-up: a finetune's weights, a pretraining's tokenizer or
     # autoencoder (None: it reads none); its default place is ``models/<model_folder>``
     model_folder: str | None = None
+    model_repo: str | None = None  # its Hub repo (``owner/<model_folder>``): what ``cookbook stage`` downloads
     trace_subdir: ClassVar[str] = "profiling/traces"  # where profiler traces land, under the run folder
     # the framework's config keys the planner understands, ``{config key: planner Settings field}``
     planner_keys: ClassVar[dict[str, str]] = {}
@@ -166,6 +205,37 @@ class Recipe(ABC):
     def start_paths(self, spec: JobSpec) -> list[StartPath]:
         """Files and folders the job reads at start-up (model, tokenizer, dataset...), see :class:`StartPath`."""
         return []
+
+    def hub_fetches(self, spec: JobSpec) -> list[HubFetch]:
+        """What every rank of a GPU job would fetch from the Hub at start-up: start paths whose value is a Hub id
+        (FLUX's encoders); recipes add their datasets. [] for local-cpu (its assets are local)."""
+        if spec.local_cpu:
+            return []
+        variables = self.start_variables(spec)
+        out: dict[str, HubFetch] = {}
+        for sp in self.start_paths(spec):
+            value = resolve_here(spec.overrides.get(sp.key, sp.default), spec, variables)
+            if sp.hub_ok and value and is_hub_id(value) and value not in out:
+                out[value] = HubFetch(value, "model", sp.key, sp.variable)
+        return list(out.values())
+
+    def stage_fetches(self, spec: JobSpec) -> list[HubFetch]:
+        """Everything ``cookbook stage`` downloads to shared storage for this job: the downloads its start-up
+        folders hold (the model, a tokenizer, FLUX's autoencoder), then :meth:`hub_fetches`."""
+        out = {
+            sp.repo_id: HubFetch(sp.repo_id, "model", sp.key, sp.variable, allow=sp.repo_files)
+            for sp in self.start_paths(spec)
+            if sp.repo_id
+        }
+        for fetch in self.hub_fetches(spec):
+            out.setdefault(fetch.repo_id, fetch)
+        return list(out.values())
+
+    def hub_complete(self, spec: JobSpec) -> bool:
+        """Whether :meth:`hub_fetches` names everything the job reads from the Hub (then, when it names nothing,
+        the script sets ``HF_HUB_OFFLINE=1``). Training recipes know their inputs; a use job reads its trained
+        run's dataset, known only at run time."""
+        return self.trains
 
     def start_path_values(self, spec: JobSpec) -> dict[str, str]:
         """``{key: value}`` of :meth:`start_paths` as the job will see them: the user's override of the key

@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from cookbook.profiling.enable import schedule
-from cookbook.recipes.base import Launch, Recipe, StartPath, register_recipe
+from cookbook.recipes.base import HubFetch, Launch, Recipe, StartPath, is_hub_id, register_recipe
 from cookbook.spec import JobSpec
 from cookbook.templating import render_template
 
@@ -212,6 +212,22 @@ class FsdpRecipe(Recipe):
             problems.append(f"{ns.model}: heads {shape.heads} not a multiple of kv heads {shape.kv_heads}")
         return problems
 
+    def hub_fetches(self, spec: JobSpec) -> list[HubFetch]:
+        """The tokenizer and the dataset when they are Hub ids (the GPU default: the model's tokenizer, C4
+        streamed by every rank; train.py loads C4 with its ``en`` config: the README and ``en/`` files)."""
+        if spec.local_cpu:
+            return []
+        args = self.train_args(spec)
+        out = []
+        tok = args.get("tokenizer") or _train_module().SHAPES[self.shape].tokenizer or ""
+        if is_hub_id(tok):
+            out.append(HubFetch(tok, "model", "tokenizer", allow=("*.json", "tokenizer*")))
+        data, config = args.get("dataset", ""), args.get("dataset_config", "")
+        if is_hub_id(data):
+            allow = ("README.md", f"{config}/*") if config else ()
+            out.append(HubFetch(data, "dataset", "dataset", allow=allow))
+        return out
+
     def warnings(self, spec: JobSpec) -> list[str]:
         out = []
         args = self.train_args(spec)
@@ -220,11 +236,6 @@ class FsdpRecipe(Recipe):
             out.append(
                 f"{tok} is gated: accept its licence on the Hub and export HF_TOKEN (or `huggingface-cli "
                 "login`) before sbatch; or pass --set tokenizer=/shared/folder"
-            )
-        if not spec.local_cpu and args.get("dataset") == "allenai/c4":
-            out.append(
-                "C4 is streamed from the Hub by every rank: compute nodes need internet access "
-                "(or --set dataset=/shared/c4/en for a local copy)"
             )
         if spec.container_image and not spec.container_mounts:
             out.append(

@@ -5,6 +5,8 @@ which imports triton and a GPU stack; nothing is patched there. The child reads 
 on stdin, ``{"args": [...], "modules": [files]}`` (torchtitan's ``--module M --config F --a.b v`` flags;
 ``modules``, optional: config modules of one's own, imported from their files first), and writes one JSON
 line: ``{"config": <the parsed config as plain data> | null, "fields": [dotted field names], "error": ""}``.
+A request ``{"datasets": true}`` is answered ``{"datasets": {name: path}}``: torchtitan's dataset tables (a path
+under ``tests/`` ships with torchtitan; any other is a Hub id every rank fetches when ``dataset_path`` is unset).
 
 Where triton is not installed (a login node's CPU or aarch64 torch), the child imports torchtitan through
 :mod:`cookbook.recipes.titan_import` first; where it is, nothing is patched. The config module
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import importlib.util
 import io
 import json
@@ -69,6 +72,17 @@ def parse(args: list[str]) -> dict[str, Any]:
     return {"config": plain(cfg), "fields": field_paths(cfg), "error": ""}
 
 
+def dataset_paths() -> dict[str, str]:
+    """torchtitan's own dataset tables, ``{dataset name: path}`` (text and FLUX; a table that does not import is
+    left out)."""
+    out: dict[str, str] = {}
+    for module in ("torchtitan.hf_datasets.text_datasets", "torchtitan.models.flux.flux_datasets"):
+        with contextlib.suppress(Exception), contextlib.redirect_stdout(io.StringIO()):
+            table = importlib.import_module(module).DATASETS
+            out.update({str(name): str(cfg.path) for name, cfg in table.items()})
+    return out
+
+
 def load_module(file: str) -> None:
     """A config module of one's own, imported from its file under its stem (``--module STEM`` then finds it)."""
     name = os.path.splitext(os.path.basename(file))[0]
@@ -92,6 +106,9 @@ def main() -> int:
         import_torchtitan_without_triton()
     for line in sys.stdin:
         request = json.loads(line)
+        if request.get("datasets"):
+            print(json.dumps({"datasets": dataset_paths()}), flush=True)
+            continue
         for file in request.get("modules", []):
             load_module(file)
         print(json.dumps(parse(request["args"])), flush=True)

@@ -22,7 +22,16 @@ from types import SimpleNamespace
 from typing import Any
 
 from cookbook.profiling.enable import schedule
-from cookbook.recipes.base import Launch, Recipe, StartPath, path_problem, register_factory, register_recipe
+from cookbook.recipes.base import (
+    HubFetch,
+    Launch,
+    Recipe,
+    StartPath,
+    is_hub_id,
+    path_problem,
+    register_factory,
+    register_recipe,
+)
 from cookbook.spec import JobSpec
 from cookbook.versions import tested_version
 
@@ -74,13 +83,16 @@ class _ParserProcess:
         )
 
     def ask(self, args: list[str], path: tuple[str, ...] = ()) -> dict[str, Any]:
+        return self.request({"args": args, "modules": list(path)})
+
+    def request(self, request: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             for _ in range(2):  # a child that died (killed, out of memory) is started again once
                 if self._proc is None or self._proc.poll() is not None:
                     self._proc = self._start()
                 assert self._proc.stdin and self._proc.stdout
                 try:
-                    self._proc.stdin.write(json.dumps({"args": args, "modules": list(path)}) + "\n")
+                    self._proc.stdin.write(json.dumps(request) + "\n")
                     self._proc.stdin.flush()
                     line = self._proc.stdout.readline()
                 except BrokenPipeError:
@@ -98,6 +110,13 @@ _PARSER = _ParserProcess()
 @functools.lru_cache(maxsize=256)
 def _parsed(args: tuple[str, ...], path: tuple[str, ...] = ()) -> dict[str, Any]:
     return _PARSER.ask(list(args), path)
+
+
+@functools.cache
+def dataset_paths() -> dict[str, str]:
+    """torchtitan's dataset tables, ``{dataset name: path}``: a path not under ``tests/`` is a Hub id that every
+    rank fetches when ``dataloader.dataset_path`` is unset (``c4`` is ``allenai/c4``)."""
+    return dict(_PARSER.request({"datasets": True}).get("datasets") or {})
 
 
 def _namespace(value: Any) -> Any:
@@ -273,6 +292,25 @@ class TorchtitanRecipe(Recipe):
             out[key] = (launch.get(key, value), why)
         return out
 
+    def hub_fetches(self, spec: JobSpec) -> list[HubFetch]:
+        """The start paths' Hub ids, and each dataset torchtitan streams from the Hub when its ``dataset_path`` is
+        unset (its own tables: ``c4`` is ``allenai/c4``, FLUX's ``cc12m-wds`` ``pixparse/cc12m-wds``)."""
+        out = super().hub_fetches(spec)
+        cfg, _ = (None, "") if spec.local_cpu else self.parse(spec, self.effective_overrides(spec))
+        if cfg is None:
+            return out
+        loaders = [("dataloader", cfg.dataloader)]
+        if getattr(cfg.validator, "enable", False):
+            loaders.append(("validator.dataloader", cfg.validator.dataloader))
+        for section, loader in loaders:
+            repo = dataset_paths().get(str(getattr(loader, "dataset", "")), "")
+            if loader.dataset_path or not is_hub_id(repo) or repo in {f.repo_id for f in out}:
+                continue
+            # torchtitan loads C4 with name="en": the repo's README (its configs) and the en/ files are what it reads
+            allow = ("README.md", "en/*") if repo == "allenai/c4" else ()
+            out.append(HubFetch(repo, "dataset", f"{section}.dataset_path", allow=allow))
+        return out
+
     def parse(self, spec: JobSpec, overrides: dict[str, str]) -> tuple[Any, str]:
         """torchtitan's parser on this recipe's module and config plus ``overrides`` (see :func:`parse_config`)."""
         return parse_config(self.config_name(spec), overrides, self.module_name(spec), self.module_path)
@@ -400,7 +438,8 @@ class Llama3_8BC4(TorchtitanRecipe):
     name = "llama3_8b_c4"
     description = "Llama-3.1-8B pretraining on C4, torchtitan (FSDP2 [+TP/PP/CP])"
     config_fn = "llama3_8b_c4"
-    model_folder = "Llama-3.1-8B"  # its tokenizer only: the model trains from scratch
+    model_repo = "meta-llama/Llama-3.1-8B"  # its tokenizer only: the model trains from scratch
+    model_folder = model_repo.rsplit("/", 1)[-1]
     planner_model = "llama3_1_8b"
     planner_settings = {"seq_len": 8192, "micro_batch": 2, "checkpointing": "selective"}
     planner_source = "torchtitan llama3_8b (seq 8192, selective op AC); bs 2 as in torchtitan docs/performance.md"
@@ -412,21 +451,11 @@ class Llama3_8BC4(TorchtitanRecipe):
                 "MODEL_DIR",
                 f"$RECIPE_DIR/models/{self.model_folder}",
                 "dir",
-                "the Llama-3.1-8B tokenizer (`cookbook download meta-llama/Llama-3.1-8B`)",
+                f"the Llama-3.1-8B tokenizer (`cookbook download {self.model_repo}`)",
                 ("tokenizer.json", "tokenizer_config.json"),
+                repo_id=self.model_repo,
+                repo_files=("*.json", "original/tokenizer.model"),  # the tokenizer and configs, not the weights
             )
-        ]
-
-    def warnings(self, spec: JobSpec) -> list[str]:
-        """A GPU job without ``dataloader.dataset_path`` streams C4 from the Hub on every rank (#30 item 8)."""
-        cfg, _ = (None, "") if spec.local_cpu else self.parse(spec, self.effective_overrides(spec))
-        if cfg is None or cfg.dataloader.dataset_path:
-            return []
-        return [
-            f"dataloader.dataset = {cfg.dataloader.dataset} is streamed from the Hub (allenai/c4) by every rank of "
-            "the job: with many nodes, HTTP 429. Put C4 `en` on shared storage once (`cookbook download allenai/c4 "
-            "--repo-type dataset --allow-patterns 'en/*' --output-dir /shared/c4`, or `cookbook data c4 FILES "
-            "--output-dir /shared/c4/en`) and render with --set dataloader.dataset_path=/shared/c4/en"
         ]
 
 
@@ -434,7 +463,8 @@ class FluxSchnell(TorchtitanRecipe):
     name = "flux_schnell"
     description = "FLUX.1-schnell training on cc12m, torchtitan"
     config_fn = "flux_schnell"
-    model_folder = "FLUX.1-schnell"  # its autoencoder and configs: the transformer trains from scratch
+    model_repo = "black-forest-labs/FLUX.1-schnell"  # its autoencoder and configs: the transformer trains from scratch
+    model_folder = model_repo.rsplit("/", 1)[-1]
     # local-cpu: a FLUX sized to the tiny assets, a config of the local bench (the shipped module imports none)
     tiny_module = "cookbook.local.compat.titan_tiny_configs"
     planner_model = "flux_schnell"
@@ -469,8 +499,10 @@ class FluxSchnell(TorchtitanRecipe):
                 "FLUX_DIR",
                 f"$RECIPE_DIR/models/{self.model_folder}",
                 "dir",
-                "the FLUX.1-schnell download (`cookbook download black-forest-labs/FLUX.1-schnell`)",
+                f"the FLUX.1-schnell download (`cookbook download {self.model_repo}`)",
                 ("model_index.json",),
+                repo_id=self.model_repo,
+                repo_files=("*.json", "ae.safetensors"),  # the autoencoder and configs: the transformer trains anew
             ),
             StartPath(
                 "encoder.autoencoder_path",

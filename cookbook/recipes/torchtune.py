@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cookbook.profiling.enable import schedule
-from cookbook.recipes.base import Launch, Recipe, StartPath, path_problem, register_factory, register_recipe
+from cookbook.recipes.base import (
+    HubFetch,
+    Launch,
+    Recipe,
+    StartPath,
+    is_hub_id,
+    path_problem,
+    register_factory,
+    register_recipe,
+)
 from cookbook.spec import JobSpec, SpecError
 from cookbook.versions import requirement, tested_version
 
@@ -101,6 +110,19 @@ def _component_params(target: str) -> set[str] | None:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
     return {p.name for p in params}
+
+
+def _component_default(target: str, name: str) -> Any:
+    """The default of parameter ``name`` of a ``_component_`` callable (None: none, or it cannot load); e.g.
+    ``alpaca_dataset``'s ``source`` is ``tatsu-lab/alpaca`` when the config does not set it."""
+    from torchtune.config._errors import InstantiationError
+    from torchtune.config._utils import _get_component_from_path
+
+    try:
+        param = inspect.signature(_get_component_from_path(target)).parameters.get(name)
+    except (ImportError, AttributeError, ValueError, TypeError, InstantiationError):
+        return None
+    return None if param is None or param.default is inspect.Parameter.empty else param.default
 
 
 def suggest_key(key: str, keys: list[str]) -> list[str]:
@@ -323,6 +345,7 @@ class TorchtuneRecipe(Recipe):
                 "dir",
                 f"the {self.model_folder} download (`cookbook download` / `tune download`)",
                 MODEL_FILES,
+                repo_id=self.model_repo,
             ),
             StartPath(
                 "tokenizer.path",
@@ -393,6 +416,26 @@ class TorchtuneRecipe(Recipe):
             if key in spec.overrides and (p := _path_problem(key, spec.overrides[key])):
                 problems.append(p)
         return problems
+
+    def hub_fetches(self, spec: JobSpec) -> list[HubFetch]:
+        """The start paths' Hub ids, and each dataset whose ``source`` is a Hub repo: torchtune's builders call
+        ``load_dataset(source)`` on every rank (alpaca_dataset: ``tatsu-lab/alpaca``); a local folder or a file
+        builder (``json`` with ``data_files``) is read from disk."""
+        from omegaconf import ListConfig
+
+        out = super().hub_fetches(spec)
+        if spec.local_cpu:
+            return out
+        block = self.config(spec).get("dataset")
+        entries = list(block) if isinstance(block, ListConfig) else [block]
+        for i, entry in enumerate(entries):
+            if not hasattr(entry, "get"):
+                continue
+            source = entry.get("source") or _component_default(str(entry.get("_component_", "")), "source")
+            if isinstance(source, str) and is_hub_id(source):
+                key = "dataset.source" if len(entries) == 1 else f"dataset.{i}.source"
+                out.append(HubFetch(source, "dataset", key))
+        return out
 
     def warnings(self, spec: JobSpec) -> list[str]:
         from omegaconf import OmegaConf
@@ -482,7 +525,8 @@ class Llama33_70BFull(TorchtuneRecipe):
     recipe_file = "full_finetune_distributed"
     config_name = "llama3_3/70B_full_multinode"
     tiny_config = "tiny_full.yaml"
-    model_folder = "Llama-3.3-70B-Instruct"
+    model_repo = "meta-llama/Llama-3.3-70B-Instruct"
+    model_folder = model_repo.rsplit("/", 1)[-1]
     resume_model_from_output = True
     planner_settings = {"seq_len": 1024, "micro_batch": 4, "compile": True}
     planner_source = (
@@ -497,7 +541,8 @@ class Llama33_70BLora(TorchtuneRecipe):
     recipe_file = "lora_finetune_distributed"
     config_name = "llama3_3/70B_lora"
     tiny_config = "tiny_lora.yaml"
-    model_folder = "Llama-3.3-70B-Instruct"
+    model_repo = Llama33_70BFull.model_repo
+    model_folder = Llama33_70BFull.model_folder
     planner_settings = {"seq_len": 2048, "micro_batch": 2, "lora_rank": 16}
     planner_source = (
         "torchtune llama3_3/70B_lora.yaml (rank 16, batch_size 2, AC; max_seq_len null -> planner assumes 2048)"

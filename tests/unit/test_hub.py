@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -56,18 +58,19 @@ class _Hub(BaseHTTPRequestHandler):
             return self._send(403, b"{}", {"X-Error-Code": "GatedRepo", "X-Error-Message": "gated"}, head)
         if "/missing/" in path:
             return self._send(401, b"{}", {"X-Error-Code": "RepoNotFound", "X-Error-Message": "nope"}, head)
-        if path.startswith("/api/models/owner/tiny/revision/"):
-            info = {"id": "owner/tiny", "sha": SHA, "siblings": [{"rfilename": f} for f in FILES]}
+        # any other repo, model or dataset, holds FILES (`cookbook stage` fetches a recipe's real repo ids)
+        if m := re.fullmatch(r"/api/(models|datasets)/([\w.-]+/[\w.-]+)/revision/[^/]+", path):
+            info = {"id": m[2], "sha": SHA, "siblings": [{"rfilename": f} for f in FILES]}
             return self._send(200, json.dumps(info).encode(), {"Content-Type": "application/json"}, head)
-        if path.startswith(f"/api/models/owner/tiny/tree/{SHA}"):
+        if re.fullmatch(rf"/api/(models|datasets)/[\w.-]+/[\w.-]+/tree/{SHA}(/.*)?", path):
             tree = [
                 {"type": "file", "path": f, "size": len(b), "oid": hashlib.sha1(b).hexdigest()}
                 for f, b in FILES.items()
             ]
             return self._send(200, json.dumps(tree).encode(), {"Content-Type": "application/json"}, head)
-        prefix = f"/owner/tiny/resolve/{SHA}/"
-        if path.startswith(prefix) and path[len(prefix) :] in FILES:
-            body = FILES[path[len(prefix) :]]
+        m = re.fullmatch(rf"/(datasets/)?[\w.-]+/[\w.-]+/resolve/{SHA}/(.+)", path)
+        if m and m[2] in FILES:
+            body = FILES[m[2]]
             return self._send(200, body, {"X-Repo-Commit": SHA, "ETag": f'"{hashlib.sha1(body).hexdigest()}"'}, head)
         return self._send(404, b"{}", {"X-Error-Code": "EntryNotFound"}, head)
 
@@ -186,3 +189,46 @@ def test_token_status_never_returns_value(monkeypatch):
     st = hub.token_status()
     assert st.present and st.source == "HF_TOKEN" and SECRET not in str(st) + repr(st)
     assert hub.redact(f"x {SECRET} y", SECRET) == "x *** y"
+
+
+def test_stage_downloads_every_repo_a_recipe_reads_and_the_render_it_prints_goes_offline(tmp_path, local_hub):
+    """#30 item 8: `cookbook stage` fetches the model and the dataset of the LoRA finetune (their real repo ids,
+    from the local hub) once to shared storage and prints the render line; that script sets HF_HUB_OFFLINE=1
+    and is warned of no Hub fetch. The token never reaches the output."""
+    env = _isolated(tmp_path, HF_ENDPOINT=local_hub)
+    root = tmp_path / "shared"
+    r = cookbook("stage", "llama3_3_70b_lora", "--profile", "nebius", "--nodes", "4", "--root", str(root), env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"[1/2] model meta-llama/Llama-3.3-70B-Instruct -> {root}/Llama-3.3-70B-Instruct" in r.stdout
+    assert f"[2/2] dataset tatsu-lab/alpaca -> {root}/datasets/alpaca" in r.stdout
+    assert (root / "Llama-3.3-70B-Instruct/config.json").is_file()
+    assert (root / "datasets/alpaca/config.json").is_file()
+    assert not (root / "Llama-3.3-70B-Instruct/original/consolidated.00.pth").exists()  # the default ignore
+    assert SECRET not in r.stdout + r.stderr
+    line = r.stdout.strip().splitlines()[-1].strip()
+    assert line.startswith("cookbook render llama3_3_70b_lora --profile nebius --nodes 4 --set ")
+    out = tmp_path / "job" / "lora.sbatch"
+    args = [*shlex.split(line)[1:-1], str(out)]
+    rendered = cookbook(*args, env=env)
+    assert rendered.returncode == 0, rendered.stderr
+    assert "Hub" not in rendered.stderr
+    script = out.read_text()
+    assert "export HF_HUB_OFFLINE=1  # every model, tokenizer and dataset this job reads is a local path" in script
+    assert f"MODEL_DIR=${{MODEL_DIR:-{root}/Llama-3.3-70B-Instruct}}" in script
+
+
+def test_stage_dry_run_fetches_nothing_and_a_local_cpu_job_has_nothing_to_stage(tmp_path):
+    env = _isolated(tmp_path, HF_ENDPOINT="http://127.0.0.1:9")
+    r = cookbook("stage", "flux_schnell", "--profile", "crusoe", "--root", "/shared/hf", "--dry-run", env=env)
+    assert r.returncode == 0, r.stderr
+    assert [ln.split()[2] for ln in r.stdout.splitlines() if ln.startswith("[")] == [
+        "black-forest-labs/FLUX.1-schnell",
+        "google/t5-v1_1-xxl",
+        "openai/clip-vit-large-patch14",
+        "pixparse/cc12m-wds",
+    ]
+    assert "--set encoder.t5_encoder=/shared/hf/t5-v1_1-xxl" in r.stdout
+    r = cookbook("stage", "flux_schnell", "--profile", "local-cpu", "--root", "/x", env=env)
+    assert r.returncode == 0 and "reads nothing from the Hub" in r.stdout
+    r = cookbook("stage", "no_such_recipe", "--root", "/x", env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -305,31 +305,77 @@ def test_torchtune_resumes_from_the_newest_complete_step_checkpoint_mid_epoch(tm
     ]
 
 
-def test_a_multi_node_job_that_would_fetch_hub_ids_at_start_up_is_warned_with_the_download_line():
-    """#30 item 8: FLUX's T5 (~44 GB) and CLIP encoders are Hub ids by default; every rank would fetch them."""
+def test_a_multi_node_job_that_would_fetch_hub_ids_at_start_up_is_warned_with_the_staging_line():
+    """#30 item 8: FLUX's T5 (~44 GB) and CLIP encoders are Hub ids by default, and torchtitan streams cc12m from
+    the Hub; every rank would fetch them. Each is named with `cookbook stage` and the setting for the local copy."""
     from cookbook.recipes import get_recipe
     from cookbook.render import hub_fetch_warnings
 
     recipe = get_recipe("flux_schnell")
     spec = make_spec("flux_schnell", profile="nebius", nodes=2, recipe_dir="/shared/recipes")
     said = hub_fetch_warnings(spec, recipe)
-    assert [w.split(" = ")[0] for w in said] == ["encoder.t5_encoder", "encoder.clip_encoder"]
-    assert "`cookbook download google/t5-v1_1-xxl --output-dir /shared/models/t5-v1_1-xxl`" in said[0]
-    assert "export T5_DIR=/shared/models/t5-v1_1-xxl" in said[0] and "HF_HUB_OFFLINE=1" in said[0]
-    staged = {"encoder.t5_encoder": "/shared/t5", "encoder.clip_encoder": "/shared/clip"}
+    keys = ["encoder.t5_encoder", "encoder.clip_encoder", "dataloader.dataset_path"]
+    assert [w.split(" = ")[0] for w in said] == keys
+    assert "google/t5-v1_1-xxl is a Hub model every rank of the 2 nodes fetches" in said[0]
+    assert "`cookbook stage flux_schnell --root /shared/hf`" in said[0]
+    assert "export T5_DIR=/shared/hf/t5-v1_1-xxl HF_HUB_OFFLINE=1 before sbatch" in said[0]
+    assert "pixparse/cc12m-wds is a Hub dataset" in said[2]
+    assert "--set dataloader.dataset_path=/shared/hf/datasets/cc12m-wds" in said[2]
+    staged = {
+        "encoder.t5_encoder": "/shared/t5",
+        "encoder.clip_encoder": "/shared/clip",
+        "dataloader.dataset_path": "/shared/cc12m",
+    }
     assert hub_fetch_warnings(make_spec("flux_schnell", profile="nebius", nodes=2, overrides=staged), recipe) == []
     assert hub_fetch_warnings(make_spec("flux_schnell", profile="nebius", nodes=1), recipe) == []
 
 
-def test_a_gpu_llama3_8b_c4_job_streaming_c4_from_the_hub_is_warned_with_how_to_stage_it():
-    """#30 item 8: torchtitan's c4 dataset streams allenai/c4 on every rank unless dataloader.dataset_path is set."""
+@pytest.mark.parametrize(
+    ("name", "fetched", "local"),
+    [
+        # torchtitan's own table: c4 is allenai/c4, loaded with name="en" (the README's configs and en/)
+        ("llama3_8b_c4", [("allenai/c4", "dataset", "dataloader.dataset_path")], {"dataloader.dataset_path": "/d/c4"}),
+        # torchtune's alpaca builder: load_dataset(source) on every rank
+        ("llama3_3_70b_lora", [("tatsu-lab/alpaca", "dataset", "dataset.source")], {"dataset.source": "/d/a"}),
+        ("llama3_3_70b_full", [("tatsu-lab/alpaca", "dataset", "dataset.source")], {"dataset.source": "/d/a"}),
+        # train.py: the model's tokenizer and C4 by default
+        (
+            "fsdp_llama3_1_8b",
+            [("meta-llama/Llama-3.1-8B", "model", "tokenizer"), ("allenai/c4", "dataset", "dataset")],
+            {"tokenizer": "/d/tok", "dataset": "/d/c4"},
+        ),
+    ],
+)
+def test_each_recipe_names_what_its_ranks_fetch_from_the_hub_and_a_local_copy_ends_it(name, fetched, local):
+    """#30 item 8: the Hub fetches are the recipe's to name (the render warns of them, `cookbook stage` downloads
+    them); once each is a local path the GPU script sets HF_HUB_OFFLINE=1 itself, and local-cpu fetches nothing."""
+    from cookbook.recipes import get_recipe
+    from cookbook.render import render_job
+
+    recipe = get_recipe(name)
+    spec = make_spec(name, profile="crusoe", nodes=2)
+    assert [(f.repo_id, f.repo_type, f.key) for f in recipe.hub_fetches(spec)] == fetched
+    assert "HF_HUB_OFFLINE" not in render_job(spec).script
+    staged = make_spec(name, profile="crusoe", nodes=2, overrides=local)
+    assert recipe.hub_fetches(staged) == []
+    job = render_job(staged)
+    assert "export HF_HUB_OFFLINE=1  # every model, tokenizer and dataset this job reads is a local path" in job.script
+    assert not any("Hub" in w for w in job.warnings)
+    assert recipe.hub_fetches(make_spec(name, profile="local-cpu", nodes=2)) == []
+
+
+def test_c4_is_staged_with_the_files_torchtitan_reads():
+    """torchtitan loads C4 with name="en": the README (its configs) and en/, not the whole 13 TB repo."""
     from cookbook.recipes import get_recipe
 
-    recipe = get_recipe("llama3_8b_c4")
-    (said,) = recipe.warnings(make_spec("llama3_8b_c4", profile="crusoe", nodes=2))
-    assert said.startswith("dataloader.dataset = c4 is streamed from the Hub (allenai/c4) by every rank")
-    assert "--set dataloader.dataset_path=/shared/c4/en" in said
-    c4 = {"dataloader.dataset_path": "/shared/c4/en"}
-    staged = make_spec("llama3_8b_c4", profile="crusoe", nodes=2, overrides=c4)
-    assert recipe.warnings(staged) == []
-    assert recipe.warnings(make_spec("llama3_8b_c4", profile="local-cpu", nodes=2)) == []
+    (c4,) = get_recipe("llama3_8b_c4").hub_fetches(make_spec("llama3_8b_c4", profile="crusoe", nodes=2))
+    assert c4.allow == ("README.md", "en/*") and c4.local("/shared/hf") == "/shared/hf/datasets/c4"
+
+
+def test_a_job_whose_inputs_are_known_only_at_run_time_never_goes_offline():
+    """A use job reads its trained run's dataset, a script its own: the render cannot know, so no HF_HUB_OFFLINE."""
+    from cookbook.recipes import get_recipe
+
+    spec = make_spec("llama3_3_70b_lora_use", profile="crusoe", nodes=1)
+    assert not get_recipe("llama3_3_70b_lora_use").hub_complete(spec)
+    assert "HF_HUB_OFFLINE" not in render_job(spec).script
