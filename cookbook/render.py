@@ -94,8 +94,10 @@ def runtime_lines(spec: JobSpec, recipe: Recipe, names: tuple[str, ...]) -> list
         # = #SBATCH --signal's: the ranks agree on a stop every N steps within it (local-cpu: every step)
         lead = [] if spec.local_cpu or not spec.signal_seconds else [f"--lead-seconds={spec.signal_seconds}"]
         lines.append(["--requeue", *lead] + ([f"--save-seconds={seconds:.0f}"] if seconds else []))
-    resume = (["--once"] if recipe.trains else []) + recipe.resume(spec)
-    if resume:
+    resume = (["--once"] if recipe.trains else []) + recipe.resume(spec)  # on the stop-save's line: what resumes
+    if resume and spec.requeue:
+        lines[-1] += resume
+    elif resume:
         lines.append(resume)
     checks = ["--gate", f"--gate-seconds={gate.time_limit_s.value:g}"]
     if gate.matmul_fraction:
@@ -114,14 +116,17 @@ def runtime_lines(spec: JobSpec, recipe: Recipe, names: tuple[str, ...]) -> list
         from cookbook.planner.lead_time import largest_save_bytes  # the planner loads every recipe
 
         needs.append(f"--checkpoint-gb={largest_save_bytes(recipe.stop_save_recipes(), spec.overrides) / 1e9:.0f}")
-    lines.append(needs)
+    lines[0] += needs  # where the ranks meet, and what their Python must have
     if spec.container_image:
         # one import of the image per node and job: the named container is reused by every srun of the job
         srun = [f"--srun-arg=--container-image={spec.container_image}", f"--srun-arg=--container-name={spec.name}"]
         if spec.container_mounts:
             srun.append(f"--srun-arg=--container-mounts={','.join(spec.container_mounts)}")
         lines.append(srun)
-    return [" ".join(quote_with_vars(word, names) for word in line) for line in lines]
+    out = [" ".join(quote_with_vars(word, names) for word in line) for line in lines]
+    # the script itself ("$0": an array task's own), what excluding a node resubmits
+    out[0] = out[0].replace(" --needs=", ' --script="$0" --needs=', 1)
+    return out
 
 
 def program_lines(args: tuple[str, ...], names: tuple[str, ...]) -> list[str]:

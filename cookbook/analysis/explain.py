@@ -9,7 +9,10 @@ traces) and returns :class:`Evidence` with an estimated cost (share of throughpu
 - data-loader stalls: step-time spikes within a start of the job (a requeue's gap is no step);
 - activation checkpointing heavier than needed (the planner says a lighter mode fits);
 - a straggler rank (rank-tagged logs, or profiler traces: the rank the others wait for);
-- scaling efficiency against the 1-node run of the same recipe.
+- scaling efficiency against the 1-node run of the same recipe;
+- from the nodes' telemetry (``RUN_DIR/.cookbook/telemetry``): a GPU throttled by a hardware, thermal or
+  power-brake slowdown (its share of the run x the clock it lost), an XID, uncorrected ECC errors, a NIC whose
+  error counters rose during the run (faults: listed first, with no throughput estimate).
 """
 
 from __future__ import annotations
@@ -45,9 +48,11 @@ class Evidence:
     cost: float  # estimated share of throughput lost, 0..1 (ranking only)
     finding: str
     fix: str
+    fault: bool = False  # a hardware fault seen (XID, ECC, NIC errors): first, whatever its cost
 
     def __str__(self) -> str:
-        return f"[{self.kind}, ~{100 * self.cost:.0f}% of throughput] {self.finding}\n    fix: {self.fix}"
+        what = "a fault" if self.fault and not self.cost else f"~{100 * self.cost:.0f}% of throughput"
+        return f"[{self.kind}, {what}] {self.finding}\n    fix: {self.fix}"
 
 
 @dataclass
@@ -256,6 +261,25 @@ def check_trace_stragglers(traces: Sequence[str | Path]) -> list[Evidence]:
     ]
 
 
+def check_telemetry(telemetry: pd.DataFrame | None) -> list[Evidence]:
+    """The nodes' GPU/NIC findings (:mod:`cookbook.metrics.telemetry`). A synchronous job runs at its slowest
+    GPU's pace: a throttled GPU costs its share of the run times the clock it lost against its peers."""
+    if telemetry is None or telemetry.empty:
+        return []
+    from cookbook.metrics.telemetry import findings, gpu_rows
+
+    g = gpu_rows(telemetry)
+    out = []
+    for f in findings(telemetry):
+        cost = 0.0
+        if f.kind == "throttle":
+            mine = g[(g["node"] == f.node) & (g["gpu"] == int(f.device)) & (g["faults"] > 0)]["sm_mhz"].median()
+            peers = g[g["faults"] == 0]["sm_mhz"].median()
+            cost = f.share * max(0.0, 1 - mine / peers) if peers == peers and peers > 0 else f.share
+        out.append(Evidence(f"gpu_{f.kind}", cost, f.finding, f.fix, fault=f.kind != "throttle"))
+    return out
+
+
 def check_scaling(measured_tps: float | None, baseline_tps: float | None, nodes: int | None) -> list[Evidence]:
     if not measured_tps or not baseline_tps or not nodes or nodes < 2:
         return []
@@ -302,6 +326,7 @@ def explain_log(
     baseline_log: str | Path | None = None,
     hosts: Sequence[str] | None = None,
     traces: Sequence[str | Path] | None = None,
+    telemetry: pd.DataFrame | None = None,
 ) -> Explanation:
     """Explain a run's efficiency from its log (plus whatever else is known about it)."""
     from cookbook.analysis.starts import parse_starts
@@ -339,12 +364,13 @@ def explain_log(
         *check_checkpointing(text, recipe, gpu, nodes, gpus_per_node, checkpointing),
         *check_stragglers(log, hosts, procs_per_node or None),
     ]
+    evidence += check_telemetry(telemetry)
     if traces:
         evidence += check_trace_stragglers(traces)
     if baseline_log is not None:
         base_tps = _median_after_warmup(parse_log(baseline_log), "tokens_per_second_per_gpu")
         evidence += check_scaling(tps, base_tps, nodes)
-    return Explanation(measured, expected, sorted(evidence, key=lambda e: -e.cost), notes)
+    return Explanation(measured, expected, sorted(evidence, key=lambda e: (not e.fault, -e.cost)), notes)
 
 
 def explain_plot(explanation: Explanation) -> Any:

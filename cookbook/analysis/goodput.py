@@ -208,6 +208,7 @@ class Ledger:
     price: float = 0.0
     forecast_productive_s: float | None = None
     notes: list[str] = field(default_factory=list)
+    gpus: dict[str, float] | None = None  # what the GPUs did meanwhile (the nodes' telemetry): clock, power, kWh
 
     @property
     def allocated_s(self) -> float:
@@ -271,6 +272,12 @@ class Ledger:
             lines.append(
                 f"planner forecast for these steps: {self.forecast_productive_s:.0f} s productive "
                 f"(measured {prod:.0f} s, x{prod / self.forecast_productive_s:.2f})"
+            )
+        if self.gpus:
+            g = self.gpus
+            lines.append(
+                f"the GPUs meanwhile: {g['gpus']:.0f} sampled, mean SM clock {g['mean_sm_mhz']:,.0f} MHz, "
+                f"mean power {g['mean_power_w']:.0f} W, energy {g['energy_kwh']:.3g} kWh"
             )
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -414,6 +421,7 @@ class RunRef:
     nodes: int | None = None
     gpus_per_node: int | None = None
     profile: str | None = None  # the cluster profile it was rendered for (job.json), for price and fabric
+    run_dir: Path | None = None  # its RUN_DIR (job.json): the nodes' telemetry is under it
 
 
 def _sbatch_int(script: Path, option: str) -> int | None:
@@ -443,6 +451,7 @@ def resolve_run(target: str, log: str | None = None, client: SlurmClient | None 
             _sbatch_int(job.script, "nodes"),
             _sbatch_int(job.script, "gpus-per-node"),
             job.profile or None,
+            job.run_dir,
         )
     if p.is_file():
         m = re.search(r"-(\d+)\.out$", p.name)
@@ -492,7 +501,7 @@ def run_ledger(
         raise FileNotFoundError(f"{ref.log} does not exist")
     profile = profiles().get(ref.profile or "")
     planned_gpu = gpu or (profile.gpu if profile else None)
-    return goodput_ledger(
+    ledger = goodput_ledger(
         ref.log,
         attempts,
         gpu=gpu,
@@ -500,3 +509,7 @@ def run_ledger(
         forecast_step_s=planned_step_seconds(ref.recipe, ref.nodes, ref.gpus_per_node, planned_gpu),
         profile=ref.profile,
     )
+    from cookbook.metrics.telemetry import gpu_summary, read_telemetry, telemetry_from_log
+
+    ledger.gpus = gpu_summary(read_telemetry(ref.run_dir) if ref.run_dir else telemetry_from_log(ref.log))
+    return ledger

@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="the cluster has no InfiniBand/EFA (TCP is expected; default: from the run's profile)",
     )
+    p.add_argument(
+        "--run-dir", help="the job's RUN_DIR, for the nodes' GPU/NIC telemetry (default: job.json's, or the log's)"
+    )
     p.add_argument("--plot", help="write the evidence chart to this PNG")
     p.set_defaults(func=_explain)
 
@@ -45,6 +48,7 @@ def _explain(args: argparse.Namespace) -> int:
     from cookbook.analysis.explain import expects_fabric, explain_log, explain_plot
     from cookbook.analysis.goodput import resolve_run
     from cookbook.analysis.stragglers import job_hosts
+    from cookbook.metrics.telemetry import read_telemetry, telemetry_from_log
     from cookbook.slurm.client import SlurmError
 
     try:
@@ -63,6 +67,7 @@ def _explain(args: argparse.Namespace) -> int:
     script = Path(args.run) / "job.sbatch" if Path(args.run).is_dir() else None
     on_gpus = bool(ref.gpus_per_node or args.gpus_per_node or args.gpu)
     hosts = args.hosts.split(",") if args.hosts else job_hosts(ref.log, ref.job_id)
+    from_log = telemetry_from_log(ref.log)  # the batch step names its telemetry folder in the log
     try:
         report = explain_log(
             ref.log,
@@ -78,6 +83,7 @@ def _explain(args: argparse.Namespace) -> int:
             baseline_log=args.baseline,
             hosts=hosts,
             traces=args.traces,
+            telemetry=read_telemetry(run_dir) if (run_dir := args.run_dir or ref.run_dir) else from_log,
         )
     except ValueError as e:
         raise UserError(str(e)) from e

@@ -191,6 +191,7 @@ def _watch(args: argparse.Namespace) -> int:
     print(f"job {args.job_id} {info.state}: following {out}", flush=True)
     follower, header, state = LogFollower(out), True, info.state
     end = None if args.timeout is None else time.monotonic() + args.timeout
+    nodes_seen: tuple[float, list[str]] = (time.monotonic(), [])
     while True:
         new = follower.poll()
         if len(new):
@@ -199,6 +200,8 @@ def _watch(args: argparse.Namespace) -> int:
             left = follower.eta()
             if left is not None:
                 print(f"  ETA {str(left).split('.')[0]}", flush=True)
+            if time.monotonic() - nodes_seen[0] > NODE_LINES_EVERY_S:  # the GPUs of each node, now and then
+                nodes_seen = (time.monotonic(), _node_lines(out, nodes_seen[1]))
         if info.done:
             break
         if end is not None and time.monotonic() > end:
@@ -222,4 +225,20 @@ def _watch(args: argparse.Namespace) -> int:
         hosts = job_hosts(out, args.job_id, client, nodelist=info.nodes or None)
         for line in straggler_lines(str(out), hosts):
             print(line)
+        _node_lines(out, [])
     return 0 if info.state == "COMPLETED" else 1
+
+
+NODE_LINES_EVERY_S = 60.0
+
+
+def _node_lines(log: Path | str, before: list[str]) -> list[str]:
+    """Print each node's GPU line (its telemetry: clocks, temperature, a throttle, XID, ECC or NIC error) when
+    they changed since ``before``; the lines."""
+    from cookbook.metrics.telemetry import node_lines, telemetry_from_log
+
+    lines = node_lines(telemetry_from_log(log))
+    if lines != before:
+        for line in lines:
+            print(f"node {line}", flush=True)
+    return lines

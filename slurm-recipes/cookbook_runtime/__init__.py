@@ -21,4 +21,5 @@ The optional layers, with torch, in the processes the batch step starts:
 - ``hang``: the ranks' hang watch and the verdict on who hung (the verdict is stdlib)
 - ``nodecheck``: the gate's checks on every node, and their verdict
 - ``gpus``: GPU kinds and their peak FLOP/s
+- ``telemetry``: each node's GPU (NVML) and NIC samples beside the launcher, and the gate's GPU health
 """

@@ -13,6 +13,7 @@ Everything the job keeps lives in ``RUN_DIR/.cookbook/``:
 ``runs.tsv``                        one line per run: job, restart, nodes, start, end, outcome (NODE_FAIL reads it)
 ``preflight-<job>.<restart>/``      the gate's reports (``<node>.<local rank>.json``)
 ``hang/<job>-<restart>/``           the hang watch's dumps (``HANG``, flight recorder, stacks)
+``telemetry/<job>-<restart>/``      each node's GPU and NIC samples, ``<node>.csv`` (:mod:`~cookbook_runtime.telemetry`)
 ``complete``                        the run finished its training: a new submission does nothing
 ==================================  ==========================================================
 """
@@ -31,8 +32,10 @@ RUNS = "runs.tsv"
 COMPLETE = "complete"
 PREFLIGHT = "preflight-"  # + <job>.<restart>
 HANG = "hang"
+TELEMETRY = "telemetry"
 STOP_FILE_ENV = "COOKBOOK_STOP_FILE"  # the ranks find the stop flag here
 HANG_DIR_ENV = "COOKBOOK_HANG_DIR"
+TELEMETRY_DIR_ENV, TELEMETRY_S_ENV = "COOKBOOK_TELEMETRY_DIR", "COOKBOOK_TELEMETRY_S"  # the sampler's folder, interval
 LEAD_ENV = "COOKBOOK_STOP_LEAD_S"  # the --signal lead time: how late a stop may be seen and still saved
 SAVE_ENV = "COOKBOOK_SAVE_S"  # the model's stop-save time
 HANG_TRIGGER = "HANG"  # the file a rank writes when it declares a hang
@@ -56,6 +59,10 @@ def hang_dir(run_dir: str | os.PathLike[str], job: str, restart: int) -> Path:
     return state_dir(run_dir) / HANG / f"{job}-{restart}"
 
 
+def telemetry_dir(run_dir: str | os.PathLike[str], job: str, restart: int) -> Path:
+    return state_dir(run_dir) / TELEMETRY / f"{job}-{restart}"
+
+
 # ---------------------------------------------------------------- log lines read by other processes
 
 
@@ -67,6 +74,7 @@ def saved_line(step: int, path: str) -> str:
 SAVED = re.compile(r"cookbook: saved at step (\d+) for preemption: (\S+)")
 START = re.compile(r"^(?:\d+: )?job (\d+): (\d+) node\(s\)(?: \[(\S*)\],)?", re.M)  # run.rendezvous: a start
 GOT_SIGNAL = re.compile(r"cookbook: got (\w+)")
+TELEMETRY_LINE = re.compile(r"cookbook: node telemetry every (\S+) s in (\S+)")  # run.main: where the samples go
 
 # the gate and exclusion lines (``cookbook.analysis.node_health`` reads them): name -> regex
 NODE_LINES: dict[str, re.Pattern[str]] = {

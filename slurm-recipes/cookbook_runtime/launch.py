@@ -17,6 +17,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from . import telemetry
+
 SHIELDED = (signal.SIGUSR1, signal.SIGTERM)
 _ENTRY = {"torchrun": "torch.distributed.run", "tune": "torchtune._cli.tune"}
 
@@ -42,7 +44,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"usage: python3 -m cookbook_runtime.launch {{{'|'.join(_ENTRY)}}} ARGS (got {' '.join(argv[:2])})")
     shield()
     sys.argv = argv
-    runpy.run_module(_ENTRY[argv[0]], run_name="__main__", alter_sys=True)
+    sampler = telemetry.start_from_env()  # this node's GPUs and NICs beside the launcher, until it ends
+    try:
+        runpy.run_module(_ENTRY[argv[0]], run_name="__main__", alter_sys=True)
+    finally:
+        if sampler:
+            sampler.set()
 
 
 if __name__ == "__main__":

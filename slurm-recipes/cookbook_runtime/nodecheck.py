@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -37,15 +36,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from . import telemetry
 from .decide import GateThresholds, GateVerdict, NodeReport, devices_selected, gate_verdict, interface_matches
 from .gpus import known_peak
+from .telemetry import node_name
 
 COLLECTIVE = "all-reduce across"  # the failure lines of the collective part start so
 BUSBW = "allreduce_busbw_gbps"
-
-
-def node_name() -> str:
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 
 peak_tflops = known_peak
@@ -108,6 +105,7 @@ def local_checks(args: argparse.Namespace, local_rank: int, out: Path) -> tuple[
                     "aws-ofi-nccl's NCCL plugin (libnccl-net*.so) not found on LD_LIBRARY_PATH, in "
                     "/opt/amazon/ofi-nccl/lib or the ld cache: NCCL would fall back to sockets, not EFA"
                 )
+        failures += telemetry.gpu_faults()  # NVML where it is: an XID, ECC errors, a hardware slowdown
         try:
             probe = out / f"{node_name()}.probe"
             probe.write_text(node_name())

@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--lead-seconds", type=float, default=0.0, help="the --signal lead time: how often the ranks agree on a stop")
     a("--save-seconds", type=float, default=0.0, help="the model's stop-save time (hang floor, KillWait check)")
     a("--max-retries", type=int, default=2, help="node exclusions per job (COOKBOOK_MAX_RETRIES overrides)")
+    a("--script", default="", help="the job's script, \"$0\" (an array task's own): what excluding a node resubmits")
     g = p.add_argument_group("pre-flight gate (thresholds and their sources: cookbook profiles show PROFILE)")
     g.add_argument("--gate", action="store_true", help="check every node before training")
     g.add_argument("--gate-strict", action="store_true", help="stop on a problem no node can be blamed for")
@@ -148,7 +149,7 @@ class Job:
             slurm.requeue(self.self_id)
             return 0
         array_task = bool(os.environ.get("SLURM_ARRAY_TASK_ID"))
-        own = os.environ.get("COOKBOOK_SCRIPT", "")
+        own = self.args.script or os.environ.get("COOKBOOK_SCRIPT", "")
         script = decide.resubmit_script(record, own, array_task, Path(record.get("Command", "-")).is_file())
         args = decide.resubmit_args(record, nodes)
         cwd = os.environ.get("SLURM_SUBMIT_DIR", ".")
@@ -496,6 +497,10 @@ def main(argv: list[str] | None = None) -> int:
     hang_dir.mkdir(parents=True, exist_ok=True)
     env = os.environ
     env[files.HANG_DIR_ENV] = str(hang_dir)
+    every = env.setdefault(files.TELEMETRY_S_ENV, "10")  # the nodes' GPU/NIC sampler (launch), 0: none
+    env[files.TELEMETRY_DIR_ENV] = samples = str(files.telemetry_dir(job.run_dir, job.id, job.restart))
+    if every.strip() not in ("0", ""):
+        say(f"cookbook: node telemetry every {every} s in {samples}")
     env.setdefault("COOKBOOK_HANG_MIN_S", f"{decide.hang_min_seconds(args.save_seconds):.0f}")
     env[files.LEAD_ENV], env[files.SAVE_ENV] = f"{args.lead_seconds:g}", f"{args.save_seconds:g}"
     env.setdefault("TORCH_FR_BUFFER_SIZE", "2000")  # the last 2000 collectives per rank

@@ -187,7 +187,7 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
         return script
 
     # 1. a line added by hand expanding an empty array unguarded (bash < 4.4 aborts) -- caught before submission
-    launch = "export COOKBOOK_SCRIPT="
+    launch = "exec python3 -m cookbook_runtime.run"
     s = broken("array", "torchtitan/llama3_8b_c4.generic.sbatch")
     _edit(s, launch, 'EXTRA=()\necho "${EXTRA[@]}"\n' + launch)
     # 2. a head node taken by hand with `head` (SIGPIPE on large allocations)

@@ -1,0 +1,181 @@
+"""Per-node GPU and NIC telemetry beside the launcher: one thread, a row per device every N seconds, one CSV a node.
+
+:mod:`~cookbook_runtime.launch` starts it when ``COOKBOOK_TELEMETRY_DIR`` is set (the batch step sets
+``RUN_DIR/.cookbook/telemetry/<job>-<restart>``); ``COOKBOOK_TELEMETRY_S`` is the interval (default 10; 0: off).
+GPUs through NVML (``nvidia-ml-py``: what nvidia-smi and DCGM read); without it (CPU nodes) the host's rows only,
+said once. NICs: ``/sys/class/infiniband/*/ports/*/counters``. ``<node>.csv`` has :data:`COLUMNS`, a row per
+device (a GPU index, ``host``, ``<ib device>:<port>``) per sample: unix time, clocks (MHz), power and its limit (W),
+temperature (C), utilization (%), memory used (MiB), NVML's clock-event reasons (a bitmask, :data:`REASONS`),
+uncorrected ECC errors, the XIDs reported since the last sample (``;``), a port's error counters summed since boot,
+the host's 1-minute load; an empty cell was not measured. ~60 bytes a row: 8 GPUs, a host and 4 ports every 10 s
+for a week is ~47 MB; past :data:`MAX_BYTES`, and each time the file doubles again, the interval doubles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from . import files
+
+COLUMNS = ("time", "device", "sm_mhz", "mem_mhz", "power_w", "power_limit_w", "temp_c", "util_pct", "mem_used_mib",
+           "throttle", "ecc_uncorrected", "xid", "nic_errors", "load")  # fmt: skip
+# NVML clock-event reasons (nvmlClocksEventReason*): name -> (bit, a fault of the GPU or its node?)
+REASONS = {"idle": (0x1, False), "app_clocks": (0x2, False), "sw_power_cap": (0x4, False), "hw_slowdown": (0x8, True),
+           "sync_boost": (0x10, False), "sw_thermal": (0x20, True), "hw_thermal": (0x40, True),
+           "hw_power_brake": (0x80, True)}  # fmt: skip
+FAULT_MASK = sum(bit for bit, fault in REASONS.values() if fault)
+
+
+def fault_names(bits: int | None) -> list[str]:
+    """The reasons in ``bits`` that are faults (power capping and idle clocks are not)."""
+    return [name for name, (bit, fault) in REASONS.items() if fault and (bits or 0) & bit]
+
+
+NIC_ERRORS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors", "port_xmit_discards",
+              "local_link_integrity_errors", "excessive_buffer_overrun_errors")  # fmt: skip
+MAX_BYTES = 64 << 20
+SYSFS_ENV = "COOKBOOK_IB_SYSFS"  # where the NICs' counters are (tests: a folder per node, ``{node}`` in the path)
+
+
+def node_name() -> str:
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def _count(path: Path) -> int:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def nic_rows(now: float, sysfs: Path) -> list[dict[str, Any]]:
+    """One row per InfiniBand/EFA port: its error counters' sum since boot."""
+    return [
+        {"time": now, "device": f"{p.parent.parent.name}:{p.name}", "nic_errors": sum(_count(p / "counters" / n)
+                                                                                      for n in NIC_ERRORS)}
+        for p in sorted(sysfs.glob("*/ports/*"))
+    ]  # fmt: skip
+
+
+class Nvml:
+    """NVML's per-GPU readings; a reading NVML refuses (NotSupported on this GPU) stays empty."""
+
+    def __init__(self, nvml: Any):
+        self.nv = nvml
+        nvml.nvmlInit()
+        self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        self.events = None
+        with contextlib.suppress(Exception):
+            self.events = nvml.nvmlEventSetCreate()
+            for h in self.handles:
+                nvml.nvmlDeviceRegisterEvents(h, nvml.nvmlEventTypeXidCriticalError, self.events)
+
+    def _get(self, fn: str, *args: Any) -> Any:
+        with contextlib.suppress(Exception):
+            return getattr(self.nv, fn)(*args)
+        return None
+
+    def xids(self) -> dict[int, list[int]]:
+        """XID events since the last call, per GPU index."""
+        out: dict[int, list[int]] = {}
+        while self.events is not None:
+            try:
+                event = self.nv.nvmlEventSetWait_v2(self.events, 0)
+            except Exception:  # noqa: BLE001  (NVML's timeout: none pending)
+                break
+            index = self.handles.index(event.device) if event.device in self.handles else -1
+            out.setdefault(index, []).append(int(event.eventData))
+        return out
+
+    def rows(self, now: float) -> list[dict[str, Any]]:
+        nv, xids, rows = self.nv, self.xids(), []
+        for i, h in enumerate(self.handles):
+            power, limit = self._get("nvmlDeviceGetPowerUsage", h), self._get("nvmlDeviceGetEnforcedPowerLimit", h)
+            util, mem = self._get("nvmlDeviceGetUtilizationRates", h), self._get("nvmlDeviceGetMemoryInfo", h)
+            rows.append({
+                "time": now, "device": i,
+                "sm_mhz": self._get("nvmlDeviceGetClockInfo", h, nv.NVML_CLOCK_SM),
+                "mem_mhz": self._get("nvmlDeviceGetClockInfo", h, nv.NVML_CLOCK_MEM),
+                "power_w": None if power is None else round(power / 1000, 1),
+                "power_limit_w": None if limit is None else round(limit / 1000),
+                "temp_c": self._get("nvmlDeviceGetTemperature", h, nv.NVML_TEMPERATURE_GPU),
+                "util_pct": getattr(util, "gpu", None), "mem_used_mib": None if mem is None else mem.used >> 20,
+                "throttle": self._get("nvmlDeviceGetCurrentClocksEventReasons", h),
+                "ecc_uncorrected": self._get("nvmlDeviceGetTotalEccErrors", h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                                             nv.NVML_VOLATILE_ECC),
+                "xid": ";".join(map(str, xids.get(i, []))),
+            })  # fmt: skip
+        return rows
+
+
+def open_nvml() -> tuple[Nvml | None, str]:
+    """NVML, or None and why not (one line)."""
+    try:
+        import pynvml  # noqa: PLC0415  (nvidia-ml-py; optional)
+
+        return Nvml(pynvml), ""
+    except ImportError:
+        return None, "nvidia-ml-py is not installed in the nodes' Python"
+    except Exception as e:  # noqa: BLE001  (NVMLError_LibraryNotFound, DriverNotLoaded: no GPU here)
+        return None, f"NVML did not start ({type(e).__name__}: {e})"
+
+
+def sample(nvml: Nvml | None, sysfs: Path, now: float) -> list[dict[str, Any]]:
+    host = {"time": now, "device": "host", "load": round(os.getloadavg()[0], 2)}
+    return [*(nvml.rows(now) if nvml else []), host, *nic_rows(now, sysfs)]
+
+
+def csv_line(row: dict[str, Any]) -> str:
+    return ",".join("" if row.get(c) is None else f"{row[c]:.1f}" if c == "time" else str(row[c]) for c in COLUMNS)
+
+
+def run(out: Path, interval: float, stop: threading.Event, nvml: Nvml | None = None, sysfs: Path | None = None) -> None:
+    """Sample until ``stop`` is set: a row per device appended to ``out`` every ``interval`` seconds."""
+    sysfs = sysfs or Path(os.environ.get(SYSFS_ENV, "/sys/class/infiniband").replace("{node}", node_name()))
+    new, limit = not out.exists(), MAX_BYTES
+    with out.open("a", buffering=1) as f:
+        if new:
+            f.write(",".join(COLUMNS) + "\n")
+        while True:
+            t0 = time.monotonic()
+            f.write("".join(csv_line(r) + "\n" for r in sample(nvml, sysfs, time.time())))
+            if f.tell() > limit:  # a long run: half the rows from here on
+                interval, limit = interval * 2, limit * 2
+            if stop.wait(max(interval - (time.monotonic() - t0), 0.1)):
+                return
+
+
+def gpu_faults(nvml: Nvml | None = None) -> list[str]:
+    """The gate's GPU health, one failure per fault (a node fault when its peers show none): an XID NVML reports,
+    uncorrected ECC errors, clocks held by a hardware, thermal or power-brake slowdown (power capping and idle
+    clocks are no fault). XIDs from before the check are in the kernel log only (``dmesg``), not read here."""
+    nvml, out = nvml or open_nvml()[0], []
+    for r in nvml.rows(time.time()) if nvml else []:
+        i, held = r["device"], fault_names(r["throttle"])
+        out += [f"GPU {i} has uncorrected ECC errors: {r['ecc_uncorrected']}"] if r["ecc_uncorrected"] else []
+        out += [f"GPU {i} reported an XID: {r['xid']} (`dmesg | grep -i xid` on the node)"] if r["xid"] else []
+        out += [f"GPU {i} clocks held by a slowdown: {'+'.join(held)}"] if held else []
+    return out
+
+
+def start_from_env() -> threading.Event | None:
+    """The sampler thread of this node's launcher (daemon: it ends with the launcher); its stop event."""
+    folder, every = os.environ.get(files.TELEMETRY_DIR_ENV), os.environ.get(files.TELEMETRY_S_ENV) or "10"
+    interval = float(every) if every.replace(".", "", 1).isdigit() else 10.0
+    if not folder or interval <= 0:
+        return None
+    out = Path(folder) / f"{node_name()}.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    nvml, why = open_nvml()
+    if nvml is None:
+        print(f"cookbook: telemetry on {node_name()}: host only, {why}", file=sys.stderr, flush=True)
+    stop = threading.Event()
+    threading.Thread(target=run, args=(out, interval, stop, nvml), name="cookbook-telemetry", daemon=True).start()
+    return stop
