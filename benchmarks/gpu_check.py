@@ -49,6 +49,7 @@ from gpu_check_parts import (  # noqa: E402
     part_matmul,
     part_program,
     part_resume,
+    part_telemetry,
     part_versions,
 )
 
@@ -59,7 +60,7 @@ TABLE_BEGIN, TABLE_END = "<!-- gpu-check-table:begin -->", "<!-- gpu-check-table
 # Seconds per part: (GPU, CPU). GPU: guessed for one H100 before any device run (start-up ~15-25 s a process,
 # compile ~40 s, saves at ~1-2 GB/s): replace with the first device run's `budget` seconds. CPU: the 2-core bench.
 ESTIMATES: dict[str, tuple[float, float]] = {
-    "versions": (15, 8), "matmul": (20, 5), "assets:tune": (40, 8), "assets:flux": (30, 14),
+    "versions": (15, 8), "matmul": (20, 5), "telemetry": (5, 1), "assets:tune": (40, 8), "assets:flux": (30, 14),
     "titan_llama3": (70, 14), "tune_lora": (45, 7), "tune_full": (90, 8), "fsdp": (40, 12), "flux": (50, 14),
     "titan_llama3:resume": (50, 14), "tune_lora:resume": (40, 7),
     "titan_llama3:compile": (90, 20), "titan_llama3:ac": (40, 14), "tune_full:compile": (80, 12),
@@ -140,6 +141,7 @@ def build_tasks(ctx: Context, variants: list[tuple[str, str]]) -> list[Task]:
         return t(name, lambda s: part_program(ctx, p, v, s), after)
 
     tasks = [t("versions", lambda s: part_versions(ctx, s)), t("matmul", lambda s: part_matmul(ctx, s), first),
+             t("telemetry", lambda s: part_telemetry(ctx, s), first),
              t("assets:tune", lambda s: part_assets_tune(ctx, s), first)]  # fmt: skip
     for name in GPU_ORDER:
         if name == "flux":
@@ -280,6 +282,7 @@ def run_check(args: argparse.Namespace) -> dict[str, Any]:
         "imports": ctx.found.get("imports", {}),
         "budget": budget,
         "matmul": ctx.found.get("matmul", {}),
+        "telemetry": ctx.found.get("telemetry", {}),
         "programs": rows,
         "stop_saves": ctx.stop_saves,
         "ab": ab_rows(ctx),

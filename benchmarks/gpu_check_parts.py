@@ -177,6 +177,23 @@ def part_matmul(ctx: Context, slot: figures.Slot) -> None:
     ctx.found["matmul"] = m
 
 
+def part_telemetry(ctx: Context, slot: figures.Slot) -> None:
+    """The runtime's telemetry sampler against this machine's NVML (#32): what one sample reads on each GPU, what
+    the gate's GPU health says, and the CPU a sample costs with a driver's NVML (the bench measures only ours)."""
+    from cookbook_runtime import telemetry  # noqa: PLC0415  (slurm-recipes/ is on sys.path)
+
+    nvml, why = telemetry.open_nvml()
+    if nvml is None:
+        ctx.found["telemetry"] = {"nvml": why}
+        return
+    rows, began = nvml.rows(time.time()), time.process_time()
+    for _ in range(20):
+        nvml.rows(time.time())
+    cost = (time.process_time() - began) / 20
+    ctx.found["telemetry"] = {"nvml": "ok", "gpus": len(rows), "cpu_ms_per_sample": round(cost * 1e3, 3),
+                              "faults": telemetry.gpu_faults(nvml), "sample": rows}  # fmt: skip
+
+
 def importable(ctx: Context, framework: str) -> None:
     """On a GPU, a framework the versions probe could not import fails its parts at once, with the probe's error
     (the program would fail the same way, a start-up later)."""

@@ -8,14 +8,15 @@
 # device image does not have (found by importing both frameworks' trainers and recipes here and comparing with
 # the image's package list): datasets with dill and multiprocess, omegaconf (torchtune's configs), tyro with
 # docstring_parser and typeguard (torchtitan's command line), torchdata (both dataloaders), spmd_types
-# (torchtitan's parallelism). Versions: this project's pins (requirements/constraints.txt), nothing else.
+# (torchtitan's parallelism), nvidia-ml-py (the runtime's telemetry, #32).
+# Versions: this project's pins (requirements/constraints.txt), nothing else.
 # For CPython 3.12 on x86-64 Linux (the device's python3), whatever this machine runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-out/gpu_check_wheels}
 PYTHON=${PYTHON:-.venv/bin/python}
 PACKAGES="torchtune torchtitan torchao datasets dill multiprocess omegaconf tyro docstring_parser typeguard torchdata
-spmd_types"
+spmd_types nvidia-ml-py"
 specs=()
 for p in $PACKAGES; do
   pin=$(grep -iE "^${p}==" requirements/constraints.txt || true)

@@ -144,11 +144,24 @@ class Job(JobRecord):
             return [self.log]
         return [self.log, *recipe.metrics_files(self.run_dir)]
 
-    def metrics(self) -> pd.DataFrame:
-        """One row per training step, from every metrics file (see :func:`cookbook.metrics.parse_log`)."""
+    def metrics(self, gpus: bool = False) -> pd.DataFrame:
+        """One row per training step, from every metrics file (see :func:`cookbook.metrics.parse_log`); ``gpus``
+        adds what the GPUs did at each step (:func:`cookbook.metrics.telemetry.join_telemetry`)."""
         from cookbook.metrics import parse_log
 
-        return merge_metrics([parse_log(p) for p in self.metrics_files() if p.exists()])
+        steps = merge_metrics([parse_log(p) for p in self.metrics_files() if p.exists()])
+        if not gpus:
+            return steps
+        from cookbook.metrics.telemetry import join_telemetry
+
+        return join_telemetry(steps, self.telemetry())
+
+    def telemetry(self) -> pd.DataFrame:
+        """Every node's GPU and NIC samples of the run (:mod:`cookbook.metrics.telemetry`): one row per device
+        per sample, across requeues."""
+        from cookbook.metrics.telemetry import read_telemetry
+
+        return read_telemetry(self.run_dir)
 
     def plot(self, save: bool = True) -> Any:
         """Loss (raw + smoothed) and throughput against step; saved as ``metrics.png`` next to the script."""

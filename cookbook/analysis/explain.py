@@ -221,11 +221,13 @@ def check_checkpointing(
     ]
 
 
-def check_stragglers(log: Path, hosts: Sequence[str] | None, procs_per_node: int | None) -> list[Evidence]:
+def check_stragglers(
+    log: Path, hosts: Sequence[str] | None, procs_per_node: int | None, telemetry: pd.DataFrame | None = None
+) -> list[Evidence]:
     from cookbook.analysis.starts import parse_starts
-    from cookbook.analysis.stragglers import stragglers
+    from cookbook.analysis.stragglers import stragglers, with_telemetry
 
-    found = stragglers(parse_starts(log, ranks="all"), hosts, procs_per_node)
+    found = with_telemetry(stragglers(parse_starts(log, ranks="all"), hosts, procs_per_node), telemetry)
     return [
         Evidence(
             "straggler",
@@ -362,7 +364,7 @@ def explain_log(
         *check_gpus_per_node(gpus_per_node, node_gpus),
         *check_cpu_binding(script_text, procs_per_node),
         *check_checkpointing(text, recipe, gpu, nodes, gpus_per_node, checkpointing),
-        *check_stragglers(log, hosts, procs_per_node or None),
+        *check_stragglers(log, hosts, procs_per_node or None, telemetry),
     ]
     evidence += check_telemetry(telemetry)
     if traces:

@@ -35,15 +35,19 @@ class Straggler:
     slow_share: float  # share of steps where it was slow or late
     median_lag_s: float  # how long after the first rank it reached a step (median)
     median_ratio: float  # its step time / the median rank's (1.0 when only arrival times are known)
+    gpu: int | None = None  # its local rank on the host: the GPU it ran on (one process per GPU)
+    why: str = ""  # what the host's telemetry saw there (:func:`with_telemetry`)
 
     def __str__(self) -> str:
         where = f" on {self.host}" if self.host else ""
+        where += f" GPU {self.gpu}" if self.host and self.gpu is not None else ""
         how = (
             f"reaches each step {self.median_lag_s:.2f} s after the first rank"
             if self.median_lag_s > 0
             else f"steps take x{self.median_ratio:.2f} the median rank's"
         )
-        return f"rank {self.rank}{where} is slow in {100 * self.slow_share:.0f}% of {self.steps_compared} steps: {how}"
+        said = f"rank {self.rank}{where} is slow in {100 * self.slow_share:.0f}% of {self.steps_compared} steps: {how}"
+        return said + (f"; {self.why}" if self.why else "")
 
 
 def rank_step_times(df: pd.DataFrame) -> pd.DataFrame:
@@ -114,7 +118,9 @@ def stragglers(
         i = int(rank) // max(1, procs_per_node)
         host = hosts[i] if hosts and i < len(hosts) else None
         r = ratio[rows.index].median()
-        found.append(Straggler(int(rank), host, n, share, float(rows["lag_s"].median()), float(r) if r == r else 1.0))
+        gpu = int(rank) % procs_per_node if procs_per_node > 1 else None  # one process a node: not told
+        lag, r = float(rows["lag_s"].median()), float(r) if r == r else 1.0
+        found.append(Straggler(int(rank), host, n, share, lag, r, gpu))
     return sorted(found, key=lambda s: (-s.median_lag_s, -s.median_ratio))
 
 
@@ -135,15 +141,35 @@ def stragglers_plot(df: pd.DataFrame) -> tuple[pd.DataFrame, object]:
     return table, fig
 
 
+def with_telemetry(found: list[Straggler], telemetry: pd.DataFrame | None) -> list[Straggler]:
+    """Each straggler with what its host's telemetry saw: its GPU's throttle, XID or ECC errors, the host's NIC
+    errors ("rank 12 is on n7 GPU 4 ...; n7 GPU 4 spent 31% of the run throttled by hw_thermal at 1,410 MHz")."""
+    if telemetry is None or telemetry.empty or not found:
+        return found
+    from dataclasses import replace
+
+    from cookbook.metrics.telemetry import findings
+
+    seen = findings(telemetry)
+    out = []
+    for s in found:
+        mine = [f.finding for f in seen if f.node == s.host and (f.kind == "nic" or f.device == str(s.gpu or 0))]
+        out.append(replace(s, why="; ".join(mine)) if mine else s)
+    return out
+
+
 def straggler_lines(log: str, hosts: Sequence[str] | None = None, procs_per_node: int | None = None) -> list[str]:
-    """``straggler: ...`` lines for a log with 2+ ranks (what ``cookbook watch`` prints at the end)."""
+    """``straggler: ...`` lines for a log with 2+ ranks (what ``cookbook watch`` prints at the end), with what the
+    nodes' telemetry saw on the straggler's GPU."""
     from cookbook.analysis.starts import parse_starts
+    from cookbook.metrics.telemetry import telemetry_from_log
 
     try:
         df = parse_starts(log, ranks="all")
     except (OSError, ValueError):
         return []
-    return [f"straggler: {s}" for s in stragglers(df, hosts, procs_per_node)]
+    found = with_telemetry(stragglers(df, hosts, procs_per_node), telemetry_from_log(log))
+    return [f"straggler: {s}" for s in found]
 
 
 def log_nodelist(log: str | Path) -> str | None:

@@ -28,8 +28,18 @@ _SHOW = (
     "mfu_pct",
     "tokens_seen",
     "rank",
+    "gpu_min_sm_mhz",
+    "gpu_max_temp_c",
+    "gpu_faults",
 )
-_SHORT = {"tokens_per_second_per_gpu": "tok/s/gpu", "samples_per_second": "samples/s", "memory_gib": "mem_gib"}
+_SHORT = {
+    "tokens_per_second_per_gpu": "tok/s/gpu",
+    "samples_per_second": "samples/s",
+    "memory_gib": "mem_gib",
+    "gpu_min_sm_mhz": "min_MHz",
+    "gpu_max_temp_c": "max_C",
+    "gpu_faults": "held",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,6 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", help="write loss/throughput/memory/MFU plots to this PNG")
     p.add_argument("--tail", type=int, default=10, help="rows to print (default 10, 0 = all)")
     p.add_argument("--all-ranks", action="store_true", help="keep every rank's row, not only the lowest rank's")
+    p.add_argument(
+        "--telemetry", action="store_true", help="add what the GPUs did at each step (the run's telemetry, by time)"
+    )
     d = p.add_argument_group(
         "derived numbers", "fill tflops / mfu_pct where the log prints none or 0, and add tokens_seen"
     )
@@ -97,6 +110,10 @@ def _metrics(args: argparse.Namespace) -> int:
         pool.shutdown(wait=False)
     if not df.empty and (args.gpu or args.model or args.flops_per_token):
         df = _derive(df, args)
+    if not df.empty and args.telemetry and path.is_file():
+        from cookbook.metrics.telemetry import join_telemetry, telemetry_from_log
+
+        df = join_telemetry(df, telemetry_from_log(path))
     if df.empty:
         print(f"no training steps found in {path}")
     else:

@@ -29,6 +29,9 @@ def telemetry_from_log(log: str | os.PathLike[str]) -> pd.DataFrame:
     return read_telemetry(Path(found[-1][1]).parents[2]) if found else read_telemetry(Path(os.devnull))
 
 
+NOTHING_FOUND = "no throttle, XID or error"  # a node line's end when its GPUs and NICs showed no fault
+
+
 def read_telemetry(run_dir: str | os.PathLike[str]) -> pd.DataFrame:
     """Every node's samples of every start of the run (``start`` = ``<job>-<restart>``); empty when none."""
     import pandas as pd
@@ -138,7 +141,7 @@ def node_lines(df: pd.DataFrame) -> list[str]:
             f"{node}: {rows['gpu'].nunique()} GPUs, SM {rows['sm_mhz'].min():,.0f}-{rows['sm_mhz'].max():,.0f} MHz, "
             f"max {rows['temp_c'].max():.0f} C, {rows['power_w'].mean():.0f} W mean"
         )
-        out.append("; ".join([head, *bad.get(node, ["no throttle, XID or error"])]))
+        out.append("; ".join([head, *bad.get(node, [NOTHING_FOUND])]))
     return out
 
 
@@ -152,6 +155,37 @@ def energy_kwh(df: pd.DataFrame) -> float | None:
         t, p = rows["time"].to_numpy(), rows["power_w"].to_numpy()
         joules += float(((p[1:] + p[:-1]) / 2 * (t[1:] - t[:-1])).sum())
     return joules / 3.6e6
+
+
+def join_telemetry(steps: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """``steps`` (a metrics table with its ``time`` column) with what the GPUs did at each step: the newest sample
+    at or before it, across every node: ``gpu_min_sm_mhz``, ``gpu_max_temp_c``, ``gpu_power_w`` (summed),
+    ``gpu_faults`` (nodes and GPUs held by a fault reason). Rows without a time, or before the first sample,
+    get empty cells; without telemetry ``steps`` comes back as it is."""
+    import pandas as pd
+
+    g = gpu_rows(df)
+    if g.empty or "time" not in steps or steps["time"].isna().all():
+        return steps
+    g = g.assign(held=g.apply(lambda r: f"{r['node']}:{r['gpu']}" if r["faults"] else "", axis=1))
+    per = g.groupby("time").agg(
+        gpu_min_sm_mhz=("sm_mhz", "min"), gpu_max_temp_c=("temp_c", "max"), gpu_power_w=("power_w", "sum"),
+        gpu_faults=("held", lambda h: ",".join(x for x in h if x)),
+    ).reset_index()  # fmt: skip
+    # the log's clock is the nodes' local time, the samples' unix time: the same instant in the login's zone
+    when = pd.to_datetime(per["time"], unit="s", utc=True).dt.tz_convert(_local_zone()).dt.tz_localize(None)
+    per = per.drop(columns="time").assign(sampled=when.astype("datetime64[ns]")).sort_values("sampled")
+    order = steps.assign(_i=range(len(steps)))
+    timed = order.dropna(subset=["time"]).assign(_t=lambda d: d["time"].astype("datetime64[ns]")).sort_values("_t")
+    joined = pd.merge_asof(timed, per, left_on="_t", right_on="sampled", direction="backward")
+    out = pd.concat([joined, order[order["time"].isna()]]).sort_values("_i")
+    return out.drop(columns=["_i", "_t", "sampled"]).reset_index(drop=True)
+
+
+def _local_zone() -> Any:
+    import datetime
+
+    return datetime.datetime.now().astimezone().tzinfo
 
 
 def gpu_summary(df: pd.DataFrame) -> dict[str, float] | None:
@@ -187,7 +221,7 @@ def plot_nodes(df: pd.DataFrame) -> Any:
         row[0].set(ylabel=f"{node}\nSM MHz")
         row[1].set(ylabel="C")
         short = [f.finding.split(" ", 1)[1].split(" (")[0] for f in found.get(node, [])]  # without the node
-        row[0].set_title("; ".join(short) or "no throttle, XID or error", fontsize=7, loc="left",
+        row[0].set_title("; ".join(short) or NOTHING_FOUND, fontsize=7, loc="left",
                          color="red" if short else "black")  # fmt: skip
     axes[-1][0].set(xlabel="minutes")
     axes[-1][1].set(xlabel="minutes")

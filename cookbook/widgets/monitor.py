@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import io
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -64,6 +65,8 @@ class JobMonitor:
         self.plot = W.Image(format="png", layout=W.Layout(max_width="900px"))
         self.tail = W.Textarea(value="", disabled=True, layout=W.Layout(width="100%", height="180px"))
         self.diagnosis = W.HTML("")
+        self.nodes = W.HTML("")  # a line per node: its GPUs' clocks, temperature, any throttle or error
+        self._nodes_read, self._nodes_final = float("-inf"), False
         self.cancel_button = W.Button(
             description="Cancel job", button_style="danger", icon="stop", disabled=job is None
         )
@@ -74,6 +77,7 @@ class JobMonitor:
                 W.HBox([self.state, self.cancel_button]),
                 W.HBox([self.progress, self.progress_text]),
                 self.plot,
+                self.nodes,
                 self.diagnosis,
                 W.HTML("<i>log tail</i>"),
                 self.tail,
@@ -103,7 +107,23 @@ class JobMonitor:
                 self._rows_plotted = len(self.df)
             self.tail.value = tail_text(self.log, self.tail_lines)
             self._show_diagnosis()
+            self._show_nodes()
             return self.info
+
+    def _show_nodes(self) -> None:
+        """Each node's line from the run's telemetry (read at most every 30 s; once more when the job is done)."""
+        done = self.info is not None and self.info.done
+        if self._nodes_final or (not done and time.monotonic() - self._nodes_read < 30):
+            return
+        self._nodes_read, self._nodes_final = time.monotonic(), done
+        from cookbook.metrics.telemetry import NOTHING_FOUND, node_lines, telemetry_from_log
+
+        rows = []
+        for line in node_lines(telemetry_from_log(self.log)):
+            bad = " GPUs, " in line and not line.endswith(NOTHING_FOUND)
+            rows.append(f"<div class='cookbook-monitor-node' style='color:{'#c62828' if bad else '#333'}'>"
+                        f"{html.escape(line)}</div>")  # fmt: skip
+        self.nodes.value = "".join(rows)
 
     def _show_state(self) -> None:
         if self.info is None:

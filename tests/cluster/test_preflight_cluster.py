@@ -110,6 +110,8 @@ def test_a_gpu_with_an_xid_excludes_its_node_and_the_telemetry_names_the_throttl
     watched = cli("watch", second)
     assert re.search(r"node n2: 2 GPUs, SM 1,410-1,980 MHz, .*; GPU 0 spent \d+% of the run throttled", watched)
     assert re.search(r"node n3: 2 GPUs, .*GPU 1 reported XID 48; mlx5_0:1 counted 1.2M", watched), watched
+    steps = cli("metrics", str(log2_path), "--telemetry")  # each step beside what the GPUs did then
+    assert "min_MHz" in steps and "n2:0" in steps, steps
     ledger = cli("goodput", str(log2_path))  # what the GPUs did meanwhile, from the same samples
     assert re.search(r"the GPUs meanwhile: 4 sampled, mean SM clock 1,\d{3} MHz, mean power 650 W, energy \S+ kWh",
                      ledger), ledger  # fmt: skip

@@ -115,7 +115,7 @@ def test_watch_lines_name_the_straggler():
     from cookbook.analysis.stragglers import straggler_lines
 
     assert straggler_lines(str(LOGS / "torchtitan_slow_rank.log"), ["n1", "n2"], 2) == [
-        "straggler: rank 3 on n2 is slow in 100% of 11 steps: reaches each step 0.68 s after the first rank"
+        "straggler: rank 3 on n2 GPU 1 is slow in 100% of 11 steps: reaches each step 0.68 s after the first rank"
     ]
     assert straggler_lines(str(LOGS / "torchtitan_debug_2rank.log")) == []
     assert straggler_lines(str(LOGS / "no_such.log")) == []
@@ -195,7 +195,7 @@ def test_watch_names_the_straggler_and_its_host(tmp_path, capsys, monkeypatch):
     assert cli_main(["watch", "80", "--interval", "0"]) == 0
     out = capsys.readouterr().out
     assert "job 80 ended COMPLETED" in out
-    assert "straggler: rank 3 on n2 is slow in 100% of 11 steps" in out  # 4 ranks on 2 hosts: ranks 2, 3 on n2
+    assert "straggler: rank 3 on n2 GPU 1 is slow in 100% of 11 steps" in out  # 4 ranks on 2 hosts: ranks 2, 3 on n2
 
 
 def test_hosts_come_from_the_log_or_slurm():

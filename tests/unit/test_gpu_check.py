@@ -78,6 +78,7 @@ def test_each_ab_toggle_ran_against_its_base(cpu_run: dict[str, Any]) -> None:
 def test_the_results_file_has_the_schema_and_says_cpu(cpu_run: dict[str, Any]) -> None:
     result = cpu_run["result"]
     assert figures.validate(result) == []
+    assert result["telemetry"]["nvml"].startswith("NVML did not start")  # no driver here; a lent GPU: "ok", rows
     assert result["mode"] == "cpu" and result["device"]["name"] == "cpu"
     assert result["versions"]["torch"] and result["imports"]["torchtune"] == "ok"
     assert len(result["matmul"]["tflops"]) == 5 and result["matmul"]["spread"] is not None

@@ -215,3 +215,50 @@ def test_no_telemetry_is_no_finding_and_the_log_names_the_folder(tmp_path: Path)
     log = tmp_path / "job-12.out"
     log.write_text(f"cookbook: node telemetry every 10 s in {folder}\n")
     assert set(readings.telemetry_from_log(log)["node"]) == {"n1"}
+
+
+def test_the_steps_join_what_the_gpus_did_at_each_by_time(tmp_path: Path) -> None:
+    """`Job.metrics(gpus=True)` / `cookbook metrics --telemetry`: each step gets the newest sample at or before it."""
+    df = sampled(tmp_path, "n2", {"n2": {"gpu": {"4": {"sm_mhz": 1410, "throttle": 8}}, "after_s": 0.25}})
+    first, last = df["time"].min(), df["time"].max()
+    local = (
+        pd.to_datetime([first - 5, first + 0.05, last + 1], unit="s", utc=True)
+        .tz_convert(readings._local_zone())
+        .tz_localize(None)
+    )
+    steps = pd.DataFrame({"step": [1, 2, 3, 4], "loss": [4.0, 3.0, 2.0, 1.0], "time": [*local, pd.NaT]})
+    joined = readings.join_telemetry(steps, df)
+    assert list(joined["step"]) == [1, 2, 3, 4]  # the order and rows of the steps are kept
+    assert pd.isna(joined["gpu_min_sm_mhz"][0]) and pd.isna(joined["gpu_min_sm_mhz"][3])  # before any sample; no time
+    assert joined["gpu_min_sm_mhz"][1] == 1980 and joined["gpu_faults"][1] == ""
+    assert joined["gpu_min_sm_mhz"][2] == 1410 and joined["gpu_faults"][2] == "n2:4"
+    assert joined["gpu_power_w"][2] == 8 * 650 and joined["gpu_max_temp_c"][2] == 62
+    assert readings.join_telemetry(steps, readings.read_telemetry(tmp_path / "none")) is steps
+
+
+def test_the_notebook_monitor_shows_a_line_per_node_in_red_when_a_gpu_errs(tmp_path: Path) -> None:
+    from cookbook.widgets.monitor import JobMonitor
+
+    sampled(tmp_path / "a", "n1", {})
+    sampled(tmp_path / "a", "n2", {"n2": {"xid": {"5": [79]}}})
+    log = tmp_path / "job-7.out"
+    log.write_text(f"cookbook: node telemetry every 10 s in {files.telemetry_dir(tmp_path / 'a' / 'run', '7', 0)}\n")
+    monitor = JobMonitor(log=log)
+    monitor.refresh()
+    lines = monitor.nodes.value.split("</div>")[:-1]
+    assert len(lines) == 2 and "n1: 8 GPUs" in lines[0] and "#333" in lines[0]
+    assert "n2: 8 GPUs" in lines[1] and "GPU 5 reported XID 79" in lines[1] and "#c62828" in lines[1]
+
+
+def test_a_straggler_is_named_with_what_its_gpu_did(tmp_path: Path) -> None:
+    """The straggler report (explain, watch) says why the slow rank was slow when its node's telemetry saw it."""
+    from cookbook.analysis.stragglers import Straggler, with_telemetry
+
+    df = sampled(tmp_path, "n7", {"n7": {"gpu": {"4": {"sm_mhz": 1410, "throttle": 0x40}}}})
+    slow, fine = Straggler(60, "n7", 40, 0.9, 0.0, 1.4, gpu=4), Straggler(57, "n7", 40, 0.9, 0.0, 1.4, gpu=1)
+    named, unnamed = with_telemetry([slow, fine], df)
+    assert str(named).startswith("rank 60 on n7 GPU 4 is slow in 90% of 40 steps: steps take x1.40 the median")
+    assert str(named).endswith(
+        "; n7 GPU 4 spent 100% of the run throttled by hw_thermal at 1,410 MHz (its peers 1,980)"
+    )
+    assert unnamed == fine and with_telemetry([slow], None) == [slow]
