@@ -90,8 +90,8 @@ class Nvml:
                 event = self.nv.nvmlEventSetWait_v2(self.events, 0)
             except Exception:  # noqa: BLE001  (NVML's timeout: none pending)
                 break
-            index = self.handles.index(event.device) if event.device in self.handles else -1
-            out.setdefault(index, []).append(int(event.eventData))
+            index = self._get("nvmlDeviceGetIndex", event.device)  # ctypes handles do not compare by value
+            out.setdefault(-1 if index is None else int(index), []).append(int(event.eventData))
         return out
 
     def rows(self, now: float) -> list[dict[str, Any]]:
@@ -107,7 +107,8 @@ class Nvml:
                 "power_limit_w": None if limit is None else round(limit / 1000),
                 "temp_c": self._get("nvmlDeviceGetTemperature", h, nv.NVML_TEMPERATURE_GPU),
                 "util_pct": getattr(util, "gpu", None), "mem_used_mib": None if mem is None else mem.used >> 20,
-                "throttle": self._get("nvmlDeviceGetCurrentClocksEventReasons", h),
+                "throttle": next((r for r in (self._get(f"nvmlDeviceGetCurrentClocks{n}Reasons", h)
+                                              for n in ("Event", "Throttle")) if r is not None), None),  # old name
                 "ecc_uncorrected": self._get("nvmlDeviceGetTotalEccErrors", h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                                              nv.NVML_VOLATILE_ECC),
                 "xid": ";".join(map(str, xids.get(i, []))),

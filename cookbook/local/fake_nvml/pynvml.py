@@ -62,6 +62,10 @@ def nvmlDeviceGetHandleByIndex(i: int) -> int:  # noqa: N802
     return i
 
 
+def nvmlDeviceGetIndex(h: int) -> int:  # noqa: N802
+    return h
+
+
 def _value(h: int, name: str) -> Any:
     own = _state["gpu"].get(str(h), {}) if time.monotonic() >= _state["at"] else {}
     value = own.get(name, _state["default"].get(name))
