@@ -158,28 +158,38 @@ def energy_kwh(df: pd.DataFrame) -> float | None:
 
 
 def join_telemetry(steps: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
-    """``steps`` (a metrics table with its ``time`` column) with what the GPUs did at each step: the newest sample
-    at or before it, across every node: ``gpu_min_sm_mhz``, ``gpu_max_temp_c``, ``gpu_power_w`` (summed),
-    ``gpu_faults`` (nodes and GPUs held by a fault reason). Rows without a time, or before the first sample,
-    get empty cells; without telemetry ``steps`` comes back as it is."""
+    """``steps`` (a metrics table with its ``time`` column) with what the GPUs did at each step: on every node the
+    newest sample at or before it (each node samples on its own clock), then across the nodes: ``gpu_min_sm_mhz``,
+    ``gpu_max_temp_c``, ``gpu_power_w`` (summed), ``gpu_faults`` (``node:gpu`` held by a fault reason). Rows
+    without a time, or before the first sample, get empty cells; without telemetry ``steps`` comes back as it is."""
     import pandas as pd
 
     g = gpu_rows(df)
     if g.empty or "time" not in steps or steps["time"].isna().all():
         return steps
-    g = g.assign(held=g.apply(lambda r: f"{r['node']}:{r['gpu']}" if r["faults"] else "", axis=1))
-    per = g.groupby("time").agg(
-        gpu_min_sm_mhz=("sm_mhz", "min"), gpu_max_temp_c=("temp_c", "max"), gpu_power_w=("power_w", "sum"),
-        gpu_faults=("held", lambda h: ",".join(x for x in h if x)),
-    ).reset_index()  # fmt: skip
+    g = g.assign(held=[f"{n}:{i}" if f else "" for n, i, f in zip(g["node"], g["gpu"], g["faults"], strict=True)])
     # the log's clock is the nodes' local time, the samples' unix time: the same instant in the login's zone
-    when = pd.to_datetime(per["time"], unit="s", utc=True).dt.tz_convert(_local_zone()).dt.tz_localize(None)
-    per = per.drop(columns="time").assign(sampled=when.astype("datetime64[ns]")).sort_values("sampled")
+    g["sampled"] = (
+        pd.to_datetime(g["time"], unit="s", utc=True).dt.tz_convert(_local_zone()).dt.tz_localize(None)
+    ).astype("datetime64[ns]")
     order = steps.assign(_i=range(len(steps)))
     timed = order.dropna(subset=["time"]).assign(_t=lambda d: d["time"].astype("datetime64[ns]")).sort_values("_t")
-    joined = pd.merge_asof(timed, per, left_on="_t", right_on="sampled", direction="backward")
-    out = pd.concat([joined, order[order["time"].isna()]]).sort_values("_i")
-    return out.drop(columns=["_i", "_t", "sampled"]).reset_index(drop=True)
+    parts = []
+    for _, rows in g.groupby("node"):
+        per = rows.groupby("sampled").agg(
+            mhz=("sm_mhz", "min"), temp=("temp_c", "max"), power=("power_w", "sum"),
+            held=("held", lambda h: ",".join(x for x in h if x)),
+        ).reset_index()  # fmt: skip
+        at = pd.merge_asof(timed[["_i", "_t"]], per, left_on="_t", right_on="sampled", direction="backward")
+        parts.append(at.drop(columns=["_t", "sampled"]))
+    each = pd.concat(parts)
+    across = each.groupby("_i").agg(
+        gpu_min_sm_mhz=("mhz", "min"), gpu_max_temp_c=("temp", "max"),
+        gpu_power_w=("power", lambda p: p.sum(min_count=1)),
+        gpu_faults=("held", lambda h: ",".join(x for x in h.dropna() if x)),
+    )  # fmt: skip
+    out = order.merge(across, left_on="_i", right_index=True, how="left").sort_values("_i")
+    return out.drop(columns=["_i"]).reset_index(drop=True)
 
 
 def _local_zone() -> Any:

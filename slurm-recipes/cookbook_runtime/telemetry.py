@@ -57,11 +57,9 @@ def _count(path: Path) -> int:
 
 def nic_rows(now: float, sysfs: Path) -> list[dict[str, Any]]:
     """One row per InfiniBand/EFA port: its error counters' sum since boot."""
-    return [
-        {"time": now, "device": f"{p.parent.parent.name}:{p.name}", "nic_errors": sum(_count(p / "counters" / n)
-                                                                                      for n in NIC_ERRORS)}
-        for p in sorted(sysfs.glob("*/ports/*"))
-    ]  # fmt: skip
+    ports = sorted(sysfs.glob("*/ports/*"))
+    errors = [sum(_count(port / "counters" / name) for name in NIC_ERRORS) for port in ports]
+    return [{"time": now, "device": f"{p.parent.parent.name}:{p.name}", "nic_errors": e} for p, e in zip(ports, errors)]
 
 
 class Nvml:

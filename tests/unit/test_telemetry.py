@@ -234,6 +234,12 @@ def test_the_steps_join_what_the_gpus_did_at_each_by_time(tmp_path: Path) -> Non
     assert joined["gpu_min_sm_mhz"][2] == 1410 and joined["gpu_faults"][2] == "n2:4"
     assert joined["gpu_power_w"][2] == 8 * 650 and joined["gpu_max_temp_c"][2] == 62
     assert readings.join_telemetry(steps, readings.read_telemetry(tmp_path / "none")) is steps
+    # each node samples on its own clock: a step sees every node's newest sample, not the newest node's alone
+    healthy = sampled(tmp_path / "later", "n3", {})
+    both = pd.concat([df, healthy])
+    after = pd.to_datetime([healthy["time"].max() + 1], unit="s", utc=True).tz_convert(readings._local_zone())
+    late = readings.join_telemetry(pd.DataFrame({"step": [9], "time": after.tz_localize(None)}), both)
+    assert late["gpu_min_sm_mhz"][0] == 1410 and late["gpu_faults"][0] == "n2:4" and late["gpu_power_w"][0] == 16 * 650
 
 
 def test_the_notebook_monitor_shows_a_line_per_node_in_red_when_a_gpu_errs(tmp_path: Path) -> None:
