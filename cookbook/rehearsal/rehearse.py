@@ -324,9 +324,12 @@ def start_rehearsal(
     runner = SlurmClient(job_env, timeout=client.timeout if client else 60)
     problems += container_problems(text, runner, script.parent)
     try:
+        # the script's --signal lead (960 s for a 70B stop-save) is longer than the rehearsal's time limit: Slurm
+        # would send USR1 at once and end the batch step before its handler is in place; a rehearsal saves nothing
         job_id = runner.submit(
-            script, f"--time={time_limit}", f"--output={out}/rehearsal-%j.out", "--no-requeue", cwd=script.parent
-        )
+            script, f"--time={time_limit}", "--signal=B:USR1@1", f"--output={out}/rehearsal-%j.out", "--no-requeue",
+            cwd=script.parent,
+        )  # fmt: skip
     except SlurmError as e:
         raise RehearsalError(f"Slurm refused the script: {' '.join((e.stderr or str(e)).split())}") from e
     return Rehearsal(script, text, job_id, out, runner, problems)
