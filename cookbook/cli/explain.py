@@ -67,7 +67,7 @@ def _explain(args: argparse.Namespace) -> int:
     script = Path(args.run) / "job.sbatch" if Path(args.run).is_dir() else None
     on_gpus = bool(ref.gpus_per_node or args.gpus_per_node or args.gpu)
     hosts = args.hosts.split(",") if args.hosts else job_hosts(ref.log, ref.job_id)
-    from_log = telemetry_from_log(ref.log)  # the batch step names its telemetry folder in the log
+    run_dir = args.run_dir or ref.run_dir  # else the log names the telemetry folder
     try:
         report = explain_log(
             ref.log,
@@ -83,7 +83,9 @@ def _explain(args: argparse.Namespace) -> int:
             baseline_log=args.baseline,
             hosts=hosts,
             traces=args.traces,
-            telemetry=read_telemetry(run_dir) if (run_dir := args.run_dir or ref.run_dir) else from_log,
+            telemetry=read_telemetry(run_dir)
+            if (run_dir := args.run_dir or ref.run_dir)
+            else telemetry_from_log(ref.log),
         )
     except ValueError as e:
         raise UserError(str(e)) from e

@@ -20,13 +20,17 @@ if TYPE_CHECKING:
 
 
 def telemetry_from_log(log: str | os.PathLike[str]) -> pd.DataFrame:
-    """The run's telemetry, found from its log (the batch step names the folder: ``files.TELEMETRY_LINE``)."""
-    import re
+    """The run's telemetry, found from its log: the batch step names the folder at each start
+    (``files.TELEMETRY_LINE``), every start under the same run folder, so the first line found is enough and the
+    rest of a long log is not read (``watch`` and the notebook monitor ask again while the job runs)."""
     from pathlib import Path
 
-    text = Path(log).read_text(errors="replace") if Path(log).exists() else ""
-    found = re.findall(files.TELEMETRY_LINE.pattern, text)
-    return read_telemetry(Path(found[-1][1]).parents[2]) if found else read_telemetry(Path(os.devnull))
+    try:
+        with Path(log).open(errors="replace") as f:
+            found = next((m for line in f if (m := files.TELEMETRY_LINE.search(line))), None)
+    except OSError:
+        found = None
+    return read_telemetry(Path(found.group(2)).parents[2] if found else Path(os.devnull))
 
 
 NOTHING_FOUND = "no throttle, XID or error"  # a node line's end when its GPUs and NICs showed no fault
