@@ -190,7 +190,7 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
     names = (*_BUILTIN_VARS, *launch.prelude_variables, *launch.variables)
     if spec.tracker != "none":
         names += TRACKER_VARIABLES
-    env = template_env(names)
+    env = template_env()
     variables = {k: quote_with_vars(v, names) for k, v in launch.variables.items()}
     script = env.get_template("job.sbatch.j2").render(
         spec=spec,
@@ -209,6 +209,7 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
         program_lines=program_lines(launch.args, names),
         runtime_lines=runtime_lines(spec, recipe, names),
         offline=offline_reason(spec, recipe),
+        shell_names=names,
     )
     warnings = recipe.warnings(spec) + start_path_warnings(spec, recipe) + hub_fetch_warnings(spec, recipe)
     warnings += mount_problems(spec, recipe)

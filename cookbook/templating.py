@@ -7,11 +7,13 @@ filters. No cookbook imports: recipes, render, doctor and rehearsal all use it.
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from pathlib import Path
 
 import jinja2
+from jinja2.runtime import Context
 
 _TEMPLATES = Path(__file__).parent / "templates"
 # The second line of every job script job.sbatch.j2 renders: ``# RECIPE (FRAMEWORK), profile PROFILE: ...``.
@@ -52,9 +54,16 @@ def quote_with_vars(value: object, names: tuple[str, ...] | list[str]) -> str:
     return "".join(parts)
 
 
-def template_env(names: tuple[str, ...] | list[str] = ()) -> jinja2.Environment:
-    """The Jinja environment of every shell file the cookbook writes (``templates/``): filter ``q`` quotes a
-    value, ``arg`` quotes it except references to the variables ``names``."""
+@jinja2.pass_context
+def _arg(context: Context, value: object) -> str:
+    return quote_with_vars(value, context.get("shell_names", ()))
+
+
+@functools.cache
+def template_env() -> jinja2.Environment:
+    """The Jinja environment of every shell file the cookbook writes (``templates/``), built once (its
+    templates compile once per process): filter ``q`` quotes a value, ``arg`` quotes it except references to
+    the variables named in the render's ``shell_names``."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(_TEMPLATES),
         undefined=jinja2.StrictUndefined,
@@ -64,7 +73,7 @@ def template_env(names: tuple[str, ...] | list[str] = ()) -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["q"] = quote
-    env.filters["arg"] = lambda v: quote_with_vars(v, names)
+    env.filters["arg"] = _arg
     return env
 
 

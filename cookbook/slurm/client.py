@@ -88,6 +88,9 @@ class SlurmClient:
                 f"{args[0]} not found: is this a Slurm login node? "
                 "(locally: `cookbook cluster up` and `eval $(cookbook cluster env)`)",
             )
+        conf = self.env.get("SLURM_CONF")
+        if conf and not Path(conf).is_file():  # Slurm itself retries a missing file for 60 s, then fails
+            raise SlurmError(args, 1, f"SLURM_CONF={conf}: no such file")
         try:
             r = subprocess.run(
                 [exe, *args[1:]], capture_output=True, text=True, env=self.env, timeout=self.timeout, input=input

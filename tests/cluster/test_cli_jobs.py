@@ -133,6 +133,7 @@ def test_bad_input_is_one_line_and_exit_2(slurm, job_dir, tmp_path):
     # Slurm down: a configuration whose controller port nobody listens on
     conf = Path(slurm.env["SLURM_CONF"]).read_text()
     down = tmp_path / "down.conf"
-    down.write_text(re.sub(r"(?m)^SlurmctldPort=.*$", "SlurmctldPort=6999", conf))
+    # (MessageTimeout: Slurm gives up connecting after 2 s instead of its default 10)
+    down.write_text(re.sub(r"(?m)^SlurmctldPort=.*$", "SlurmctldPort=6999", conf) + "MessageTimeout=2\n")
     one_line(_cookbook(slurm, "status", "5", env={"SLURM_CONF": str(down)}), "Unable to contact slurm controller")
     one_line(_cookbook(slurm, "list", env={"SLURM_CONF": str(down)}), "Unable to contact slurm controller")

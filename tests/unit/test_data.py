@@ -68,8 +68,14 @@ def test_column_map_keys_checked():
 
 
 def test_hub_dataset_offline_is_a_clear_error(monkeypatch):
+    import datasets.config
+    import huggingface_hub.constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    # the libraries read the variables once, at import: an earlier test in this worker may have imported them
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     with pytest.raises(DataError) as e:
         read_rows(DatasetSpec("someone/nonexistent-chat-set", "sharegpt"), limit=5)
     assert "someone/nonexistent-chat-set" in str(e.value)

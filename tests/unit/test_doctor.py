@@ -45,6 +45,7 @@ def test_slurm_unreachable_is_a_failed_check(tmp_path):
     client = SlurmClient({"PATH": "/usr/bin:/bin", "SLURM_CONF": str(tmp_path / "nope.conf")}, timeout=20)
     checks = doctor.check_slurm(client)
     assert checks[0].name == "slurm" and checks[0].status == "fail" and "SLURM_CONF" in checks[0].fix
+    assert "nope.conf: no such file" in checks[0].detail  # at once: Slurm would retry the missing file for 60 s
 
 
 def test_gres_parsing():
