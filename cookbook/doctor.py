@@ -25,6 +25,7 @@ from cookbook.hub import token_status
 from cookbook.paths import output_dir
 from cookbook.slurm.client import JobTimeout, SlurmClient, SlurmError, read_output
 from cookbook.templating import render_template
+from cookbook_runtime.telemetry import NVML_PACKAGE
 
 Status = Literal["pass", "warn", "fail"]
 PYTHON_RANGE = ((3, 11), (3, 12))
@@ -255,7 +256,7 @@ def probe_nodes(
             work=str(work),
             python=sys.executable,
             site=site,
-            needs=versions.FRAMEWORKS,
+            needs=(*versions.FRAMEWORKS, NVML_PACKAGE),
             disks=[str(Path(p).expanduser().resolve()) for p in disk_paths],
         )
     )
@@ -311,7 +312,8 @@ def stack_on_nodes(reports: Sequence[NodeReport]) -> Check:
         if answer is None:
             problems.append(f"{r.host}: the venv does not run there ({r.pyenv or 'no answer'})")
             continue
-        for package, version in answer["versions"].items():
+        for package in versions.FRAMEWORKS:
+            version = answer["versions"].get(package)
             if version is None or not versions.accepts(package, version):
                 have = "missing" if version is None else version
                 problems.append(f"{r.host}: {package} {have}, tested {versions.tested_version(package)}")
@@ -319,6 +321,24 @@ def stack_on_nodes(reports: Sequence[NodeReport]) -> Check:
     if problems:
         return Check("stack on nodes", "fail", "; ".join(problems[:4]) + ("; ..." if len(problems) > 4 else ""), fix)
     return Check("stack on nodes", "pass", f"{', '.join(versions.FRAMEWORKS)} as pinned, on {len(reports)} node(s)")
+
+
+def gpu_telemetry_on_nodes(reports: Sequence[NodeReport]) -> Check:
+    """nvidia-ml-py in the venv, on each node: without it a job trains, but writes no GPU telemetry (clocks, power,
+    XIDs, ECC) and its pre-flight gate cannot read a GPU's own faults."""
+    from cookbook_runtime import pyenv
+
+    answers = [next(iter(pyenv.read_answers(r.pyenv).values()), None) for r in reports]
+    missing = [r.host for r, a in zip(reports, answers) if a is not None and not a["versions"].get(NVML_PACKAGE)]
+    if not missing:
+        return Check("gpu telemetry", "pass", f"{NVML_PACKAGE} on every node")
+    return Check(
+        "gpu telemetry",
+        "warn",
+        f"no {NVML_PACKAGE} on {', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''}: jobs train without GPU "
+        "telemetry, and the gate cannot read a GPU's XIDs or ECC errors",
+        f"pip install {versions.requirement(NVML_PACKAGE)} into the venv",
+    )
 
 
 def probe_checks(
@@ -362,6 +382,7 @@ def probe_checks(
         uneven = len(set(gpus.values())) > 1
         no_nccl = [r.host for r in reports if not r.nccl]
         out += [
+            gpu_telemetry_on_nodes([r for r in reports if r.python_ok]),
             Check(
                 "gpus visible",
                 "warn" if uneven or not has_gpus else "pass",

@@ -18,15 +18,19 @@ from cookbook.paths import project_root
 LOCK_DIR = project_root() / ".cluster"
 # no cluster, ~1 CPU-minute: first, so one worker runs it while the other brings the local cluster up
 FIRST = ("tests/unit/test_gpu_check.py",)
+# little CPU, long waits on Slurm (a job's time limit, 78 s; controller restarts): among the heavy files, so that
+# the other worker's jobs use the cores meanwhile (run last, beside the short unit files, they left both idle ~80 s)
+WAITS = ("tests/cluster/test_slurm_client.py", "tests/cluster/test_local_cluster.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The longest work first, the many short unit files last, so that the two xdist workers (``--dist loadfile
     --no-loadscope-reorder``, the Makefile's) end together: FIRST, then every file marked slow (real jobs on the
-    local cluster), then the rest, each group in collection order."""
+    local cluster) and the WAITS, then the rest, each group in collection order."""
 
     def group(item: pytest.Item) -> int:
-        return 0 if item.nodeid.split("::")[0] in FIRST else 1 if item.get_closest_marker("slow") else 2
+        path = item.nodeid.split("::")[0]
+        return 0 if path in FIRST else 1 if item.get_closest_marker("slow") or path in WAITS else 2
 
     items.sort(key=group)
 

@@ -447,6 +447,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.launcher:
         build_parser().error("no launcher: end the switches with -- torchrun ... or -- tune run ...")
     job = Job(args)
+    stop_file = job.state / files.STOP
+    saved_file = Path(f"{stop_file}{files.SAVED_SUFFIX}")
+    for stale in (stop_file, saved_file):
+        stale.unlink(missing_ok=True)
+    os.environ[files.STOP_FILE_ENV] = str(stop_file)
+    if args.requeue:  # from here on a stop is kept (through the checks, the gate): the ranks save at their first step
+        watch_signals(job, stop_file)
     rehearsal = bool(os.environ.get("COOKBOOK_REHEARSE"))
     here = os.path.dirname(sys.executable)  # VENV's python3 (the script's exec line): the nodes' python3 and launchers
     if here and not any("--container-image" in a for a in args.srun_arg):  # a container has its own
@@ -473,13 +480,6 @@ def main(argv: list[str] | None = None) -> int:
         )
         if problem:
             say(f"cookbook: {problem}")
-    stop_file = job.state / files.STOP
-    saved_file = Path(f"{stop_file}{files.SAVED_SUFFIX}")
-    for stale in (stop_file, saved_file):
-        stale.unlink(missing_ok=True)
-    os.environ[files.STOP_FILE_ENV] = str(stop_file)
-    if args.requeue:  # a stop asked for during the gate is kept: the ranks save at their first step
-        watch_signals(job, stop_file)
     if os.environ.get("COOKBOOK_PREFLIGHT", "1") != "0" and not rehearsal:
         for check in (python_environment, run_dir_space):
             if (status := check(job)) is not None:

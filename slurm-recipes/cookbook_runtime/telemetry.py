@@ -114,6 +114,9 @@ class Nvml:
         return rows
 
 
+NVML_PACKAGE = "nvidia-ml-py"  # the distribution that installs ``pynvml``
+
+
 def open_nvml() -> tuple[Nvml | None, str]:
     """NVML, or None and why not (one line)."""
     try:
@@ -121,7 +124,7 @@ def open_nvml() -> tuple[Nvml | None, str]:
 
         return Nvml(pynvml), ""
     except ImportError:
-        return None, "nvidia-ml-py is not installed in the nodes' Python"
+        return None, f"{NVML_PACKAGE} is not installed in the nodes' Python"
     except Exception as e:  # noqa: BLE001  (NVMLError_LibraryNotFound, DriverNotLoaded: no GPU here)
         return None, f"NVML did not start ({type(e).__name__}: {e})"
 

@@ -40,6 +40,8 @@ name, args = Path(sys.argv[0]).name, sys.argv[1:]
 with open({calls!r}, "a") as f:
     f.write(json.dumps({{"cmd": name, "argv": args, "env": dict(os.environ)}}) + "\n")
 if name == "scontrol":
+    if args[:2] == ["show", "config"] and "FAKE_SIGNAL_AT_CONFIG" in os.environ:  # before the gate and the launch
+        os.kill(os.getppid(), getattr(signal, "SIG" + os.environ["FAKE_SIGNAL_AT_CONFIG"]))
     if args[:2] == ["show", "hostnames"]:
         print("\n".join(args[2].split(",")))
     elif args[:3] == ["-o", "show", "job"]:
@@ -72,6 +74,8 @@ if action.startswith("signal:"):
         if os.path.exists(stop):
             break
         time.sleep(0.05)
+    action = "save" if os.path.exists(stop) else "exit:9"
+if action == "save-if-stopped":  # the ranks' first step: a stop asked for before the launch is there
     action = "save" if os.path.exists(stop) else "exit:9"
 if action == "save":
     Path(stop + ".saved").write_text("cookbook: saved at step 3 for preemption: ckpt/step-3\n")

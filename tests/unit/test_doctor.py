@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from cookbook import doctor
 from cookbook.slurm.client import SlurmClient
 
@@ -83,3 +85,21 @@ def test_the_stack_on_nodes_fails_naming_a_node_without_torch_or_whose_venv_does
     assert check.status == "fail" and "n2: torch missing, tested 2.13.0" in check.detail
     assert "n3: the venv does not run there (/v/bin/python3: cannot execute binary file" in check.detail
     assert "make setup" in check.fix
+
+
+def test_a_gpu_node_without_nvidia_ml_py_is_a_warning_naming_it_and_the_pin():
+    """The probe asks each node for nvidia-ml-py too: without it the job trains, blind to its GPUs' faults."""
+    from cookbook.doctor import NodeReport, gpu_telemetry_on_nodes, stack_on_nodes
+
+    def node(host: str, nvml: str | None) -> NodeReport:
+        have = {"torch": "2.13.0", "torchtune": "0.6.1", "torchao": "0.15.0", "torchtitan": "0.3.0"}
+        answer = {"node": host, "python": "/v/bin/python3", "machine": "x86_64", "versions": {**have}}
+        answer["versions"]["nvidia-ml-py"] = nvml
+        return NodeReport(host, 8, "", "", "", "", True, True, {}, "cookbook-pyenv " + json.dumps(answer))
+
+    both = [node("n1", "12.575.51"), node("n2", None)]
+    assert stack_on_nodes(both).status == "pass"  # the frameworks decide the stack, not the optional NVML
+    check = gpu_telemetry_on_nodes(both)
+    assert check.status == "warn" and "no nvidia-ml-py on n2:" in check.detail and "n1" not in check.detail
+    assert check.fix == "pip install nvidia-ml-py==12.575.51 into the venv"
+    assert gpu_telemetry_on_nodes(both[:1]).status == "pass"

@@ -137,6 +137,18 @@ def test_a_term_before_the_launch_trains_nothing(tmp_path: Path):
     assert "cookbook: got TERM before the launch: not training" in ran.out and ran.status == 143
 
 
+def test_a_usr1_before_the_gate_is_kept_and_the_ranks_save_at_their_first_step(tmp_path: Path):
+    """USR1 while the runtime still asks Slurm about the site (``scontrol show config``, before the gate): the
+    handler is in place from the start, so the stop waits for the ranks instead of killing the batch step."""
+    from batch_step import FakeSlurm
+
+    slurm = FakeSlurm(tmp_path / "early")
+    argv = ["--requeue", "--save-seconds=10", "--", "torchrun", "train.py"]
+    ran = slurm.run_step(argv, COOKBOOK_PREFLIGHT="0", FAKE_SIGNAL_AT_CONFIG="USR1", FAKE_SRUN="save-if-stopped")
+    assert "cookbook: got USR1" in ran.out and len(ran.launches()) == 1, ran.out
+    assert "requeueing job 41 after the stop-save" in ran.out and ran.status == 0, ran.out
+
+
 def test_the_ranks_get_the_python_the_batch_step_runs_on(tmp_path: Path):
     """`VENV=/shared/env sbatch ...` runs the batch step with that env's python3 (the script's exec line); the
     gate's and the launch's python3 on every node is the same one: its folder leads PATH."""
