@@ -25,7 +25,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -36,7 +35,13 @@ from pathlib import Path
 from cookbook import sockethttp
 from cookbook.paths import output_dir, project_root
 from cookbook.secure_files import SOCKET_PATH_MAX, private_dir, write_private
-from cookbook.sockethttp import free_port, socket_tunnel_command, ssh_tunnel_command, stop_server
+from cookbook.sockethttp import (
+    free_port,
+    socket_tunnel_command,
+    ssh_tunnel_command,
+    stop_on_ctrl_c_or_term,
+    stop_server,
+)
 
 # what Jupyter appends to its runtime folder for a kernel's ipc socket: /kernel-<uuid>-ipc-<n>
 _KERNEL_SOCKET_NAME = len("/kernel-00000000-0000-0000-0000-000000000000-ipc-99")
@@ -179,8 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--login-node", default=None, help="name of this login node as your laptop reaches it")
     ap.add_argument("--user", default=None, help="your user name on the login node")
     args = ap.parse_args(argv)
-    # "Stop with Ctrl-C" also when started from a shell that ignores SIGINT (`make lab &`, nohup, CI runners)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop_on_ctrl_c_or_term()
     if shutil.which("jupyter", path=lab_environment().get("PATH")) is None:
         print("jupyterlab is not installed: make setup", file=sys.stderr)
         return 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import os
 import shutil
+import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -76,6 +77,14 @@ def free_port(host: str = "127.0.0.1", start: int | None = None) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def stop_on_ctrl_c_or_term() -> None:
+    """A foreground server command (``cookbook lab``, ``cookbook profile view``) ends with its cleanup on Ctrl-C or
+    TERM (a closed session): both raise KeyboardInterrupt, also when the shell that started it ignores SIGINT
+    (``make lab &``, nohup, CI runners), where the server would otherwise outlive it with its private folder."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def stop_server(process: subprocess.Popen, private: Path | None, timeout: float = 10) -> None:

@@ -113,6 +113,7 @@ def _summary(args: argparse.Namespace) -> int:
 def _view(args: argparse.Namespace) -> int:
     from cookbook.profiling.summarize import plot_summary, summarize
     from cookbook.profiling.view import start_tensorboard, viewing_instructions
+    from cookbook.sockethttp import stop_on_ctrl_c_or_term
 
     paths = _trace_paths(args.dir)
     plot = (args.dir if args.dir.is_dir() else args.dir.parent) / "summary.png"
@@ -126,6 +127,7 @@ def _view(args: argparse.Namespace) -> int:
             "--port serves TensorBoard on a TCP port every user of this machine can open; "
             "add --open-to-all-users to mean it, or drop --port (private Unix socket)"
         )
+    stop_on_ctrl_c_or_term()
     try:
         tb = start_tensorboard(args.logdir or args.dir, port=args.port, open_to_all_users=args.open_to_all_users)
     except (FileNotFoundError, RuntimeError, TimeoutError) as e:

@@ -13,6 +13,9 @@ import json
 import pickle
 import re
 import shutil
+import signal
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -360,6 +363,32 @@ def test_tensorboard_starts_on_a_private_socket_and_stops(tmp_path):
     assert "ssh -N -L 6007:localhost:6007 login1" in text and "https://ui.perfetto.dev" in text
     assert "rank0_iter10.pt.trace.json.gz" not in text or "Traces (1)" in text
     assert isinstance(free_port(), int)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_profile_view_stops_and_removes_its_folder_on_ctrl_c_or_term_even_where_sigint_was_ignored(tmp_path, stop):
+    """Started from a shell that ignores SIGINT (`cmd &`, CI runners), Ctrl-C still stops the server and removes
+    its private folder; so does TERM (a closed session). Before, such a Ctrl-C did nothing: TensorBoard and
+    its socket folder outlived the command once the caller gave up and killed it."""
+    shutil.copy(GPU / "rank0_iter10.pt.trace.json.gz", tmp_path)
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "cookbook", "profile", "view", str(tmp_path), "--login-node", "login1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        for line in cli.stdout:  # type: ignore[union-attr]
+            if m := re.search(r"ssh -N -L 6006:(\S+\.sock) login1", line):
+                break
+        folder = Path(m[1]).parent
+        assert folder.is_dir()
+        cli.send_signal(stop)
+        assert cli.wait(30) in (0, 130), cli.returncode
+        assert not folder.exists()
+    finally:
+        cli.kill()
 
 
 # ---------------------------------------------------------------- CLI
