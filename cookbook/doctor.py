@@ -227,6 +227,12 @@ class NodeReport:
     pyenv: str = ""  # the venv's answer on the node (cookbook_runtime.pyenv), or its error (Exec format error...)
     nccl_net: str = ""  # aws-ofi-nccl's NCCL plugin (libnccl-net*.so), where found
 
+    def venv_answer(self) -> dict | None:
+        """The venv's answer on the node (interpreter, machine, package versions); None where it did not run."""
+        from cookbook_runtime import pyenv
+
+        return next(iter(pyenv.read_answers(self.pyenv).values()), None)
+
 
 def probe_nodes(
     client: SlurmClient,
@@ -304,11 +310,9 @@ def probe_nodes(
 def stack_on_nodes(reports: Sequence[NodeReport]) -> Check:
     """The venv, run on each node: torch and the frameworks at the pinned versions, built for the node's
     machine (a venv made on an x86 login node does not run on aarch64 nodes: Exec format error)."""
-    from cookbook_runtime import pyenv
-
     problems = []
     for r in reports:
-        answer = next(iter(pyenv.read_answers(r.pyenv).values()), None)
+        answer = r.venv_answer()
         if answer is None:
             problems.append(f"{r.host}: the venv does not run there ({r.pyenv or 'no answer'})")
             continue
@@ -326,10 +330,8 @@ def stack_on_nodes(reports: Sequence[NodeReport]) -> Check:
 def gpu_telemetry_on_nodes(reports: Sequence[NodeReport]) -> Check:
     """nvidia-ml-py in the venv, on each node: without it a job trains, but writes no GPU telemetry (clocks, power,
     XIDs, ECC) and its pre-flight gate cannot read a GPU's own faults."""
-    from cookbook_runtime import pyenv
-
-    answers = [next(iter(pyenv.read_answers(r.pyenv).values()), None) for r in reports]
-    missing = [r.host for r, a in zip(reports, answers) if a is not None and not a["versions"].get(NVML_PACKAGE)]
+    answers = [(r.host, r.venv_answer()) for r in reports]
+    missing = [host for host, a in answers if a is not None and not a["versions"].get(NVML_PACKAGE)]
     if not missing:
         return Check("gpu telemetry", "pass", f"{NVML_PACKAGE} on every node")
     return Check(
