@@ -274,6 +274,8 @@ def _eager_flex_attention() -> None:
     validate_device._cookbook_cpu = True  # type: ignore[attr-defined]
     flex._validate_device = validate_device
     attention.FlexAttention._compiled_flex_attn = flex.flex_attention
+    # the document mask, built every step: compiled, its first call is ~5 s of dynamo tracing in every rank
+    attention._compiled_create_block_mask = flex.create_block_mask
 
 
 EAGER_FLEX_ATTENTION = Shim(
@@ -281,9 +283,11 @@ EAGER_FLEX_ATTENTION = Shim(
     breaks='RuntimeError "FlexAttention does not support backward on CPU"; torch.compile of flex_attention '
     "also needs a GPU toolchain (sdpa is rejected for llama3, varlen needs CUDA flash attention)",
     upstream="torch/nn/attention/flex_attention.py _validate_device; torchtitan/models/common/attention.py:277 "
-    "FlexAttention._compiled_flex_attn = torch.compile(flex_attention)",
+    "FlexAttention._compiled_flex_attn = torch.compile(flex_attention), :622 _compiled_create_block_mask = "
+    "torch.compile(create_block_mask)",
     fix="uses eager flex_attention (unfused: materialises the score matrix, fine for tiny seq_len) and skips "
-    "the CPU check for CPU tensors",
+    "the CPU check for CPU tensors; builds the document mask eagerly too (its compile is ~5 s of dynamo tracing "
+    "per rank on CPU, the mask of a tiny seq_len a few ms)",
     apply=_eager_flex_attention,
 )
 
