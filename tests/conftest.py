@@ -21,25 +21,6 @@ FIRST = ("tests/unit/test_gpu_check.py",)
 # little CPU, long waits on Slurm (a job's time limit, 78 s; controller restarts): among the heavy files, so that
 # the other worker's jobs use the cores meanwhile (run last, beside the short unit files, they left both idle ~80 s)
 WAITS = ("tests/cluster/test_slurm_client.py", "tests/cluster/test_local_cluster.py")
-# Files that leave the cores idle a good part of their time: waits on Slurm (time limits, requeues, node failures,
-# controller restarts), notebooks' kernels between jobs, one job at a time. vmstat beside a CI run showed 12-40%
-# idle while two of them ran together, ~0% while one ran beside a file of many concurrent jobs (the end-to-end
-# recipes, the rehearsal of every script, the GPU check's CPU mode). PairingScheduling runs them beside those.
-IDLING = frozenset(
-    {
-        *WAITS,
-        "tests/notebooks/test_notebooks.py",
-        "tests/notebooks/test_notebooks_titan.py",
-        "tests/notebooks/test_notebook_sweep.py",
-        "tests/cluster/test_fsdp_cluster.py",
-        "tests/cluster/test_python_api.py",
-        "tests/cluster/test_preflight_cluster.py",
-        "tests/cluster/test_chains_arrays.py",
-        "tests/cluster/test_hang_forensics.py",
-        "tests/cluster/test_cli_jobs.py",
-        "tests/security/test_login_node.py",
-    }
-)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -52,35 +33,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return 0 if path in FIRST else 1 if item.get_closest_marker("slow") or path in WAITS else 2
 
     items.sort(key=group)
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """``--dist loadfile`` (the Makefile's) as :class:`PairingScheduling`; any other mode as xdist does it."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class PairingScheduling(LoadFileScheduling):
-        """xdist's file-by-file scheduling, in the collection order above, except that a worker whose peers run
-        only :data:`IDLING` files gets the next other file, and one whose peers run none gets the next IDLING
-        file: the waits of one worker are filled by the other's jobs."""
-
-        def _assign_work_unit(self, node: object) -> None:
-            running = {
-                scope in IDLING
-                for other, work in self.assigned_work.items()
-                if other is not node
-                for scope, tests in work.items()
-                if not all(tests.values())
-            }
-            if len(running) == 1:
-                want_idling = not running.pop()
-                pick = next((scope for scope in self.workqueue if (scope in IDLING) == want_idling), None)
-                if pick is not None:
-                    self.workqueue.move_to_end(pick, last=False)
-            super()._assign_work_unit(node)
-
-    return PairingScheduling(config, log)
 
 
 @pytest.fixture(autouse=True, scope="session")
