@@ -2,6 +2,9 @@
 #                                   make test   (the test suite)
 # Both set everything up themselves: Debian packages (as root), .venv, pinned Python packages.
 SHELL := /bin/bash
+# Independent steps at once: on a fresh machine apt-get (deps-debian) runs beside pip (setup), and lint's mypy
+# beside apt-get; each target still waits for what it names.
+MAKEFLAGS += -j2
 PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
