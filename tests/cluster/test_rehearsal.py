@@ -19,13 +19,13 @@ import pytest
 
 from cookbook.paths import project_root
 from cookbook.rehearsal import RehearsalReport, finish_rehearsal, rehearse, start_rehearsal
-from cookbook.render import generated_files
 from cookbook.slurm.client import SlurmClient
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 RECIPES = project_root() / "slurm-recipes"
-GPU_SCRIPTS = sorted(n for n in generated_files() if n.endswith(".sbatch") and ".local-cpu." not in n)
+# the committed scripts (test_render holds them equal to the generator's): what a user copies and rehearses
+GPU_SCRIPTS = sorted(f"{p.parent.name}/{p.name}" for p in RECIPES.glob("*/*.sbatch") if ".local-cpu." not in p.name)
 SECRET = "hf_rehearsalSECRET0123456789"
 
 # the files of each download (names as on the Hub; contents empty)

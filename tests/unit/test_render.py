@@ -195,6 +195,9 @@ def test_slurm_recipes_match_the_generator():
     root = ROOT / "slurm-recipes"
     stale = [rel for rel, text in expected.items() if not (root / rel).is_file() or (root / rel).read_text() != text]
     assert not stale, f"slurm-recipes/ drifted from the generator; run `cookbook generate-recipes`: {stale}"
+    # and no committed script the generator no longer writes (the script tests read the committed ones)
+    extra = sorted({p.relative_to(root).as_posix() for p in root.glob("*/*.sbatch")} - set(expected))
+    assert not extra, f"slurm-recipes/ holds scripts the generator does not write: {extra}"
 
 
 def _rdzv_port(script: str, job_id: int) -> int:

@@ -9,14 +9,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from batch_step import EXEC
+from batch_step import EXEC, committed_scripts
 
-from cookbook.render import generated_files
 from cookbook.spec import profiles
 from cookbook_runtime import run
 
 ROOT = Path(__file__).resolve().parents[2] / "slurm-recipes"
-SCRIPTS = {name: text for name, text in generated_files().items() if name.endswith(".sbatch")}
+SCRIPTS = committed_scripts()
 
 
 def launch_words(text: str) -> list[str]:

@@ -18,15 +18,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from batch_step import FakeSlurm, job_view, runtime_args, runtime_argv, unset_env
+from batch_step import FakeSlurm, committed_scripts, job_view, runtime_args, runtime_argv, unset_env
 
 from cookbook.recipes import get_recipe, list_recipes
 from cookbook.rehearsal.rehearse import manifest, possibly_empty_arrays, static_problems
-from cookbook.render import generated_files, render_job, write_job
+from cookbook.render import render_job, write_job
 from cookbook.spec import JobSpec, make_spec, profiles
 from cookbook_runtime import decide, resume, run, slurm
 
-SCRIPTS = {name: text for name, text in generated_files().items() if name.endswith(".sbatch")}
+SCRIPTS = committed_scripts()
 GPU_SCRIPTS = {n: t for n, t in SCRIPTS.items() if ".local-cpu." not in n}
 
 
