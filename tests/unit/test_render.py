@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from batch_step import job_view, runtime_args, unset_env
+from batch_step import committed_scripts, job_view, runtime_args, unset_env
 
 from cookbook.cli import main
 from cookbook.render import generate_recipes, generated_files, quote_with_vars, render_job, write_job
@@ -196,7 +196,7 @@ def test_slurm_recipes_match_the_generator():
     stale = [rel for rel, text in expected.items() if not (root / rel).is_file() or (root / rel).read_text() != text]
     assert not stale, f"slurm-recipes/ drifted from the generator; run `cookbook generate-recipes`: {stale}"
     # and no committed script the generator no longer writes (the script tests read the committed ones)
-    extra = sorted({p.relative_to(root).as_posix() for p in root.glob("*/*.sbatch")} - set(expected))
+    extra = sorted(set(committed_scripts()) - set(expected))
     assert not extra, f"slurm-recipes/ holds scripts the generator does not write: {extra}"
 
 
