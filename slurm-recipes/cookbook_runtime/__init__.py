@@ -9,7 +9,7 @@ The core, standard library only (the batch step on the first node):
 
 - ``run``: the batch step: NODE_FAIL, rendezvous, pre-flight, resume, launch, stop relay, hang check, requeue
 - ``decide``: its decisions as pure functions (unit-tested at 1, 16 and 1,000 nodes)
-- ``slurm``: what it asks Slurm (scontrol, sinfo, sbatch), answering empty when Slurm does not
+- ``slurm``: what it asks Slurm (scontrol, sinfo, squeue, scancel; never sbatch), answering empty when Slurm does not
 - ``resume``: the newest complete checkpoint per framework, as launch arguments
 - ``files``: the names of the files and log lines a job writes
 - ``pyenv``: what a node's Python has (torch, the framework), from package metadata

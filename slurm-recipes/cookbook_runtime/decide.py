@@ -290,12 +290,119 @@ def run_dir_space_problem(free_bytes: int, total_bytes: int, need_bytes: int) ->
     )
 
 
-# ---------------------------------------------------------------- retries and resubmission
+# ---------------------------------------------------------------- spares and recovery inside the allocation
 
 
-def retries_left(ledger_rows: Sequence[str], max_retries: int) -> int:
-    """How many exclusions the job may still make (each line of its ledger spent one)."""
-    return max(0, max_retries - sum(1 for row in ledger_rows if row.strip()))
+def placement(allocated: Sequence[str], spares: int, bad: Iterable[str] = ()) -> tuple[list[str], list[str]]:
+    """``(training nodes, spares)`` of an allocation of N+K nodes with ``spares`` = K: N nodes train, the batch
+    host (the first node, where this step runs) always among them; ``bad`` nodes neither train nor stand by.
+    Fewer than N healthy nodes: every healthy node trains (the caller decides whether that is enough)."""
+    want = max(1, len(allocated) - max(0, spares))
+    bad = set(bad)
+    healthy = [x for x in allocated if x not in bad or x == allocated[0]]
+    return healthy[:want], healthy[want:]
+
+
+@dataclass(frozen=True)
+class Incident:
+    """One recovery of the job (a row of ``recoveries.tsv``): when it was decided, the nodes at fault, why, what
+    was done, when the fault was seen and when the ranks' step ended (epoch seconds; 0: not known)."""
+
+    when: float
+    job: str
+    nodes: tuple[str, ...]
+    reason: str
+    action: str
+    fault_at: float = 0.0
+    ended_at: float = 0.0
+    spares: tuple[str, ...] = ()
+
+    def row(self) -> str:
+        cells = (f"{self.when:.3f}", self.job, ",".join(self.nodes), self.reason.replace("\t", " "), self.action,
+                 f"{self.fault_at:.3f}", f"{self.ended_at:.3f}", ",".join(self.spares))  # fmt: skip
+        return "\t".join(cells)
+
+
+def parse_incidents(text: str) -> list[Incident]:
+    """``recoveries.tsv`` back into :class:`Incident` rows (a line that does not parse is skipped)."""
+    out = []
+    for line in text.splitlines():
+        c = line.split("\t")
+        try:
+            out.append(Incident(float(c[0]), c[1], tuple(x for x in c[2].split(",") if x), c[3], c[4],
+                                float(c[5]), float(c[6]), tuple(x for x in c[7].split(",") if x)))  # fmt: skip
+        except (IndexError, ValueError):
+            continue
+    return out
+
+
+COSTLESS = ("train-on-gate",)  # logged, but they cost the job nothing: no relaunch, no requeue
+
+
+def budget_left(incidents: Sequence[Incident], now: float, per_window: int, window_s: float) -> int:
+    """Recoveries the job may still make: at most ``per_window`` within any ``window_s`` seconds (a job that
+    meets a bad node every few days is not a job that crash-loops)."""
+    recent = [i for i in incidents if now - i.when < window_s and i.action not in COSTLESS]
+    return max(0, per_window - len(recent))
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What the batch step does about a fault: ``action`` one of
+
+    - ``spare``: swap ``nodes`` for ``spares`` and relaunch in this job (same id, no queue);
+    - ``requeue-excluding``: ``scontrol requeuehold`` the same job, ``update ExcNodeList`` with ``nodes``,
+      ``release`` (every option of the job kept, nothing copied from the environment);
+    - ``train-on``: keep the nodes (relaunch after a crash, or simply train after the gate's blame);
+    - ``requeue``: the same job requeued as it is (a lost node with nowhere else to go: Slurm places it again);
+    - ``hold``: the budget is spent and a checkpoint resumes it: requeued and held, ``scontrol release`` resumes;
+    - ``stop``: end the job with its status (the budget is spent and there is nothing to resume).
+    """
+
+    action: str
+    nodes: tuple[str, ...]
+    spares: tuple[str, ...] = ()
+    why: str = ""
+
+
+def recovery(
+    fault: Sequence[str], spares: Sequence[str], batch_host: str, *, budget: int, lost: bool, resumable: bool,
+    at_gate: bool = False, eligible: int | None = None, job_nodes: int = 0,
+) -> Recovery:  # fmt: skip
+    """The one answer to nodes at ``fault``, in order of what costs least: a spare (never for the batch host:
+    this step runs there); else the same job requeued without them, only where ``eligible`` (the partition's or
+    reservation's usable nodes outside the fault, None: unknown) still holds the job's ``job_nodes``; else train
+    on a node that still answers, or requeue as it is when one is lost. A spent ``budget`` never ends a job that
+    can resume: it is held; at the gate it trains on the node."""
+    nodes = tuple(fault)
+    if budget <= 0:
+        if at_gate and not lost:
+            return Recovery("train-on", nodes, why="the recovery budget is spent")
+        if resumable:
+            return Recovery("hold", nodes, why="the recovery budget is spent")
+        return Recovery("stop", nodes, why="the recovery budget is spent and there is no checkpoint to resume")
+    if batch_host not in nodes and len(spares) >= len(nodes):
+        return Recovery("spare", nodes, tuple(spares[: len(nodes)]))
+    why = "the batch host itself" if batch_host in nodes else f"no spare left ({len(spares)} for {len(nodes)})"
+    if eligible is not None and job_nodes and eligible >= job_nodes:
+        return Recovery("requeue-excluding", nodes, why=f"{why}; {eligible} eligible node(s) for {job_nodes}")
+    room = "unknown" if eligible is None else f"only {eligible} eligible node(s) for {job_nodes}"
+    if not lost:
+        return Recovery("train-on", nodes, why=f"{why}; excluding would leave the job pending ({room})")
+    return Recovery("requeue", nodes, why=f"{why}; {room}: Slurm places the job again once nodes are up")
+
+
+def crashed_nodes(exits: Mapping[str, Mapping[str, Any]], nodes: Sequence[str]) -> list[str]:
+    """The nodes whose ranks died of a signal (not HUP, INT or TERM: a stop, a cancel, srun tearing the step
+    down) first: ``exits`` is ``{node: {"signals": [...], "at": epoch}}`` as each node's launcher wrote it.
+    Half the nodes or more within a second of the first: a shared cause, nobody."""
+    quiet = {"SIGHUP", "SIGINT", "SIGTERM"}
+    died = {n: float(e.get("at", 0)) for n, e in exits.items() if n in nodes and set(e.get("signals", ())) - quiet}
+    if not died:
+        return []
+    first = min(died.values())
+    culprits = [n for n, at in died.items() if at - first < 1.0]
+    return [] if _many(len(culprits), len(nodes)) else sorted(culprits, key=list(nodes).index)
 
 
 def parse_job_record(text: str) -> dict[str, str]:
@@ -306,49 +413,17 @@ def parse_job_record(text: str) -> dict[str, str]:
 _NULL = ("", "(null)", "None", "NONE", "UNLIMITED", "N/A")
 
 
-def resubmit_args(job: Mapping[str, str], exclude: Sequence[str]) -> list[str]:
-    """``sbatch`` options that run the job again as it was asked for, without ``exclude``: every option of the
-    original submission that Slurm records (partition, account, QOS, reservation, constraint, memory, GRES,
-    time, nodes, CPUs per task, wckey, mail, comment), the exclusions merged with the job's own."""
-    excluded = [x for x in job.get("ExcNodeList", "").split(",") if x and x not in _NULL]
-    excluded += [x for x in exclude if x not in excluded]
-    out = ["--parsable", f"--exclude={','.join(excluded)}"]
-    simple = {
-        "Partition": "--partition",
-        "Account": "--account",
-        "QOS": "--qos",
-        "Reservation": "--reservation",
-        "Features": "--constraint",
-        "WCKey": "--wckey",
-        "MailUser": "--mail-user",
-        "MailType": "--mail-type",
-        "Comment": "--comment",
-        "TimeLimit": "--time",
-        "NumNodes": "--nodes",
-        "CPUs/Task": "--cpus-per-task",
-    }
-    for key, option in simple.items():
-        value = job.get(key, "")
-        if key == "NumNodes":
-            value = value.split("-")[0]
-        if value not in _NULL:
-            out.append(f"{option}={value}")
-    if (mem := job.get("MinMemoryNode", "")) not in _NULL and mem != "0":
-        out.append(f"--mem={mem}")
-    elif (mem := job.get("MinMemoryCPU", "")) not in _NULL and mem != "0":
-        out.append(f"--mem-per-cpu={mem}")
-    if (tres := job.get("TresPerNode", "")) not in _NULL:
-        out.append(f"--gres={tres.replace('gres/', '').replace('gres:', '')}")
-    return out
+def excluded_nodes(record: Mapping[str, str], add: Sequence[str]) -> list[str]:
+    """The job's ``ExcNodeList`` with ``add`` merged in (its own exclusions kept)."""
+    out = [x for x in record.get("ExcNodeList", "").split(",") if x and x not in _NULL]
+    return out + [x for x in add if x not in out]
 
 
-def resubmit_script(job: Mapping[str, str], own_script: str, array_task: bool, exists: bool) -> str:
-    """The script to resubmit: an array task's own (``task-N/job.sbatch``: it alone, with its own folders),
-    else the script as submitted (``Command=``) where it still exists, else Slurm's copy of it."""
-    if array_task:
-        return own_script
-    command = job.get("Command", "")
-    return command if command and exists else own_script
+def eligible_nodes(states: Mapping[str, NodeState], exclude: Iterable[str]) -> int:
+    """How many nodes of a partition or reservation (``states``) could run the job once ``exclude`` is left out:
+    not down, drained, failing or not responding."""
+    gone = set(exclude)
+    return sum(1 for node, st in states.items() if node not in gone and not _BAD.search(st.state))
 
 
 # ---------------------------------------------------------------- NODE_FAIL
@@ -375,7 +450,14 @@ class NodeState:
 
 _BAD = re.compile(r"^(down|drain|fail|not_responding|unknown)|\*$")
 _DOWN = re.compile(r"^(down|fail|not_responding)|\*$")  # the node itself died, whatever the run did
-QUIET_OUTCOMES = ("stop-saved", "TERM", "USR1", "completed", "excluded")
+
+
+def node_lost(state: str) -> bool:
+    """Whether sinfo's state says the node itself is gone (down, failing, not responding), whatever its jobs."""
+    return bool(_DOWN.search(state))
+
+
+QUIET_OUTCOMES = ("stop-saved", "TERM", "USR1", "completed", "excluded", "requeued")
 
 
 def node_fail_culprits(previous: RunRecord | None, states: Mapping[str, NodeState], now: float) -> list[str]:

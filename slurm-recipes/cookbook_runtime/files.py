@@ -9,7 +9,8 @@ Everything the job keeps lives in ``RUN_DIR/.cookbook/``:
 ==================================  ==========================================================
 ``stop``                            a stop asked for (USR1/TERM reached the batch step); ranks poll it
 ``stop.saved``                      rank 0 wrote its stop-save (one :func:`saved_line`)
-``retries-<first job>``             the exclusions and NODE_FAIL retries of one job and its resubmissions
+``recoveries.tsv``                  one line per recovery: when, nodes, why, action, fault and step-end times
+``exits/<job>-<restart>.<launch>/``  each node's launcher: how its ranks ended (``<node>.json``), for the culprit
 ``runs.tsv``                        one line per run: job, restart, nodes, start, end, outcome (NODE_FAIL reads it)
 ``preflight-<job>.<restart>/``      the gate's reports (``<node>.<local rank>.json``)
 ``hang/<job>-<restart>/``           the hang watch's dumps (``HANG``, flight recorder, stacks)
@@ -27,7 +28,9 @@ from pathlib import Path
 STATE = ".cookbook"  # under RUN_DIR
 STOP = "stop"
 SAVED_SUFFIX = ".saved"
-RETRIES = "retries-"  # + the first job's id
+RECOVERIES = "recoveries.tsv"
+EXITS = "exits"
+EXITS_DIR_ENV = "COOKBOOK_EXITS_DIR"  # where a node's launcher writes how its ranks ended
 RUNS = "runs.tsv"
 COMPLETE = "complete"
 PREFLIGHT = "preflight-"  # + <job>.<restart>
@@ -46,9 +49,13 @@ def state_dir(run_dir: str | os.PathLike[str]) -> Path:
     return Path(run_dir) / STATE
 
 
-def ledger(run_dir: str | os.PathLike[str], first_job: str) -> Path:
-    """Exclusions and NODE_FAIL retries of one job and its resubmissions (they share the first job's id)."""
-    return state_dir(run_dir) / f"{RETRIES}{first_job}"
+def recoveries(run_dir: str | os.PathLike[str]) -> Path:
+    """The recoveries of the run (:class:`cookbook_runtime.decide.Incident` rows), across its requeues."""
+    return state_dir(run_dir) / RECOVERIES
+
+
+def exits_dir(run_dir: str | os.PathLike[str], job: str, restart: int, launch: int) -> Path:
+    return state_dir(run_dir) / EXITS / f"{job}-{restart}.{launch}"
 
 
 def gate_dir(run_dir: str | os.PathLike[str], job: str, restart: int) -> Path:
@@ -83,5 +90,6 @@ NODE_LINES: dict[str, re.Pattern[str]] = {
     "preflight_time": re.compile(r"cookbook: pre-flight took (?P<rest>\d+ s on .*)"),
     "node_failure": re.compile(r"cookbook: node failure: (?P<node>\S+) (?P<rest>.*)"),
     "excluded": re.compile(r"cookbook: excluding (?P<node>\S+) (?P<rest>.*)"),
-    "not_excluded": re.compile(r"cookbook: (?:not excluding|not retrying|could not exclude) (?P<rest>.*)"),
+    "recovered": re.compile(r"cookbook: recovery: (?P<node>\S+) (?P<rest>.*)"),
+    "not_excluded": re.compile(r"cookbook: (?:not excluding|not retrying|could not exclude|keeping) (?P<rest>.*)"),
 }

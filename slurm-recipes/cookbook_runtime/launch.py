@@ -11,13 +11,17 @@ ends with them. SIGKILL (``KillWait`` after TERM) still ends everything.
 
 from __future__ import annotations
 
+import json
+import os
 import runpy
 import signal
+import socket
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
-from . import telemetry
+from . import files, telemetry
 
 SHIELDED = (signal.SIGUSR1, signal.SIGTERM)
 _ENTRY = {"torchrun": "torch.distributed.run", "tune": "torchtune._cli.tune"}
@@ -38,6 +42,36 @@ def shield() -> None:
     signal.signal = keep_ignored  # type: ignore[assignment]
 
 
+def signal_names(error: BaseException) -> list[str]:
+    """The signals that ended this node's ranks, from torchrun's ``ChildFailedError`` (its ``failures``: rank ->
+    ``ProcessFailure`` with a negative ``exitcode`` for a signal); [] for anything else."""
+    out = []
+    for failure in (getattr(error, "failures", None) or {}).values():
+        code = getattr(failure, "exitcode", 0)
+        if isinstance(code, int) and code < 0:
+            try:
+                out.append(signal.Signals(-code).name)
+            except ValueError:
+                out.append(f"signal {-code}")
+    return out
+
+
+def record_exits(error: BaseException) -> None:
+    """How this node's ranks ended, for the batch step's culprit (``COOKBOOK_EXITS_DIR/<node>.json``); best
+    effort: a launcher never fails for its record."""
+    folder = os.environ.get(files.EXITS_DIR_ENV)
+    if not folder or not getattr(error, "failures", None):
+        return
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    record = {"node": node, "signals": signal_names(error), "at": time.time(), "error": type(error).__name__}
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"{node}.json"), "w") as f:
+            json.dump(record, f)
+    except OSError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in _ENTRY:
@@ -47,6 +81,9 @@ def main(argv: list[str] | None = None) -> None:
     sampler = telemetry.start_from_env()  # this node's GPUs and NICs beside the launcher, until it ends
     try:
         runpy.run_module(_ENTRY[argv[0]], run_name="__main__", alter_sys=True)
+    except BaseException as e:
+        record_exits(e)
+        raise
     finally:
         if sampler:
             sampler.set()

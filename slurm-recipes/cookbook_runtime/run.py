@@ -15,18 +15,24 @@ runtime does the rest, in order, each step one log line:
 6. one launcher per node (``srun``), shielded from USR1/TERM (:mod:`cookbook_runtime.launch`); USR1 or TERM
    reaching this step becomes the stop flag every rank polls (``--requeue``): the ranks save at the next step
    boundary and exit 0;
-7. after the ranks exit: a hang recorded -> the node at fault excluded; a stop-save -> requeue
-   (:data:`cookbook_runtime.decide.AFTER_EXIT`).
+7. after the ranks exit: a node at fault (the hang verdict's culprit, a node whose ranks died of a signal
+   while its peers' did not, a node the batch host lost) is recovered from inside the allocation
+   (:func:`recover`); a stop-save -> requeue (:data:`cookbook_runtime.decide.AFTER_EXIT`).
 
-Exclusions run the job again without the nodes, at most ``--max-retries`` times per job
-(``COOKBOOK_MAX_RETRIES`` overrides): ``scontrol update ExcNodeList`` while Slurm allows it, else a
-resubmission with every option of the original job. ``COOKBOOK_PREFLIGHT=0`` skips the gate;
-``COOKBOOK_REHEARSE`` (``cookbook rehearse``) runs a check in the launcher's place. Standard library only.
+Recovery never leaves the job (:func:`cookbook_runtime.decide.recovery`): a spare of the allocation
+(``--spare-nodes K``: Slurm gave N+K nodes, N train) takes the node's place and the ranks are launched again
+in this same job from the newest checkpoint; with no spare left, the same job is requeued without the node
+(``scontrol requeuehold``/``update ExcNodeList``/``release``) where the partition still holds it, else it trains
+on. At most ``--max-retries`` recoveries per ``--retry-window`` (``COOKBOOK_MAX_RETRIES`` overrides); a spent
+budget holds a resumable job instead of ending it. Nothing here calls ``sbatch``. ``COOKBOOK_PREFLIGHT=0``
+skips the gate; ``COOKBOOK_REHEARSE`` (``cookbook rehearse``) runs a check in the launcher's place. Standard
+library only.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -35,9 +41,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from . import decide, files, pyenv, resume, slurm
 
@@ -63,8 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--requeue", action="store_true", help="USR1/TERM: every rank saves at its next step boundary; requeue")
     a("--lead-seconds", type=float, default=0.0, help="the --signal lead time: how often the ranks agree on a stop")
     a("--save-seconds", type=float, default=0.0, help="the model's stop-save time (hang floor, KillWait check)")
-    a("--max-retries", type=int, default=2, help="node exclusions per job (COOKBOOK_MAX_RETRIES overrides)")
-    a("--script", default="", help="the job's script, \"$0\" (an array task's own): what excluding a node resubmits")
+    a("--spare-nodes", type=int, default=0, help="K of the allocation's nodes stand by; a node at fault is swapped")
+    a("--max-retries", type=int, default=2, help="recoveries per --retry-window (COOKBOOK_MAX_RETRIES overrides)")
+    a("--retry-window", type=float, default=3600.0, help="seconds over which --max-retries recoveries are counted")
+    a("--node-watch-seconds", type=float, default=10.0, help="how often the batch host checks the training nodes")
     g = p.add_argument_group("pre-flight gate (thresholds and their sources: cookbook profiles show PROFILE)")
     g.add_argument("--gate", action="store_true", help="check every node before training")
     g.add_argument("--gate-strict", action="store_true", help="stop on a problem no node can be blamed for")
@@ -88,7 +99,7 @@ def say(line: str) -> None:
 
 
 class Job:
-    """This batch step: Slurm's view of the job and the run folder's state."""
+    """This batch step: Slurm's view of the job, the nodes that train and stand by, the run folder's state."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         env = os.environ
@@ -97,112 +108,49 @@ class Job:
         self.self_id = slurm.self_id()
         self.restart = int(env.get("SLURM_RESTART_COUNT", "0") or 0)
         self.nodelist = env.get("SLURM_JOB_NODELIST", socket.gethostname())
-        self.nodes = slurm.hostnames(self.nodelist)
+        self.allocated = slurm.hostnames(self.nodelist)
+        self.batch_host = self.allocated[0]
+        self.nodes, self.spares = decide.placement(self.allocated, args.spare_nodes)
         self.run_dir = Path(env.get("RUN_DIR") or os.getcwd())
         self.state = files.state_dir(self.run_dir)
         self.state.mkdir(parents=True, exist_ok=True)
-        self.first_job = env.get("COOKBOOK_FIRST_JOB") or self.id
-        env["COOKBOOK_FIRST_JOB"] = self.first_job  # resubmissions share the first job's ledger
         retries = env.get("COOKBOOK_MAX_RETRIES", "")
         self.max_retries = int(retries) if retries.isdigit() else args.max_retries
         self.started = time.time()
+        self.launches = 0  # launches of the ranks in this run (a recovery launches again)
         self.signal: str | None = None
 
     # ------------------------------------------------------------ the records
     def record(self, end: float | None = None, how: str = "") -> None:
         with open(self.state / files.RUNS, "a") as f:
             stamp = f"{end:.0f}" if end is not None else ""
-            f.write(f"{self.id}\t{self.restart}\t{','.join(self.nodes)}\t{self.started:.0f}\t{stamp}\t{how}\n")
+            f.write(f"{self.id}\t{self.restart}\t{','.join(self.allocated)}\t{self.started:.0f}\t{stamp}\t{how}\n")
 
-    def ledger_rows(self) -> list[str]:
+    def incidents(self) -> list[decide.Incident]:
         try:
-            return files.ledger(self.run_dir, self.first_job).read_text().splitlines()
+            return decide.parse_incidents(files.recoveries(self.run_dir).read_text())
         except OSError:
             return []
 
-    def spend_retry(self, nodes: str, reason: str) -> None:
-        with open(files.ledger(self.run_dir, self.first_job), "a") as f:
-            f.write(f"{self.id}\t{nodes}\t{reason}\n")
-
-    # ------------------------------------------------------------ exclusion
-    def exclude_and_retry(self, nodes: list[str], reason: str) -> int:
-        """Run the job again without ``nodes``; end this run. Returns the exit status."""
-        names = ",".join(nodes)
-        rows = self.ledger_rows()
-        if decide.retries_left(rows, self.max_retries) <= 0:
-            say(
-                f"cookbook: not excluding {names} ({reason}): the retry budget is spent ({len(rows)} of "
-                f"COOKBOOK_MAX_RETRIES={self.max_retries}); ending job {self.id}"
-            )
-            self.record(time.time(), "failed")
-            return 1
-        self.spend_retry(names, reason)
-        used = len(rows) + 1
-        record = slurm.job_record(self.id)
-        excluded = [x for x in record.get("ExcNodeList", "").split(",") if x and x != "(null)"] + nodes
-        self.record(time.time(), "excluded")
-        if slurm.update_excluded(self.self_id, ",".join(excluded)):
-            say(
-                f"cookbook: excluding {names} ({reason}) by scontrol update ExcNodeList={','.join(excluded)}; "
-                f"requeueing job {self.id} (retry {used} of {self.max_retries})"
-            )
-            slurm.requeue(self.self_id)
-            return 0
-        array_task = bool(os.environ.get("SLURM_ARRAY_TASK_ID"))
-        own = self.args.script or os.environ.get("COOKBOOK_SCRIPT", "")
-        script = decide.resubmit_script(record, own, array_task, Path(record.get("Command", "-")).is_file())
-        args = decide.resubmit_args(record, nodes)
-        cwd = os.environ.get("SLURM_SUBMIT_DIR", ".")
-        ok, said = slurm.submit(args, script, cwd, slurm.clean_env(dict(os.environ)))
-        if ok:
-            exclude = next(a for a in args if a.startswith("--exclude="))
-            say(
-                f"cookbook: excluding {names} ({reason}) by resubmission with {exclude} (scontrol update "
-                f"ExcNodeList is refused for a running job): job {said} (retry {used} of {self.max_retries}); "
-                f"ending job {self.id}"
-            )
-        else:
-            say(
-                f"cookbook: could not exclude {names} ({reason}): scontrol update ExcNodeList refused and sbatch "
-                f"--exclude failed: {said}; ending job {self.id}"
-            )
-        return 1
-
-    # ------------------------------------------------------------ NODE_FAIL
-    def node_fail(self) -> int | None:
-        """Nodes that failed during the previous run of this job: excluded (an exit status) or, when Slurm
-        already gave this run other nodes, one retry spent. None: nothing to do."""
-        if self.restart == 0:
-            return None
+    def note(self, incident: decide.Incident) -> None:
         try:
-            runs = decide.parse_runs((self.state / files.RUNS).read_text())
-        except OSError:
-            return None
-        previous = next((r for r in reversed(runs) if r.job == self.id and r.restart < self.restart), None)
-        if previous is None:
-            return None
-        states = slurm.node_states(previous.nodes)
-        failed = decide.node_fail_culprits(previous, states, self.started)
-        if not failed:
-            return None
-        for node in failed:
-            say(f"cookbook: node failure: {node} of job {self.id}'s previous run is {states[node].state} (NODE_FAIL)")
-        if set(failed) & set(self.nodes):
-            return self.exclude_and_retry(failed, "NODE_FAIL in the previous run")
-        rows = self.ledger_rows()
-        names = ",".join(failed)
-        if decide.retries_left(rows, self.max_retries) <= 0:
-            say(
-                f"cookbook: not retrying after NODE_FAIL on {names}: the retry budget is spent "
-                f"(COOKBOOK_MAX_RETRIES={self.max_retries}); ending job {self.id}"
-            )
-            return 1
-        self.spend_retry(names, "NODE_FAIL")
-        say(
-            f"cookbook: excluding {names} (NODE_FAIL in the previous run) by Slurm's requeue: this run has other "
-            f"nodes [{self.nodelist}] (retry {len(rows) + 1} of {self.max_retries})"
-        )
-        return None
+            with open(files.recoveries(self.run_dir), "a") as f:
+                f.write(incident.row() + "\n")
+        except OSError as e:  # the ledger is for reading later: never a reason to stop
+            say(f"cookbook: could not write {files.recoveries(self.run_dir)}: {e}")
+
+    def swap(self, out: Sequence[str], spares: Sequence[str]) -> None:
+        """``out`` leave the training nodes (and the spares), ``spares`` take their places."""
+        self.nodes = [spares[list(out).index(x)] if x in out else x for x in self.nodes]
+        self.spares = [x for x in self.spares if x not in spares and x not in out]
+
+    def resume_args(self) -> tuple[list[str], list[str]]:
+        """The launch arguments and log lines of the newest complete checkpoint (:mod:`.resume`)."""
+        args = self.args
+        return resume.resume(
+            args.resume, self.run_dir, checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None,
+            adapter=args.resume_adapter, filename_format=args.resume_filename_format, job=self.id,
+        )  # fmt: skip
 
 
 def local_addresses() -> list[tuple[str, str]]:
@@ -226,14 +174,6 @@ def resolved_addresses() -> list[str]:
         return []
 
 
-def port_taken(address: str, port: int) -> bool:
-    try:
-        with socket.create_connection((address, port), timeout=2):
-            return True
-    except OSError:
-        return False
-
-
 def rendezvous(job: Job) -> tuple[str, int]:
     """The head address and a free port; NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME exported when detected."""
     args, env = job.args, os.environ
@@ -252,21 +192,35 @@ def rendezvous(job: Job) -> tuple[str, int]:
             env.setdefault("GLOO_SOCKET_IFNAME", env["NCCL_SOCKET_IFNAME"] if plain else interface)
         say(f"network interface: {env['NCCL_SOCKET_IFNAME']}")
     job_id = int(job.id) if job.id.isdigit() else 0
-    port = decide.rendezvous_port(args.port, job_id, not args.port_span, args.port_span or 1)
-    for _ in range(8):
-        if not port_taken(address, port):
-            break
-        say(f"cookbook: rendezvous port {port} is taken on {address}; trying {port + 1}")
-        port += 1
-    say(f"job {job.id}: {len(job.nodes)} node(s) [{job.nodelist}], rendezvous {address}:{port}, run dir {job.run_dir}")
+    port = free_port(address, decide.rendezvous_port(args.port, job_id, not args.port_span, args.port_span or 1))
     return address, port
 
 
-def srun_prefix(args: argparse.Namespace) -> list[str]:
-    """One task per node with every CPU the job has there (srun of Slurm 22.05-23.02 does not inherit
-    ``--cpus-per-task``), log lines tagged with the node index."""
+def free_port(address: str, port: int) -> int:
+    """``port``, or the next one free on ``address``."""
+    for _ in range(8):
+        if not slurm.reachable(address, port, timeout=2):
+            break
+        say(f"cookbook: rendezvous port {port} is taken on {address}; trying {port + 1}")
+        port += 1
+    return port
+
+
+def say_start(job: Job, address: str, port: int) -> None:
+    """The start line (``files.START``: goodput and the metrics read a start from it)."""
+    spares = f", spare(s) [{','.join(job.spares)}]" if job.args.spare_nodes else ""
+    say(f"job {job.id}: {len(job.nodes)} node(s) [{','.join(job.nodes)}], rendezvous {address}:{port}, run dir "
+        f"{job.run_dir}{spares}")  # fmt: skip
+
+
+def srun_prefix(args: argparse.Namespace, nodes: Sequence[str] = (), overlap: bool = False) -> list[str]:
+    """One task per node of ``nodes`` (all the allocation's when empty) with every CPU the job has there (srun of
+    Slurm 22.05-23.02 does not inherit ``--cpus-per-task``), log lines tagged with the node index; ``overlap``:
+    beside what is left of an earlier step (a lost node never reports its end)."""
     cpus = os.environ.get("SLURM_CPUS_PER_TASK") or os.environ.get("SLURM_CPUS_ON_NODE", "1")
-    return ["srun", "--ntasks-per-node=1", "--label", f"--cpus-per-task={cpus}", *args.srun_arg]
+    where = [f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}"] if nodes else []
+    return ["srun", *where, "--ntasks-per-node=1", "--label", f"--cpus-per-task={cpus}",
+            *(["--overlap"] if overlap else []), *args.srun_arg]  # fmt: skip
 
 
 def gate(job: Job, address: str, port: int, nproc: int) -> int | None:
@@ -279,7 +233,8 @@ def gate(job: Job, address: str, port: int, nproc: int) -> int | None:
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.json"):
         old.unlink()
-    budget = decide.gate_budget(args.gate_seconds, len(job.nodes))
+    checked = [*job.nodes, *job.spares]  # a spare is checked like any node
+    budget = decide.gate_budget(args.gate_seconds, len(checked))
     check = [
         "--out", str(out), f"--gpus={gpus}", f"--matmul-fraction={args.gate_matmul_fraction}",
         f"--matmul-min-tflops={args.gate_matmul_min_tflops}", f"--min-busbw={args.gate_busbw_floor}",
@@ -289,7 +244,7 @@ def gate(job: Job, address: str, port: int, nproc: int) -> int | None:
     ]  # fmt: skip
     if nproc > 1:
         program = [
-            "python3", "-m", "torch.distributed.run", f"--nnodes={len(job.nodes)}", f"--nproc-per-node={nproc}",
+            "python3", "-m", "torch.distributed.run", f"--nnodes={len(checked)}", f"--nproc-per-node={nproc}",
             "--rdzv-backend=c10d", f"--rdzv-id=preflight-{job.id}", f"--rdzv-endpoint={address}:{port}",
             f"--rdzv-conf=join_timeout={int(budget * 0.6)}", "-m", "cookbook_runtime.nodecheck", "check", *check,
         ]  # fmt: skip
@@ -297,7 +252,7 @@ def gate(job: Job, address: str, port: int, nproc: int) -> int | None:
         program = ["python3", "-m", "cookbook_runtime.nodecheck", "check", f"--master={address}:{port}", *check]
     started = time.time()
     timed_out = ""
-    step = subprocess.Popen([*srun_prefix(args), "--kill-on-bad-exit=0", *program])
+    step = subprocess.Popen([*srun_prefix(args, checked), "--kill-on-bad-exit=0", *program])
     try:
         step.wait(timeout=budget)
     except subprocess.TimeoutExpired:
@@ -312,12 +267,18 @@ def gate(job: Job, address: str, port: int, nproc: int) -> int | None:
         matmul_peer_ratio=args.gate_matmul_peer_ratio, busbw_peer_ratio=args.gate_busbw_peer_ratio,
         busbw_floor_gbps=args.gate_busbw_floor, strict=args.gate_strict,
     )  # fmt: skip
-    verdict = judge(out, job.nodes, max(nproc, 1), gpus, limits, say)
-    say(f"cookbook: pre-flight took {time.time() - started:.0f} s on {len(job.nodes)} node(s)")
+    verdict = judge(out, checked, max(nproc, 1), gpus, limits, say)
+    say(f"cookbook: pre-flight took {time.time() - started:.0f} s on {len(checked)} node(s)")
     problems = "; ".join(p for p in (timed_out, verdict.unattributed) if p)
     if verdict.blame:
         reason = "pre-flight: " + "; ".join(dict.fromkeys(r for rs in verdict.blame.values() for r in rs))
-        return job.exclude_and_retry(verdict.exclude, reason)
+        idle = [x for x in verdict.exclude if x in job.spares]  # a bad spare simply stops standing by
+        if idle:
+            job.spares = [x for x in job.spares if x not in idle]
+            say(f"cookbook: recovery: spare {','.join(idle)} ({reason}) no longer stands by")
+        training = [x for x in verdict.exclude if x in job.nodes]
+        if training:
+            return recover(job, training, reason, at_gate=True)
     if problems and (verdict.stop or args.gate_strict):
         say(f"cookbook: pre-flight failed across the nodes (no single node to blame): {problems}; not training "
             "(--gate-strict)")  # fmt: skip
@@ -334,13 +295,14 @@ def python_environment(job: Job) -> int | None:
     needs = dict(word.partition("==")[::2] for word in job.args.needs.split(",") if word)
     if not needs:
         return None
-    command = [*srun_prefix(job.args), "--kill-on-bad-exit=0", "python3", "-m", "cookbook_runtime.pyenv", *needs]
+    nodes = [*job.nodes, *job.spares]
+    command = [*srun_prefix(job.args, nodes), "--kill-on-bad-exit=0", "python3", "-m", "cookbook_runtime.pyenv", *needs]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=decide.gate_budget(30, len(job.nodes)))
+        done = subprocess.run(command, capture_output=True, text=True, timeout=decide.gate_budget(30, len(nodes)))
         answers, said = pyenv.read_answers(done.stdout), done.stderr.strip().splitlines()
     except (subprocess.TimeoutExpired, ValueError):  # no answer, or a garbled one: not judged
         answers, said = {}, []
-    verdict = decide.environment_verdict(job.nodes, answers, needs)
+    verdict = decide.environment_verdict(nodes, answers, needs)
     for note in verdict.notes:
         say(f"cookbook: {note}" + (f" (srun: {said[-1]})" if said and "no answer" in note else ""))
     if verdict.stop:
@@ -391,14 +353,16 @@ def launcher_words(argv: list[str]) -> int:
 
 
 def launch_command(job: Job, address: str, port: int, nproc: int, extra: list[str]) -> list[str]:
-    """The launch on every node: the shielded launcher, its node/process/rendezvous flags, the program."""
+    """The launch on every training node: the shielded launcher, its node/process/rendezvous flags (a new
+    rendezvous id per launch: nothing of an earlier one joins), the program."""
     argv = list(job.args.launcher)
     k = launcher_words(argv)
     launcher, program = argv[:k], argv[k:]
+    rdzv = job.id if not job.launches else f"{job.id}-{job.launches}"
     # every rank's output in its own file (--log-dir); each node's first rank's in the job log too
     flags = [
         f"--nnodes={len(job.nodes)}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
-        f"--rdzv-id={job.id}", f"--rdzv-endpoint={address}:{port}",
+        f"--rdzv-id={rdzv}", f"--rdzv-endpoint={address}:{port}",
         "--role=rank", "--tee=3", "--local-ranks-filter=0", f"--log-dir={job.run_dir}/torchrun-logs",
     ]  # fmt: skip
     hook = os.environ.get("COOKBOOK_REHEARSE")
@@ -408,25 +372,34 @@ def launch_command(job: Job, address: str, port: int, nproc: int, extra: list[st
         head = ["python3", "-m", "cookbook_runtime.launch", *launcher]
     else:
         head = launcher
-    return [*srun_prefix(job.args), "--kill-on-bad-exit=1", *head, *flags, *program, *extra]
+    where = job.nodes if job.args.spare_nodes or job.launches or job.nodes != job.allocated else []
+    srun = srun_prefix(job.args, where, overlap=bool(job.launches))
+    return [*srun, "--kill-on-bad-exit=1", *head, *flags, *program, *extra]
 
 
 def watch_signals(job: Job, stop_file: Path) -> None:
-    """USR1/TERM reaching the batch step: the stop flag every rank polls (the ranks save and exit 0)."""
+    """USR1/TERM reaching the batch step: the stop flag every rank polls (the ranks save and exit 0). The
+    handler never raises: a run folder that errs (EIO, ESTALE, EDQUOT) is said, and the job goes on."""
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         job.signal = signal.Signals(signum).name.removeprefix("SIG")
-        say(f"cookbook: got {job.signal}: every rank saves at its next step boundary")
-        stop_file.touch()
+        try:
+            say(f"cookbook: got {job.signal}: every rank saves at its next step boundary")
+            stop_file.touch()
+        except Exception as e:  # noqa: BLE001  (a signal handler that raises ends the batch step, unsaved)
+            try:
+                say(f"cookbook: got {job.signal} but could not raise the stop flag {stop_file}: {e}")
+            except Exception:  # noqa: BLE001, S110  (the log itself is gone: nothing left to tell)
+                pass
 
     for sig in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(sig, on_signal)
 
 
-def hang_check(job: Job, hang_dir: Path) -> int | None:
-    """After the ranks ended: a hang recorded -> name the node at fault and retry without it."""
+def hang_culprit(hang_dir: Path) -> tuple[list[str], str]:
+    """After the ranks ended: the hosts a recorded hang names (none: no hang, or no verdict) and the verdict."""
     if not (hang_dir / files.HANG_TRIGGER).exists() and not any(hang_dir.glob(f"{files.TRACE_PREFIX}*")):
-        return None
+        return [], ""
     from . import hang  # noqa: PLC0415
 
     try:
@@ -435,9 +408,233 @@ def hang_check(job: Job, hang_dir: Path) -> int | None:
     except Exception as e:  # noqa: BLE001  (a verdict that cannot be made blames nobody)
         found, what = {"hosts": []}, f"hang: no verdict ({type(e).__name__}: {e})"
     say(f"cookbook: {what}; dumps in {hang_dir}")
-    if found["hosts"]:
-        return job.exclude_and_retry(list(found["hosts"]), what)
-    return None
+    return list(found["hosts"]), what
+
+
+class NodeWatch(threading.Thread):
+    """The batch host's eye on the other training nodes while the ranks run: a node whose slurmd stops
+    answering (or that Slurm calls down) twice in a row is lost; the step is then ended (srun would wait for
+    a lost node for ever) so that :func:`recover` can replace it."""
+
+    def __init__(self, job: Job, step: subprocess.Popen[bytes], every: float) -> None:
+        super().__init__(daemon=True)
+        self.job, self.step, self.every = job, step, every
+        self.lost: list[str] = []
+        self.lost_at = 0.0
+        self.done = threading.Event()
+        port = slurm.config_value("SlurmdPort")
+        self.port = int(port) if port.isdigit() else 6818
+        others = [x for x in job.nodes if x != job.batch_host]
+        self.addresses = {x: slurm.node_address(x) for x in others} if every > 0 else {}
+        self.probed: dict[str, str] = {}  # the nodes whose slurmd answered at the start: only these are probed
+
+    def failing(self) -> list[str]:
+        states = slurm.node_states(list(self.addresses))
+        down = [x for x, st in states.items() if decide.node_lost(st.state)]
+        return sorted(set(down) | {x for x, a in self.probed.items() if not slurm.reachable(a, self.port)})
+
+    def run(self) -> None:
+        self.probed = {x: a for x, a in self.addresses.items() if slurm.reachable(a, self.port)}
+        strikes: dict[str, int] = {}
+        first: dict[str, float] = {}
+        while self.addresses and not self.done.wait(self.every):
+            now = time.time()
+            failing = self.failing()
+            strikes = {x: strikes.get(x, 0) + 1 for x in failing}
+            first = {x: first.get(x, now) for x in failing}
+            lost = [x for x, n in strikes.items() if n >= 2]
+            if lost and not self.done.is_set():
+                self.lost, self.lost_at = lost, min(first[x] for x in lost)
+                say(f"cookbook: lost {','.join(lost)}: its slurmd does not answer the batch host; ending the step")
+                self.end_step()
+                return
+
+    def end_step(self) -> None:
+        for step in slurm.job_steps(self.job.id):  # the ranks on the nodes that still answer
+            slurm.kill_step(step)
+        try:
+            self.step.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.step.kill()  # srun waits for the lost node's tasks for ever
+
+
+def node_fail(job: Job) -> int | None:
+    """Nodes that failed during the previous run of this job: one in this allocation is recovered from like any
+    fault (a spare, else the same job requeued without it); one Slurm already moved the run off costs nothing."""
+    if job.restart == 0:
+        return None
+    try:
+        runs = decide.parse_runs((job.state / files.RUNS).read_text())
+    except OSError:
+        return None
+    previous = next((r for r in reversed(runs) if r.job == job.id and r.restart < job.restart), None)
+    if previous is None:
+        return None
+    states = slurm.node_states(previous.nodes)
+    failed = decide.node_fail_culprits(previous, states, job.started)
+    for node in failed:
+        say(f"cookbook: node failure: {node} of job {job.id}'s previous run is {states[node].state} (NODE_FAIL)")
+    here = [x for x in failed if x in job.allocated]
+    if failed and not here:
+        say(f"cookbook: excluding {','.join(failed)} (NODE_FAIL in the previous run) by Slurm's requeue: this run "
+            f"has other nodes [{job.nodelist}]")  # fmt: skip
+    if not here:
+        return None
+    idle = [x for x in here if x in job.spares]
+    job.spares = [x for x in job.spares if x not in idle]
+    training = [x for x in here if x in job.nodes]
+    return recover(job, training, "NODE_FAIL in the previous run", lost=True, at_gate=True) if training else None
+
+
+def find_fault(job: Job, watch: NodeWatch, hang_dir: Path, exits: Path) -> tuple[list[str], str, bool, float]:
+    """After the ranks ended: ``(nodes at fault, why, lost, when seen)``, in order of certainty: the hang
+    verdict's culprit, a node the batch host lost, a node whose ranks died of a signal first."""
+    hosts, what = hang_culprit(hang_dir)
+    nodes = [x for x in job.nodes if x in hosts or any(h.split(".")[0] == x for h in hosts)] or hosts
+    if nodes:
+        return nodes, what, False, 0.0
+    if watch.lost:
+        return watch.lost, "lost: its slurmd stopped answering", True, watch.lost_at
+    records: dict[str, dict[str, Any]] = {}
+    for f in exits.glob("*.json") if exits.is_dir() else ():
+        try:
+            records[f.stem] = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+    crashed = decide.crashed_nodes(records, job.nodes)
+    if crashed:
+        sigs = sorted({str(s) for x in crashed for s in records[x].get("signals", [])})
+        at = min(float(records[x].get("at", 0) or 0) for x in crashed)
+        return crashed, f"its ranks died of {','.join(sigs)}", False, at
+    return [], "", False, 0.0
+
+
+def recover(
+    job: Job, fault: Sequence[str], reason: str, *, lost: bool = False, at_gate: bool = False,
+    fault_at: float = 0.0, ended_at: float = 0.0,
+) -> int | None:  # fmt: skip
+    """Act on nodes at fault (:func:`cookbook_runtime.decide.recovery`): None to launch (again) on the nodes
+    the job now has, else the batch step's exit status (the job requeued, held, or ended)."""
+    now = time.time()
+    budget = decide.budget_left(job.incidents(), now, job.max_retries, job.args.retry_window)
+    record = slurm.job_record(job.self_id)
+    excluded = decide.excluded_nodes(record, fault)
+    eligible = None
+    if budget > 0 and (job.batch_host in fault or len(job.spares) < len(fault)):
+        states = slurm.partition_states(record.get("Partition", ""), record.get("Reservation", ""))
+        eligible = decide.eligible_nodes(states, excluded) if states else None
+    resumable = any("resuming from" in line for line in job.resume_args()[1])
+    what = decide.recovery(
+        fault, job.spares, job.batch_host, budget=budget, lost=lost, resumable=resumable, at_gate=at_gate,
+        eligible=eligible, job_nodes=len(job.allocated),
+    )  # fmt: skip
+    names = ",".join(fault)
+    action = "train-on-gate" if what.action == "train-on" and at_gate else what.action
+    job.note(decide.Incident(now, job.id, tuple(fault), reason, action, fault_at or now, ended_at, what.spares))
+    left = f"{budget - 1} of {job.max_retries} recoveries left in {job.args.retry_window / 3600:g} h"
+    if what.action == "spare":
+        job.swap(fault, what.spares)
+        say(f"cookbook: recovery: {names} ({reason}) replaced by spare {','.join(what.spares)} in job {job.id} "
+            f"({left})")  # fmt: skip
+        return None
+    if what.action == "train-on":
+        say(f"cookbook: keeping {names} ({reason}): {what.why}; training on it")
+        return None
+    for sig in (signal.SIGUSR1, signal.SIGTERM):  # the requeue signals this step: finish what was started
+        signal.signal(sig, signal.SIG_IGN)
+    if what.action == "requeue-excluding":
+        ok, said = slurm.requeue_excluding(job.self_id, ",".join(excluded))
+        if ok:
+            say(f"cookbook: excluding {names} ({reason}): job {job.id} requeued with ExcNodeList={','.join(excluded)}, "
+                f"every option kept ({what.why}; {left})")  # fmt: skip
+            job.record(time.time(), "requeued")
+            return 0
+        say(f"cookbook: could not exclude {names} ({reason}): {said}; ending job {job.id}")
+        job.record(time.time(), "failed")
+        return 1
+    if what.action in ("requeue", "hold"):
+        ok, said = slurm.requeue(job.self_id, hold=what.action == "hold")
+        if what.action == "hold":
+            verdict = (f"job {job.id} requeued and held: `scontrol release {job.self_id}` resumes it from its "
+                       "newest checkpoint")  # fmt: skip
+        else:
+            verdict = f"job {job.id} requeued as it is"
+        if ok:
+            say(f"cookbook: not recovering in this run from {names} ({reason}): {what.why}; {verdict}")
+            job.record(time.time(), "requeued")
+            return 0
+        say(f"cookbook: could not requeue job {job.id} after {names} ({reason}): {said}; ending it")
+        job.record(time.time(), "failed")
+        return 1
+    say(f"cookbook: not recovering from {names} ({reason}): {what.why}; ending job {job.id}")
+    job.record(time.time(), "failed")
+    return 1
+
+
+def set_launch_env(job: Job, hang_dir: Path, exits: Path, telemetry: Path, save_seconds: float) -> None:
+    """What the launchers and the ranks read from the environment (hang dumps, exits, telemetry, stop times)."""
+    env = os.environ
+    env[files.HANG_DIR_ENV] = str(hang_dir)
+    env[files.EXITS_DIR_ENV] = str(exits)
+    every = env.setdefault(files.TELEMETRY_S_ENV, "10")  # the nodes' GPU/NIC sampler (launch), 0: none
+    env[files.TELEMETRY_DIR_ENV] = str(telemetry)
+    if every.strip() not in ("0", "") and not job.launches:
+        say(f"cookbook: node telemetry every {every} s in {telemetry}")
+    env.setdefault("COOKBOOK_HANG_MIN_S", f"{decide.hang_min_seconds(save_seconds):.0f}")
+    env.setdefault("TORCH_FR_BUFFER_SIZE", "2000")  # the last 2000 collectives per rank
+    env["TORCH_FR_DUMP_TEMP_FILE"] = f"{hang_dir}/{files.TRACE_PREFIX}"  # + the rank
+    env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", env["TORCH_FR_BUFFER_SIZE"])  # ProcessGroupNCCL's spellings
+    env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+    env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = env["TORCH_FR_DUMP_TEMP_FILE"]
+    env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "[rank${rank}]:"  # the global rank; torchrun fills it in
+
+
+def launch(job: Job, address: str, port: int, nproc: int) -> tuple[int, list[str], str, bool, float]:
+    """One launch of the ranks on the training nodes, watched: ``(srun's status, nodes at fault, why, lost,
+    when the fault was seen)``."""
+    extra, lines = job.resume_args()
+    for line in lines:
+        say(line)
+    suffix = f".{job.launches}" if job.launches else ""
+    hang_dir = files.hang_dir(job.run_dir, job.id, job.restart)
+    hang_dir = hang_dir.with_name(hang_dir.name + suffix)
+    hang_dir.mkdir(parents=True, exist_ok=True)
+    telemetry = files.telemetry_dir(job.run_dir, job.id, job.restart)
+    exits = files.exits_dir(job.run_dir, job.id, job.restart, job.launches)
+    set_launch_env(job, hang_dir, exits, telemetry.with_name(telemetry.name + suffix), job.args.save_seconds)
+    command = launch_command(job, address, port, nproc, extra)
+    say(f"cookbook: launching {shlex.join(job.args.launcher[: launcher_words(job.args.launcher)])} on "
+        f"{len(job.nodes)} node(s), {nproc} process(es) each")  # fmt: skip
+    ranks = subprocess.Popen(command)
+    every = 0.0 if os.environ.get("COOKBOOK_REHEARSE") else job.args.node_watch_seconds
+    watch = NodeWatch(job, ranks, every if len(job.nodes) > 1 else 0.0)
+    watch.start()
+    status = ranks.wait()  # PEP 475: a signal handled meanwhile does not interrupt the wait
+    watch.done.set()
+    job.launches += 1
+    if status < 0:  # srun ended by a signal: the shell's 128 + N, as Slurm and sacct report it
+        status = 128 - status
+    if os.environ.get("COOKBOOK_REHEARSE") or job.signal:  # a stop asked for is no node's fault
+        return status, [], "", False, 0.0
+    watch.join(timeout=15)
+    return (status, *find_fault(job, watch, hang_dir, exits))
+
+
+def train(job: Job, address: str, port: int, nproc: int) -> tuple[int, bool]:
+    """Launch the ranks; after a fault, recover inside the allocation and launch again. ``(status, ended)``:
+    ``ended`` when a recovery already decided the batch step's end (``status`` is then its exit status)."""
+    while True:
+        status, fault, why, lost, seen = launch(job, address, port, nproc)
+        if not fault or status == 0:
+            return status, False
+        ended = time.time()
+        end = recover(job, fault, why, lost=lost, fault_at=seen or ended, ended_at=ended)
+        if end is not None:
+            return end, True
+        port = free_port(address, port)
+        say(f"cookbook: relaunching on {','.join(job.nodes)} from the newest checkpoint "
+            f"({time.time() - (seen or ended):.0f} s after the fault)")  # fmt: skip
+        say_start(job, address, port)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -468,10 +665,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     read_hf_token()
-    if (status := job.node_fail()) is not None:
+    if (status := node_fail(job)) is not None:
         return status
     job.record()
     address, port = rendezvous(job)
+    say_start(job, address, port)
     nproc = args.nproc_per_node or int(os.environ.get("SLURM_GPUS_ON_NODE", "0") or 0) or 1
     if args.requeue and args.save_seconds:
         partition = os.environ.get("SLURM_JOB_PARTITION", "")
@@ -486,47 +684,17 @@ def main(argv: list[str] | None = None) -> int:
                 return status
         if args.gate and (status := gate(job, address, port, nproc)) is not None:
             return status
-    checkpoint_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
-    extra, lines = resume.resume(
-        args.resume, job.run_dir, checkpoint_dir=checkpoint_dir, adapter=args.resume_adapter,
-        filename_format=args.resume_filename_format, job=job.id,
-    )  # fmt: skip
-    for line in lines:
-        say(line)
-    hang_dir = files.hang_dir(job.run_dir, job.id, job.restart)
-    hang_dir.mkdir(parents=True, exist_ok=True)
+        if job.nodes != job.allocated[: len(job.nodes)]:  # a spare took a blamed node's place
+            say_start(job, address, port)
     env = os.environ
-    env[files.HANG_DIR_ENV] = str(hang_dir)
-    every = env.setdefault(files.TELEMETRY_S_ENV, "10")  # the nodes' GPU/NIC sampler (launch), 0: none
-    env[files.TELEMETRY_DIR_ENV] = samples = str(files.telemetry_dir(job.run_dir, job.id, job.restart))
-    if every.strip() not in ("0", ""):
-        say(f"cookbook: node telemetry every {every} s in {samples}")
-    env.setdefault("COOKBOOK_HANG_MIN_S", f"{decide.hang_min_seconds(args.save_seconds):.0f}")
     env[files.LEAD_ENV], env[files.SAVE_ENV] = f"{args.lead_seconds:g}", f"{args.save_seconds:g}"
-    env.setdefault("TORCH_FR_BUFFER_SIZE", "2000")  # the last 2000 collectives per rank
-    env["TORCH_FR_DUMP_TEMP_FILE"] = f"{hang_dir}/{files.TRACE_PREFIX}"  # + the rank
-    env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", env["TORCH_FR_BUFFER_SIZE"])  # ProcessGroupNCCL's spellings
-    env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
-    env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = env["TORCH_FR_DUMP_TEMP_FILE"]
-    env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "[rank${rank}]:"  # the global rank; torchrun fills it in
     if job.signal == "TERM":  # cancelled, preempted or out of time before a step: nothing to save
         say("cookbook: got TERM before the launch: not training")
         job.record(time.time(), "TERM")
         return 128 + signal.SIGTERM
-    command = launch_command(job, address, port, nproc, extra)
-    say(f"cookbook: launching {shlex.join(args.launcher[: launcher_words(args.launcher)])} on {len(job.nodes)} "
-        f"node(s), {nproc} process(es) each")  # fmt: skip
-    ranks = subprocess.Popen(command)
-    while True:
-        try:
-            status = ranks.wait()
-            break
-        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
-            continue
-    if status < 0:  # srun ended by a signal: the shell's 128 + N, as Slurm and sacct report it
-        status = 128 - status
-    if (excluded := hang_check(job, hang_dir)) is not None:
-        return excluded
+    status, ended = train(job, address, port, nproc)
+    if ended:
+        return status
     for sig in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)  # from here on Slurm's signals are its own (a requeue ends this step)
     saved = saved_file.exists()
@@ -538,7 +706,9 @@ def main(argv: list[str] | None = None) -> int:
         detail = saved_file.read_text().strip() if saved else ""
         say("cookbook: " + what.say.format(job=job.id, status=status, saved=detail))
     if what.action == "requeue" and args.requeue:
-        slurm.requeue(job.self_id)
+        ok, said = slurm.requeue(job.self_id)
+        if not ok:
+            say(f"cookbook: scontrol requeue {job.self_id} refused: {said}")
     elif status == 0 and once and not saved and job.signal != "TERM":  # trained to its end
         complete.write_text(f"job {job.id} finished it at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
     return status

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import time
 from collections.abc import Sequence
@@ -71,35 +72,83 @@ def partition_grace(partition: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def requeue(job: str) -> bool:
-    return subprocess.run(["scontrol", "requeue", job], check=False).returncode == 0
-
-
-def update_excluded(job: str, excluded: str) -> bool:
-    """``scontrol update ExcNodeList=``: Slurm takes it only while a job is pending (22.05 answers a running
-    job "Job is no longer pending execution")."""
-    done = subprocess.run(
-        ["scontrol", "update", f"JobId={job}", f"ExcNodeList={excluded}"], capture_output=True, check=False
-    )
-    return done.returncode == 0
-
-
-def submit(args: Sequence[str], script: str, cwd: str, env: dict[str, str]) -> tuple[bool, str]:
-    """``sbatch ARGS SCRIPT`` from ``cwd`` with ``env``: (accepted, the new job id or Slurm's message)."""
+def scontrol(*args: str, timeout: float = 30) -> tuple[bool, str]:
+    """``scontrol ARGS``: (accepted, Slurm's answer or error), never raising."""
     try:
-        done = subprocess.run(
-            ["sbatch", *args, script], capture_output=True, text=True, cwd=cwd, env=env, timeout=60, check=False
-        )
+        done = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, str(e)
-    text = (done.stdout + done.stderr).strip()
-    return done.returncode == 0, text.split(";")[0] if done.returncode == 0 else text
+    return done.returncode == 0, (done.stdout + done.stderr).strip()
 
 
-def clean_env(environ: dict[str, str]) -> dict[str, str]:
-    """The environment for a resubmission: this job's own ``SLURM_*`` variables removed (sbatch would take
-    them as options), ``SLURM_CONF`` kept."""
-    return {k: v for k, v in environ.items() if not re.match(r"SLURMD?_", k) or k == "SLURM_CONF"}
+def requeue(job: str, hold: bool = False) -> tuple[bool, str]:
+    """``scontrol requeue`` (``requeuehold``: it waits for ``scontrol release``) of this same job."""
+    return scontrol("requeuehold" if hold else "requeue", job)
+
+
+def requeue_excluding(job: str, excluded: str, tries: int = 20, pause: float = 1.0) -> tuple[bool, str]:
+    """The same job requeued without some nodes: ``requeuehold``, ``update ExcNodeList``, ``release``. Slurm
+    takes the update only once the job is pending again, so it is retried for a few seconds; the caller
+    ignores TERM meanwhile (the requeue signals this batch step). Every option of the job stays as submitted."""
+    ok, said = requeue(job, hold=True)
+    if not ok:
+        return False, f"scontrol requeuehold {job}: {said}"
+    for _ in range(tries):
+        ok, said = scontrol("update", f"JobId={job}", f"ExcNodeList={excluded}")
+        if ok:
+            break
+        time.sleep(pause)
+    released, answer = scontrol("release", job)
+    if not ok:
+        return False, f"scontrol update ExcNodeList={excluded}: {said} (released: {released or answer})"
+    return released, "" if released else f"scontrol release {job}: {answer}"
+
+
+def partition_states(partition: str, reservation: str = "") -> dict[str, NodeState]:
+    """The states of the nodes the job may run on: its reservation's, else its partition's."""
+    nodes = ""
+    if reservation and reservation not in ("(null)", "None"):
+        m = re.search(r"Nodes=(\S+)", _run(["scontrol", "-o", "show", "reservation", reservation]))
+        nodes = m.group(1) if m else ""
+    if nodes:
+        return node_states(hostnames(nodes))
+    text = _run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N|%T|%H"]) if partition else ""
+    out: dict[str, NodeState] = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition("|")
+        state, _, since = rest.partition("|")
+        out.setdefault(name.strip(), NodeState(state.strip(), _epoch(since.strip())))
+    return out
+
+
+def node_address(node: str) -> str:
+    """The address slurmctld reaches ``node``'s slurmd at (``NodeAddr``; the name itself when Slurm is silent)."""
+    m = re.search(r"NodeAddr=(\S+)", _run(["scontrol", "-o", "show", "node", node]))
+    return m.group(1) if m else node
+
+
+def reachable(address: str, port: int, timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to ``address:port`` opens (a slurmd, a rendezvous store)."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def job_steps(job: str) -> list[str]:
+    """The job's running steps other than the batch and extern steps (``41.0``, ``41.1``)."""
+    text = _run(["squeue", "-h", "-s", "-j", job, "-o", "%i"])
+    return [x for x in text.split() if not x.endswith((".batch", ".extern"))]
+
+
+def kill_step(step: str) -> bool:
+    """``scancel --signal=KILL`` a step (what is left of it on the nodes that still answer)."""
+    try:
+        done = subprocess.run(["scancel", "--signal=KILL", step], capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def self_id() -> str:

@@ -4,13 +4,15 @@
   bash expands them (quoting included) and as the runtime's own parser reads them;
 - :func:`job_view`: what ``run.rendezvous`` and ``run.launch_command`` read of a ``run.Job``;
   :func:`unset_env`: variables the runtime writes into ``os.environ``, unset for one test and restored after it;
-- :class:`FakeSlurm`: stand-ins for ``srun``, ``scontrol``, ``sinfo`` and ``sbatch`` first on ``PATH`` (and a
+- :class:`FakeSlurm`: stand-ins for ``srun``, ``scontrol``, ``sinfo``, ``squeue``, ``scancel`` and ``sbatch`` (which
+  the runtime must never call) first on ``PATH`` (and a
   ``python3`` that is this interpreter), each recording what it was asked in ``calls.jsonl``, so the real
   runtime -- or a whole rendered script -- runs in a test. ``srun`` plays the nodes' Python check (this
   interpreter's answer on every node; ``FAKE_NO_TORCH=n2``: n2's lacks the packages), the gate (it writes no
   report: the gate logs that and the job trains) and the ranks, as ``FAKE_SRUN`` says: ``ok``, ``exit:N``,
   ``save`` (rank 0's stop-save), ``signal:USR1``/``signal:TERM`` (Slurm signals the batch step; the ranks see
-  the stop flag and save), ``hang`` (rank 1 on n2 stalls: the hang watch's trigger and dumps).
+  the stop flag and save), ``hang`` (rank 1 on n2 stalls: the hang watch's trigger and dumps), ``crash:NODE``
+  (NODE's ranks die of SIGKILL at the first launch, as its launcher records it; later launches train).
 """
 
 from __future__ import annotations
@@ -56,12 +58,16 @@ if name == "scontrol":
         print(os.environ.get("FAKE_JOB_RECORD", f"JobId={{args[3]}} ExcNodeList=(null)"))
     elif args[:1] == ["update"]:
         sys.exit(int(os.environ.get("FAKE_UPDATE_STATUS", "0")))
+    elif args[:1] == ["requeue"]:
+        sys.exit(int(os.environ.get("FAKE_SCONTROL_STATUS", "0")))
     sys.exit(0)
 if name == "sinfo":
     print(os.environ.get("FAKE_SINFO", ""))
     sys.exit(0)
 if name == "sbatch":
     print("99;cluster")
+    sys.exit(0)
+if name in ("squeue", "scancel"):
     sys.exit(0)
 if "cookbook_runtime.pyenv" in args:  # each node's Python: this one's (FAKE_NO_TORCH: nodes that lack it all)
     from cookbook_runtime import pyenv
@@ -94,6 +100,13 @@ elif action == "hang":
         meta = {{"rank": rank, "world_size": 2, "host": host, "step": step}}
         (hang / f"rank_{{rank}}.json").write_text(json.dumps(meta))
     sys.exit(1)
+elif action.startswith("crash:"):
+    exits = os.environ["COOKBOOK_EXITS_DIR"]
+    if exits.endswith(".0"):  # the first launch: NODE's launcher saw its ranks die of SIGKILL
+        os.makedirs(exits, exist_ok=True)
+        record = {{"node": action.split(":")[1], "signals": ["SIGKILL"], "at": time.time()}}
+        Path(exits, action.split(":")[1] + ".json").write_text(json.dumps(record))
+        sys.exit(1)
 elif action == "killed":
     os.kill(os.getpid(), signal.SIGKILL)
 elif action.startswith("exit:"):
@@ -164,7 +177,7 @@ class FakeSlurm:
         self.calls = folder / "calls.jsonl"
         self.run_dir = folder / "run"
         standin = _STANDIN.format(python=sys.executable, calls=str(self.calls))
-        for name in ("srun", "scontrol", "sinfo", "sbatch"):
+        for name in ("srun", "scontrol", "sinfo", "squeue", "scancel", "sbatch"):
             (self.bin / name).write_text(standin)
             (self.bin / name).chmod(0o755)
         (self.bin / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')

@@ -97,19 +97,12 @@ def test_an_array_task_requeues_itself_not_the_array(tmp_path, monkeypatch):
     saved = FakeSlurm(tmp_path / "saved").run_script(script, FAKE_SRUN="signal:USR1", **ARRAY_TASK_0)
     assert "cookbook: requeueing job 41 after the stop-save" in saved.out, saved.out
     assert [a for a in saved.argv("scontrol") if a[0] == "requeue"] == [["requeue", "41_0"]]
-    hung = FakeSlurm(tmp_path / "hung").run_script(script, FAKE_SRUN="hang", **ARRAY_TASK_0)
+    room = {"FAKE_SINFO": "n1|idle|\nn2|idle|\nn3|idle|", "FAKE_JOB_RECORD": "JobId=41_0 Partition=debug"}
+    hung = FakeSlurm(tmp_path / "hung").run_script(script, FAKE_SRUN="hang", **room, **ARRAY_TASK_0)
     assert "cookbook: excluding n2 (hang: rank 1 on n2" in hung.out, hung.out
-    asked = [a for a in hung.argv("scontrol") if a[0] in ("update", "requeue")]
-    assert asked == [["update", "JobId=41_0", "ExcNodeList=n2"], ["requeue", "41_0"]]
-
-
-def test_an_array_task_resubmits_its_own_script_when_slurm_refuses_the_update(tmp_path):
-    """A running job's ExcNodeList cannot be updated (Slurm 22.05): an array task resubmits its own task script
-    (task-N/job.sbatch, never the array's), excluding the node."""
-    script = write_array(_specs(1), tmp_path / "a", "sw")
-    hung = FakeSlurm(tmp_path / "hung").run_script(script, FAKE_SRUN="hang", FAKE_UPDATE_STATUS="1", **ARRAY_TASK_0)
-    (sbatch,) = hung.argv("sbatch")
-    assert "--exclude=n2" in sbatch and sbatch[-1] == str(tmp_path / "a" / "task-0" / "job.sbatch"), hung.out
+    asked = [a for a in hung.argv("scontrol") if a[0] in ("requeuehold", "update", "release", "requeue")]
+    assert asked == [["requeuehold", "41_0"], ["update", "JobId=41_0", "ExcNodeList=n2"], ["release", "41_0"]]
+    assert not hung.argv("sbatch")
 
 
 def test_cpu_job_runs_one_quoted_command(tmp_path):

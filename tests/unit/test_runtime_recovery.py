@@ -1,0 +1,253 @@
+"""Recovery inside the allocation (issue #40): the decisions as pure functions at 1, 16 and 1,000 nodes with 0, 1
+and 8 spares, reservations exactly the job's size and budgets over time; then the batch step itself against a
+fake Slurm (tests/unit/batch_step.py): a crashed node swapped for a spare in the same job, the same job requeued
+without a node, a spent budget holding a resumable job, and never an ``sbatch``. The real thing on the local
+cluster: tests/cluster/test_recovery_cluster.py."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from batch_step import RUNTIME_ROOT, FakeSlurm
+
+from cookbook_runtime import decide, files
+from cookbook_runtime.decide import Incident, NodeState
+
+SIZES = (1, 16, 1000)
+SPARES = (0, 1, 8)
+HOUR = 3600.0
+T0 = 1_800_000_000.0
+
+
+def nodes(n: int) -> list[str]:
+    return [f"gpu{i:04d}" for i in range(n)]
+
+
+# ------------------------------------------------------------------ placement
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("k", SPARES)
+def test_n_plus_k_nodes_train_on_n_with_the_batch_host_among_them(n: int, k: int):
+    allocated = nodes(n + k)
+    train, spares = decide.placement(allocated, k)
+    assert len(train) == n and len(spares) == k and train[0] == allocated[0]
+    assert set(train) | set(spares) == set(allocated)
+
+
+def test_a_bad_node_neither_trains_nor_stands_by_but_the_batch_host_always_trains():
+    train, spares = decide.placement(nodes(4), 1, bad=[nodes(4)[1]])
+    assert train == [nodes(4)[0], nodes(4)[2], nodes(4)[3]] and spares == []
+    train, _ = decide.placement(nodes(3), 1, bad=[nodes(3)[0]])
+    assert train[0] == nodes(3)[0]
+
+
+# ------------------------------------------------------------------ the one answer to a fault
+
+
+def answer(n: int, k: int, fault: list[str], **kw: object) -> decide.Recovery:
+    allocated = nodes(n + k)
+    train, spares = decide.placement(allocated, k)
+    defaults: dict = {"budget": 2, "lost": False, "resumable": True, "job_nodes": n + k}
+    return decide.recovery(fault, spares, allocated[0], **{**defaults, **kw})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("n", (16, 1000))
+@pytest.mark.parametrize("k", (1, 8))
+def test_a_faulty_training_node_is_swapped_for_a_spare_in_the_same_job(n: int, k: int):
+    bad = nodes(n + k)[n - 1]
+    what = answer(n, k, [bad], lost=True)
+    assert what.action == "spare" and what.nodes == (bad,) and what.spares == (nodes(n + k)[n],)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_the_batch_host_is_never_swapped_it_leaves_by_a_requeue_of_the_same_job(n: int):
+    what = answer(n, 8, [nodes(n + 8)[0]], eligible=n + 8)
+    assert what.action == "requeue-excluding" and "batch host" in what.why
+
+
+@pytest.mark.parametrize("n", (16, 1000))
+def test_two_faults_and_one_spare_fall_back_to_the_requeue_when_the_partition_has_room(n: int):
+    what = answer(n, 1, nodes(n + 1)[1:3], eligible=n + 5)
+    assert what.action == "requeue-excluding" and "no spare left" in what.why
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_a_reservation_exactly_the_jobs_size_never_leaves_the_job_pending_for_ever(n: int):
+    """Excluding a node of a reservation the job's size would pend until the reservation ends: train on the node
+    that still answers; a lost one is requeued as it is (Slurm places the job once a node is back)."""
+    bad = [nodes(n)[-1]] if n > 1 else [nodes(1)[0]]
+    reservation = {x: NodeState("allocated", None) for x in nodes(n)}
+    eligible = decide.eligible_nodes(reservation, bad)
+    assert eligible == n - 1
+    crash = answer(n, 0, bad, eligible=eligible)
+    assert crash.action == "train-on" and "pending" in crash.why
+    lost = answer(n, 0, bad, eligible=eligible, lost=True)
+    assert lost.action == "requeue"
+
+
+def test_down_and_drained_nodes_of_the_partition_are_not_eligible():
+    states = {"a": NodeState("idle", None), "b": NodeState("down*", None), "c": NodeState("drained", None),
+              "d": NodeState("allocated", None), "e": NodeState("mixed", None)}  # fmt: skip
+    assert decide.eligible_nodes(states, ["d"]) == 2
+
+
+def test_an_unknown_partition_is_never_excluded_from():
+    assert answer(16, 0, [nodes(16)[3]], eligible=None).action == "train-on"
+
+
+# ------------------------------------------------------------------ budgets over time
+
+
+def incident(when: float, action: str = "spare") -> Incident:
+    return Incident(when, "812", ("gpu0003",), "its ranks died of SIGKILL", action)
+
+
+def test_the_budget_counts_recoveries_per_window_not_per_life():
+    two_recent = [incident(T0 - 600), incident(T0 - 60)]
+    assert decide.budget_left(two_recent, T0, 2, HOUR) == 0
+    assert decide.budget_left([incident(T0 - 2 * HOUR), incident(T0 - 90 * 60)], T0, 2, HOUR) == 2
+    assert decide.budget_left([incident(T0 - 600, "train-on-gate")], T0, 2, HOUR) == 2  # cost nothing
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_a_spent_budget_never_ends_a_job_that_can_resume(n: int):
+    bad = [nodes(n + 1)[-2]] if n > 1 else [nodes(2)[1]]
+    held = answer(n, 1, bad, budget=0)
+    assert held.action == "hold"
+    assert answer(n, 1, bad, budget=0, resumable=False).action == "stop"
+    assert answer(n, 1, bad, budget=0, at_gate=True).action == "train-on"  # at the gate: train on it
+
+
+def test_a_day_of_faults_at_1000_nodes_each_recovered_by_a_spare():
+    """Eight faults over 24 h at 1,000 nodes with 8 spares and 2 recoveries an hour: every one by a spare."""
+    allocated = nodes(1008)
+    train, spares = decide.placement(allocated, 8)
+    history: list[Incident] = []
+    for h in range(8):
+        now = T0 + h * 3 * HOUR
+        bad = [train[100 + h]]
+        what = decide.recovery(bad, spares, allocated[0], budget=decide.budget_left(history, now, 2, HOUR),
+                               lost=h % 2 == 0, resumable=True, job_nodes=1008)  # fmt: skip
+        assert what.action == "spare", (h, what)
+        train = [what.spares[0] if x in bad else x for x in train]
+        spares = [x for x in spares if x not in what.spares]
+        history.append(Incident(now, "812", tuple(bad), "crash", what.action))
+    assert len(set(train)) == 1000 and spares == []
+
+
+def test_incidents_read_back():
+    row = Incident(T0, "41", ("n2",), "its ranks died of SIGKILL", "spare", T0 - 3, T0 - 1, ("n3",))
+    assert decide.parse_incidents(row.row() + "\nnot a row\n") == [row]
+
+
+# ------------------------------------------------------------------ the culprit of a crash
+
+
+@pytest.mark.parametrize("n", (2, 16, 1000))
+def test_the_node_whose_ranks_died_of_a_signal_first_is_the_culprit(n: int):
+    ns = nodes(n)
+    exits = {ns[-1]: {"signals": ["SIGKILL"], "at": T0}}
+    exits.update({x: {"signals": [], "at": T0 + 1} for x in ns[:-1]})  # the peers: an error, no signal
+    assert decide.crashed_nodes(exits, ns) == [ns[-1]]
+
+
+def test_a_stop_a_cancel_or_a_shared_cause_blames_nobody():
+    ns = nodes(16)
+    assert decide.crashed_nodes({ns[3]: {"signals": ["SIGTERM"], "at": T0}}, ns) == []
+    everyone = {x: {"signals": ["SIGKILL"], "at": T0 + i / 100} for i, x in enumerate(ns)}
+    assert decide.crashed_nodes(everyone, ns) == []
+    later = {ns[3]: {"signals": ["SIGKILL"], "at": T0}, ns[4]: {"signals": ["SIGKILL"], "at": T0 + 5}}
+    assert decide.crashed_nodes(later, ns) == [ns[3]]  # srun tearing the rest down comes later
+
+
+# ------------------------------------------------------------------ the batch step, against a fake Slurm
+
+ARGV = ["--nproc-per-node=1", "--requeue", "--resume=torchtitan", "--", "torchrun", "-m", "train"]
+
+
+def checkpoint(run_dir: Path, step: int = 4) -> None:
+    (run_dir / "checkpoint" / f"step-{step}").mkdir(parents=True)
+    (run_dir / "checkpoint" / f"step-{step}" / ".metadata").write_text("")
+
+
+def test_a_crashed_node_is_swapped_for_the_spare_and_the_job_trains_on_without_leaving_slurm(tmp_path):
+    fake = FakeSlurm(tmp_path)
+    checkpoint(fake.run_dir)
+    ran = fake.run_step(["--spare-nodes=1", *ARGV], FAKE_SRUN="crash:n2", SLURM_JOB_NODELIST="n1,n2,n3",
+                        SLURM_JOB_NUM_NODES="3")  # fmt: skip
+    assert ran.status == 0, ran.out
+    assert "cookbook: recovery: n2 (its ranks died of SIGKILL) replaced by spare n3 in job 41" in ran.out, ran.out
+    assert re.search(r"cookbook: relaunching on n1,n3 from the newest checkpoint \(\d+ s after the fault\)", ran.out)
+    assert ran.out.count("resuming from") == 2 and "job 41: 2 node(s) [n1,n3]" in ran.out
+    first, second = ran.launches()
+    assert "--nodelist=n1,n2" in first["argv"] and "--overlap" not in first["argv"]
+    assert "--nodelist=n1,n3" in second["argv"] and "--overlap" in second["argv"]
+    assert "--rdzv-id=41-1" in second["argv"] and "--nnodes=2" in second["argv"]
+    assert not ran.argv("sbatch") and not [a for a in ran.argv("scontrol") if a[0].startswith("requeue")]
+    (row,) = decide.parse_incidents(files.recoveries(fake.run_dir).read_text())
+    assert (row.nodes, row.action, row.spares) == (("n2",), "spare", ("n3",))
+    assert row.fault_at <= row.ended_at <= row.when
+
+
+def test_no_spare_and_no_room_trains_on_the_node_after_a_crash(tmp_path):
+    fake = FakeSlurm(tmp_path)
+    checkpoint(fake.run_dir)
+    ran = fake.run_step(ARGV, FAKE_SRUN="crash:n2", FAKE_SINFO="n1|allocated|\nn2|allocated|",
+                        FAKE_JOB_RECORD="JobId=41 Partition=gpu ExcNodeList=(null)")  # fmt: skip
+    assert ran.status == 0, ran.out
+    assert "cookbook: keeping n2 (its ranks died of SIGKILL): no spare left (0 for 1); excluding would leave the " \
+        "job pending (only 1 eligible node(s) for 2); training on it" in ran.out, ran.out  # fmt: skip
+    assert len(ran.launches()) == 2 and not ran.argv("sbatch")
+
+
+def test_no_spare_requeues_the_same_job_without_the_node_keeping_its_options(tmp_path):
+    fake = FakeSlurm(tmp_path)
+    checkpoint(fake.run_dir)
+    record = "JobId=41 Partition=gpu QOS=high Account=ml Reservation=(null) ExcNodeList=gpu9"
+    ran = fake.run_step(ARGV, FAKE_SRUN="crash:n2", FAKE_SINFO="n1|idle|\nn2|idle|\nn3|idle|\ngpu9|idle|",
+                        FAKE_JOB_RECORD=record)  # fmt: skip
+    assert ran.status == 0, ran.out
+    assert "cookbook: excluding n2 (its ranks died of SIGKILL): job 41 requeued with ExcNodeList=gpu9,n2" in ran.out
+    calls = [a for a in ran.argv("scontrol") if a[0] in ("requeuehold", "update", "release")]
+    assert calls == [["requeuehold", "41"], ["update", "JobId=41", "ExcNodeList=gpu9,n2"], ["release", "41"]]
+    assert not ran.argv("sbatch") and len(ran.launches()) == 1
+
+
+def test_a_spent_budget_holds_a_resumable_job_and_says_how_to_release_it(tmp_path):
+    fake = FakeSlurm(tmp_path)
+    checkpoint(fake.run_dir)
+    files.state_dir(fake.run_dir).mkdir(parents=True)
+    import time
+
+    files.recoveries(fake.run_dir).write_text(incident(time.time() - 60).row() + "\n")
+    ran = fake.run_step(["--max-retries=1", *ARGV], FAKE_SRUN="crash:n2")
+    assert ran.status == 0, ran.out
+    assert "the recovery budget is spent; job 41 requeued and held: `scontrol release 41` resumes it" in ran.out
+    assert ["requeuehold", "41"] in ran.argv("scontrol")
+
+
+def test_a_refused_requeue_is_said_not_taken_for_done(tmp_path):
+    fake = FakeSlurm(tmp_path)
+    ran = fake.run_step(ARGV, FAKE_SRUN="signal:USR1", FAKE_SCONTROL_STATUS="1")
+    assert "cookbook: scontrol requeue 41 refused" in ran.out, ran.out
+
+
+def test_no_runtime_module_calls_sbatch():
+    for path in sorted((RUNTIME_ROOT / "cookbook_runtime").glob("*.py")):
+        code = re.sub(r'""".*?"""|#.*', "", path.read_text(), flags=re.S)
+        assert not re.search(r"""["']sbatch["']""", code), path
+
+
+def test_hf_token_reaches_no_slurm_command(tmp_path):
+    """The token is read for the ranks' environment only: no Slurm command gets it in an argument."""
+    fake = FakeSlurm(tmp_path)
+    checkpoint(fake.run_dir)
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "token").write_text("hf_secretsecret\n")
+    ran = fake.run_step(["--spare-nodes=1", *ARGV], FAKE_SRUN="crash:n2", SLURM_JOB_NODELIST="n1,n2,n3")
+    assert "HF token: present" in ran.out
+    assert "hf_secretsecret" not in json.dumps([c["argv"] for c in ran.calls]) and "hf_secretsecret" not in ran.out
