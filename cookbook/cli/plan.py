@@ -7,6 +7,8 @@ from typing import Any
 
 from cookbook.cli import UserError
 from cookbook.planner import GPUS, RECIPES, plan, suggest
+from cookbook.planner.recovery import recovery_text
+from cookbook.spec import GPU_DEFAULTS, time_seconds
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +34,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset-samples", type=float, default=None, help="samples (images) per epoch")
     p.add_argument("--suggest", action="store_true", help="also list job shapes that fit with 10%% free")
     p.add_argument("--max-nodes", type=int, default=32, help="largest node count --suggest tries")
+    p.add_argument(
+        "--hours",
+        type=float,
+        default=None,
+        help="hours the job runs, for the spare nodes suggested (default: a GPU profile's time limit, "
+        f"{GPU_DEFAULTS.time})",
+    )
     p.set_defaults(func=_plan)
 
 
@@ -60,6 +69,11 @@ def _plan(args: argparse.Namespace) -> int:
             **overrides,
         )
         print(result.render())
+        hours = time_seconds(GPU_DEFAULTS.time) / 3600 if args.hours is None else args.hours
+        if hours < 0:
+            raise UserError(f"--hours {args.hours:g}: cannot be negative")
+        print()
+        print(recovery_text(result, hours, overrides))
         if args.suggest:
             print("\nsuggestions (fewest nodes, then fastest):")
             found = suggest(

@@ -87,6 +87,7 @@ class FsdpRecipe(Recipe):
 
     framework = "fsdp"
     trains = True
+    save_interval_key = "checkpoint_freq"  # GPU jobs get the planner's interval
     trace_subdir = "profiling/traces"
     planner_keys = {
         "train_batch_size": "micro_batch",
@@ -125,13 +126,17 @@ class FsdpRecipe(Recipe):
                 "bf16": "0",
                 "backend": "gloo",
             }
+        from cookbook.planner.recovery import sized_save_override  # the planner loads every recipe
+
+        # checkpoint_freq: the planner's interval (saving <= 5% of the step time; any model MODEL names)
+        sized = sized_save_override(spec, self.save_interval_key, self.stop_save_recipes())
         return {
             "model": self.shape,
             "dataset": "allenai/c4",
             "dataset_config": "en",
             "train_batch_size": "1",
             "max_steps": str(self.max_steps),
-            "checkpoint_freq": "50",
+            "checkpoint_freq": sized.get(self.save_interval_key, "50"),
             "activation_checkpointing": "1",
             "bf16": "1",
             "lr": "0.0001",

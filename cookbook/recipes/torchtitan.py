@@ -241,6 +241,7 @@ class TorchtitanRecipe(Recipe):
     # the config builds the cookbook's trainer (cookbook_titan_trainer.py), which logs to MLflow on request
     mlflow_logger: bool = True
     planner_base_settings = PLANNER_SETTINGS
+    save_interval_key = "checkpoint.interval"  # GPU jobs get the planner's interval (torchtitan's default: 500)
 
     def profiling_overrides(
         self, *, device: str = "cuda", steps: int = 3, warmup: int = 1, start_step: int = 3, memory: bool = False
@@ -275,6 +276,13 @@ class TorchtitanRecipe(Recipe):
     def launch_overrides(self, spec: JobSpec) -> dict[str, str]:
         """Flags the script adds before the user's overrides (may use ``$SLURM_JOB_NUM_NODES``)."""
         return {}
+
+    def save_overrides(self, spec: JobSpec) -> dict[str, str]:
+        """``checkpoint.interval`` sized by the planner (saving <= 5% of the step time) on a GPU job whose user
+        did not set it (:func:`cookbook.planner.recovery.sized_save_override`)."""
+        from cookbook.planner.recovery import sized_save_override  # the planner loads every recipe
+
+        return sized_save_override(spec, self.save_interval_key, self.stop_save_recipes())
 
     def start_paths(self, spec: JobSpec) -> list[StartPath]:
         return [] if spec.local_cpu else self.gpu_paths()
@@ -336,7 +344,7 @@ class TorchtitanRecipe(Recipe):
         tracker's options, the start paths, then the user's overrides."""
         launch = {k: v.replace("$SLURM_JOB_NUM_NODES", str(spec.nodes)) for k, v in self.launch_overrides(spec).items()}
         paths = {k: v for k, v in self.start_path_values(spec).items()}
-        return {**launch, **self.tracker_overrides(spec), **paths, **spec.overrides}
+        return {**launch, **self.save_overrides(spec), **self.tracker_overrides(spec), **paths, **spec.overrides}
 
     def config_name(self, spec: JobSpec) -> str:
         return self.config_fn + ("_tiny" if spec.local_cpu else "")
@@ -414,7 +422,13 @@ class TorchtitanRecipe(Recipe):
         args = ["--module", self.module_name(spec), "--config", self.config_name(spec), "--dump_folder", "$RUN_DIR"]
         user = {k: v for k, v in spec.overrides.items() if k not in self.start_args(spec)}
         args += cli_args(
-            {**self.launch_overrides(spec), **self.tracker_overrides(spec), **self.start_args(spec), **user}
+            {
+                **self.launch_overrides(spec),
+                **self.save_overrides(spec),
+                **self.tracker_overrides(spec),
+                **self.start_args(spec),
+                **user,
+            }
         )
         if spec.local_cpu:
             from cookbook.paths import cache_dir

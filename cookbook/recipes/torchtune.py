@@ -275,6 +275,8 @@ class TorchtuneRecipe(Recipe):
     resume_model_from_output: bool  # full finetunes reload the model from output_dir/epoch_N on resume
     planner_model = "llama3_3_70b"
     planner_base_settings = PLANNER_SETTINGS  # the built-in config's planner_settings go on top
+    # the recipe subclass's periodic save (cookbook_tune.py); GPU configs get the planner's interval
+    save_interval_key = "save_every_n_steps"
 
     # ---------------------------------------------------------------- asked by notebooks, planner, profiler
     def profiling_overrides(
@@ -365,6 +367,10 @@ class TorchtuneRecipe(Recipe):
         assert isinstance(merged, DictConfig)  # a mapping merged with a dot-list stays a mapping
         for key, value in self.start_args(spec).items():  # start-up paths read the script's variables
             OmegaConf.update(merged, key, env_interpolation(value), force_add=True)
+        from cookbook.planner.recovery import sized_save_override  # the planner loads every recipe
+
+        for key, value in sized_save_override(spec, self.save_interval_key, self.stop_save_recipes()).items():
+            OmegaConf.update(merged, key, int(value), force_add=True)  # saving <= 5% of the step time
         if (logger := metric_logger(spec.tracker)) is not None:
             OmegaConf.update(merged, "metric_logger", logger, merge=False)
         tp = int(merged.get("tensor_parallel_dim", 1) or 1)

@@ -191,7 +191,10 @@ def test_single_epoch_torchtune_jobs_without_step_checkpoints_warn_that_a_kill_s
     from cookbook.render import render_job
     from cookbook.spec import make_spec
 
-    one = render_job(make_spec("llama3_3_70b_lora", profile="generic")).warnings
+    # a GPU job gets the planner's save_every_n_steps (cookbook/planner/recovery.py) unless the user turns it off
+    sized = render_job(make_spec("llama3_3_70b_lora", profile="generic")).warnings
+    assert not any(w.startswith("epochs=1:") for w in sized)
+    one = render_job(make_spec("llama3_3_70b_lora", profile="generic", overrides={"save_every_n_steps": "0"})).warnings
     assert any(w.startswith("epochs=1:") and "save_every_n_steps" in w for w in one)
     split = render_job(
         make_spec("llama3_3_70b_lora", profile="generic", overrides={"epochs": "4", "max_steps_per_epoch": "250"})
