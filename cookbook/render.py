@@ -14,7 +14,7 @@ from pathlib import Path
 
 import cookbook_runtime
 from cookbook.recipes import LOCAL_CPU, get_recipe
-from cookbook.recipes.base import Recipe, resolve_here
+from cookbook.recipes.base import Launch, Recipe, resolve_here
 from cookbook.secure_files import make_executable
 from cookbook.slurm.client import SlurmClient, SlurmError
 from cookbook.spec import (
@@ -85,7 +85,9 @@ def runtime_lines(spec: JobSpec, recipe: Recipe, names: tuple[str, ...]) -> list
         port.append(f"--interface={interface or 'none'}")
     if spec.gpus_per_node == 0 or spec.procs_per_node != spec.gpus_per_node:
         port.append(f"--nproc-per-node={spec.procs_per_node}")  # else Slurm's SLURM_GPUS_ON_NODE
-    port.append(f"--max-retries={int(gate.max_retries.value)}")
+    port.append(f"--max-retries={int(gate.max_retries.value)}")  # recoveries per window (the runtime's --retry-window)
+    if spec.spare_nodes:
+        port.append(f"--spare-nodes={spec.spare_nodes}")  # trains on the allocation's nodes less these
     lines = [port]
     if spec.requeue:
         from cookbook.planner.lead_time import save_seconds  # the planner loads every recipe
@@ -123,10 +125,17 @@ def runtime_lines(spec: JobSpec, recipe: Recipe, names: tuple[str, ...]) -> list
         if spec.container_mounts:
             srun.append(f"--srun-arg=--container-mounts={','.join(spec.container_mounts)}")
         lines.append(srun)
-    out = [" ".join(quote_with_vars(word, names) for word in line) for line in lines]
-    # the script itself ("$0": an array task's own), what excluding a node resubmits
-    out[0] = out[0].replace(" --needs=", ' --script="$0" --needs=', 1)
-    return out
+    return [" ".join(quote_with_vars(word, names) for word in line) for line in lines]
+
+
+def with_training_nodes(launch: Launch, spec: JobSpec) -> Launch:
+    """``launch`` with ``$SLURM_JOB_NUM_NODES`` in its arguments (e.g. torchtitan's replica count, one per node)
+    written as ``spec.nodes`` when the job has spare nodes: Slurm's count then includes the spares, which stand by."""
+    if not spec.spare_nodes:
+        return launch
+    nodes = str(spec.nodes)
+    args = tuple(a.replace("${SLURM_JOB_NUM_NODES}", nodes).replace("$SLURM_JOB_NUM_NODES", nodes) for a in launch.args)
+    return replace(launch, args=args)
 
 
 def program_lines(args: tuple[str, ...], names: tuple[str, ...]) -> list[str]:
@@ -186,7 +195,7 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
         spec = with_signal(spec, recipe)
         if recipe.name != spec.recipe:
             _validated(spec)
-    launch = recipe.command(spec)
+    launch = with_training_nodes(recipe.command(spec), spec)
     names = (*_BUILTIN_VARS, *launch.prelude_variables, *launch.variables)
     if spec.tracker != "none":
         names += TRACKER_VARIABLES
@@ -381,8 +390,9 @@ def write_array(specs: list[JobSpec], folder: str | Path, name: str, parallelism
 
 # Settings every task of an array shares: the array script's #SBATCH lines are the first task's.
 _SLURM_FIELDS = (
-    "nodes", "gpus_per_node", "cpus_per_task", "partition", "account", "qos", "exclude", "constraint", "reservation",
-    "mem", "gres", "sbatch_extra", "dependency", "time", "exclusive", "log_dir", "profile", "requeue", "signal_seconds",
+    "nodes", "spare_nodes", "gpus_per_node", "cpus_per_task", "partition", "account", "qos", "exclude", "constraint",
+    "reservation", "mem", "gres", "sbatch_extra", "dependency", "time", "exclusive", "log_dir", "profile", "requeue",
+    "signal_seconds",
 )  # fmt: skip
 
 

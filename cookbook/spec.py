@@ -73,6 +73,7 @@ SBATCH_OWN: dict[str, str] = {
     "--open-mode": "log_dir (--log-dir): the log is appended to across requeues",
     "--requeue": "requeue (--no-requeue)",
     "--no-requeue": "requeue (--no-requeue)",
+    "--no-kill": "spare_nodes (--spare-nodes): a job with spares keeps its allocation when a node fails",
     "--signal": "signal_seconds (--signal-seconds)",
     "--dependency": "dependency (--dependency)",
     "--array": "Executor.map_array(..., parallelism=N): one array, a script per task",
@@ -120,7 +121,10 @@ class JobSpec:
     """
 
     recipe: str
-    nodes: int = 2
+    nodes: int = 2  # the nodes that train (world size, lead time, planner); Slurm is asked for nodes + spare_nodes
+    # nodes allocated beyond ``nodes`` that stand by: the runtime swaps a faulty node for one inside the job
+    # (#SBATCH --no-kill keeps the allocation when a node fails); 0: a node fault requeues the job
+    spare_nodes: int = 0
     gpus_per_node: int = GPU_DEFAULTS.gpus_per_node  # JobSpec's own defaults are the GPU profiles'
     cpus_per_task: int | None = None
     partition: str | None = None
@@ -279,6 +283,15 @@ def check_spec(spec: JobSpec, cpu_job: bool = False, signal_source: str = "") ->
         p.append(f"unknown tracker {spec.tracker!r}: use one of {', '.join(TRACKERS)}")
     if spec.nodes < 1:
         p.append(f"nodes={spec.nodes}: need at least 1 node")
+    if isinstance(spec.spare_nodes, bool) or not isinstance(spec.spare_nodes, int):
+        p.append(f"spare_nodes={spec.spare_nodes!r}: give a whole number of spare nodes (e.g. 1), 0 for none")
+    elif spec.spare_nodes < 0:
+        p.append(f"spare_nodes={spec.spare_nodes}: cannot be negative; use 0 for no spares")
+    elif spec.nodes >= 1 and spec.spare_nodes > spec.nodes:
+        p.append(
+            f"spare_nodes={spec.spare_nodes} is more than nodes={spec.nodes}: at most one spare per training node; "
+            f"set --spare-nodes {spec.nodes} or fewer"
+        )
     if spec.gpus_per_node < 0:
         p.append(f"gpus_per_node={spec.gpus_per_node}: cannot be negative")
     if spec.cpus_per_task is not None and spec.cpus_per_task < 1:

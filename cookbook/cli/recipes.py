@@ -23,7 +23,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     r.add_argument("program", nargs="?", default=None, help="script: the program torchrun starts on every node")
     r.set_defaults(program_args=[])
-    r.add_argument("--nodes", type=int, default=None)
+    r.add_argument("--nodes", type=int, default=None, help="nodes that train (default: the recipe's)")
+    r.add_argument(
+        "--spare-nodes",
+        type=int,
+        default=None,
+        metavar="K",
+        help="also ask Slurm for K spare nodes that stand by: the job swaps a node at fault for one and trains on "
+        "(default 0; `cookbook plan` suggests K)",
+    )
     r.add_argument("--gpus-per-node", type=int, default=None)
     r.add_argument("--cpus-per-task", type=int, default=None)
     r.add_argument("--profile", default="generic", help="a cluster profile: `cookbook profiles` lists them")
@@ -112,6 +120,7 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
             recipe,
             args.profile,
             nodes=args.nodes,
+            spare_nodes=args.spare_nodes,
             gpus_per_node=args.gpus_per_node,
             cpus_per_task=args.cpus_per_task,
             partition=args.partition,

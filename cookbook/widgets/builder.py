@@ -1,4 +1,5 @@
-"""Job builder widget: recipe, nodes, GPUs per node, GPU kind, partition, time, container, profile, overrides.
+"""Job builder widget: recipe, nodes, spare nodes, GPUs per node, GPU kind, partition, time, container, profile,
+overrides.
 
 Every change re-validates the job with the recipe engine (:func:`cookbook.render.validate`) and shows
 the problems, each saying what to change, and the planner's warning when the job will not fit in the
@@ -32,6 +33,7 @@ class JobBuilder:
         recipe: str = "llama3_3_70b_lora",
         profile: str = "generic",
         nodes: int = 2,
+        spare_nodes: int = 0,
         gpus_per_node: int | None = None,
         gpu: str = "h100",
         partition: str = "",
@@ -54,6 +56,10 @@ class JobBuilder:
             options=list(profiles()), value=profile, description="profile", style=style, layout=lay
         )
         self.nodes = W.BoundedIntText(value=nodes, min=0, max=4096, description="nodes", style=style, layout=lay)
+        # nodes that stand by beside the training ones: a node at fault is swapped for one inside the job
+        self.spare_nodes = W.BoundedIntText(
+            value=spare_nodes, min=0, max=4096, description="spare nodes", style=style, layout=lay
+        )
         gpus = gpus_per_node if gpus_per_node is not None else defaults["gpus_per_node"]
         self.gpus = W.BoundedIntText(value=gpus, min=0, max=64, description="GPUs per node", style=style, layout=lay)
         self.gpu = W.Dropdown(options=sorted(GPUS), value=gpu, description="GPU kind", style=style, layout=lay)
@@ -83,8 +89,8 @@ class JobBuilder:
         self.render_button.on_click(lambda _b: self.render())
         self.submit_button.on_click(lambda _b: self.submit())
         self.profile.observe(self._profile_changed, names="value")
-        fields = [self.recipe, self.profile, self.nodes, self.gpus, self.gpu, self.partition, self.time]
-        fields += [self.container, self.overrides]
+        fields = [self.recipe, self.profile, self.nodes, self.spare_nodes, self.gpus, self.gpu, self.partition]
+        fields += [self.time, self.container, self.overrides]
         for w in fields:
             w.observe(lambda _c: self.validate(), names="value")
         self.widget = W.VBox(
@@ -108,6 +114,7 @@ class JobBuilder:
             self.recipe.value,
             profile=self.profile.value,
             nodes=self.nodes.value,
+            spare_nodes=self.spare_nodes.value,
             gpus_per_node=self.gpus.value,
             partition=self.partition.value.strip() or None,
             time=self.time.value.strip() or None,

@@ -218,7 +218,8 @@ def srun_prefix(args: argparse.Namespace, nodes: Sequence[str] = (), overlap: bo
     Slurm 22.05-23.02 does not inherit ``--cpus-per-task``), log lines tagged with the node index; ``overlap``:
     beside what is left of an earlier step (a lost node never reports its end)."""
     cpus = os.environ.get("SLURM_CPUS_PER_TASK") or os.environ.get("SLURM_CPUS_ON_NODE", "1")
-    where = [f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}"] if nodes else []
+    # the step's own counts: the job's (SLURM_NTASKS of N+K nodes) would not fit the N nodes named
+    where = [f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", f"--nodelist={','.join(nodes)}"] if nodes else []
     return ["srun", *where, "--ntasks-per-node=1", "--label", f"--cpus-per-task={cpus}",
             *(["--overlap"] if overlap else []), *args.srun_arg]  # fmt: skip
 

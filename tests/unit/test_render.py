@@ -55,6 +55,11 @@ GOLDEN_SPECS = {
         container_mounts=["/fsx:/fsx"],
         overrides={"training.steps": "50"},
     ),
+    # 16 nodes train, 2 stand by: #SBATCH --nodes=18 and --no-kill, the runtime's --spare-nodes=2, the replica
+    # count and the plain-srun comment on the 16
+    "llama3_8b_c4.nebius.spare-nodes.sbatch": JobSpec(
+        "llama3_8b_c4", profile="nebius", nodes=16, spare_nodes=2, recipe_dir="/r"
+    ),
 }
 
 
@@ -137,6 +142,44 @@ def test_cli_render_errors_exit_2(tmp_path, capsys):
     assert "batch_size: 2" in (tmp_path / "job.yaml").read_text()  # configs are named after the script
 
 
+def test_cli_render_with_spare_nodes_asks_slurm_for_them_and_trains_on_the_others(tmp_path):
+    out = tmp_path / "job.sbatch"
+    args = ["render", "llama3_8b_c4", "--profile", "local-cpu", "--nodes", "2", "--spare-nodes", "1", "-o", str(out)]
+    assert main(args) == 0
+    text = out.read_text()
+    lines = text.splitlines()
+    at = lines.index("#SBATCH --nodes=3")
+    assert lines[at - 1] == (
+        "# 2 nodes train, 1 spare stands by (--spare-nodes=1): a node at fault is swapped for a spare in this job"
+    )
+    assert "#SBATCH --no-kill" in lines and "#SBATCH --nodes=2" not in lines
+    # every #SBATCH line comes before the first command (a comment between them does not end sbatch's reading)
+    first_command = next(i for i, ln in enumerate(lines) if ln and not ln.startswith("#"))
+    assert max(i for i, ln in enumerate(lines) if ln.startswith("#SBATCH ")) < first_command
+    (launch,) = [ln for ln in lines if "--max-retries=" in ln]
+    assert "--spare-nodes=1" in launch.split() and "--script" not in text
+    assert (
+        "# Without the runtime (and without spares): srun --nodes=2 --ntasks-per-node=1 torchrun --nnodes=2 \\" in lines
+    )
+    assert "SLURM_JOB_NUM_NODES" not in text
+    assert shellcheck(out) == ""
+
+
+def test_spare_nodes_zero_writes_neither_no_kill_nor_the_switch():
+    text = render_job(make_spec("llama3_8b_c4", "local-cpu", nodes=2)).script
+    assert "#SBATCH --nodes=2" in text.splitlines()
+    assert "--no-kill" not in text and "--spare-nodes" not in text and "--script" not in text
+
+
+def test_spare_nodes_leave_the_training_count_to_torchtitan():
+    """Slurm's $SLURM_JOB_NUM_NODES counts the spares: FLUX's replica count (one per node) is written as the nodes
+    that train."""
+    text = render_job(make_spec("flux_schnell", "nebius", nodes=4, spare_nodes=1)).script
+    assert "--parallelism.data_parallel_replicate_degree 4 \\" in text and "SLURM_JOB_NUM_NODES" not in text
+    plain = render_job(make_spec("flux_schnell", "nebius", nodes=4)).script
+    assert '--parallelism.data_parallel_replicate_degree "${SLURM_JOB_NUM_NODES}"' in plain
+
+
 def shellcheck(*paths: Path) -> str:
     """shellcheck's findings (every severity, bash) on ``paths``; "" when clean."""
     r = subprocess.run(
@@ -209,7 +252,7 @@ def test_jobs_sharing_nodes_rendezvous_on_ports_of_their_own(monkeypatch):
     from cookbook.spec import SpecError, make_spec
 
     unset_env(monkeypatch, "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
-    monkeypatch.setattr(run, "port_taken", lambda address, port: False)  # a taken port: test_script_robustness
+    monkeypatch.setattr(run, "free_port", lambda address, port: port)  # a taken port: test_script_robustness
     shared = render_job(make_spec("llama3_3_70b_lora", profile="local-cpu", port=29500)).script
     assert {_rdzv_port(shared, j) for j in (116, 117, 2116)} == {29616, 29617}  # 2116 wraps onto 116
     exclusive = render_job(make_spec("llama3_3_70b_lora", profile="generic")).script

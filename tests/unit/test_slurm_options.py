@@ -134,6 +134,7 @@ BAD = [
     ({"sbatch_extra": ["--exclude=n1"]}, "set exclude (--exclude)"),
     ({"sbatch_extra": ["--mem=0"]}, "set mem (--mem)"),
     ({"sbatch_extra": ["--part=gpu"]}, "writes --partition itself; set partition (--partition)"),
+    ({"sbatch_extra": ["--no-kill"]}, "writes --no-kill itself; set spare_nodes (--spare-nodes)"),
 ]
 
 
@@ -168,6 +169,16 @@ def test_executor_takes_the_options_as_parameters(tmp_path):
     executor.update_parameters(mem="64GB")
     with pytest.raises(SpecError, match="mem='64GB'"):
         executor.spec("llama3_8b_c4")
+
+
+def test_executor_takes_spare_nodes_and_the_script_asks_slurm_for_them(tmp_path):
+    from cookbook import Executor
+
+    executor = Executor(tmp_path, profile="local-cpu")
+    executor.update_parameters(nodes=2, spare_nodes=1)
+    spec = executor.spec("llama3_8b_c4")
+    assert (spec.nodes, spec.spare_nodes, spec.world_size) == (2, 1, 2)
+    assert {"#SBATCH --nodes=3", "#SBATCH --no-kill"} <= set(sbatch_lines(render_job(spec).script))
 
 
 def cookbook(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

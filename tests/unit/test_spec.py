@@ -33,6 +33,24 @@ def test_gpu_profile_needs_gpus_and_efa_needs_exclusive():
     assert any("exclusive" in p for p in check_spec(JobSpec("x", profile="aws-efa", exclusive=False)))
 
 
+@pytest.mark.parametrize(
+    ("spare_nodes", "message"),
+    [
+        (-1, "spare_nodes=-1: cannot be negative; use 0 for no spares"),
+        (3, "spare_nodes=3 is more than nodes=2: at most one spare per training node; set --spare-nodes 2 or fewer"),
+        (1.5, "spare_nodes=1.5: give a whole number of spare nodes (e.g. 1), 0 for none"),
+        ("1", "spare_nodes='1': give a whole number of spare nodes (e.g. 1), 0 for none"),
+    ],
+)
+def test_spare_nodes_are_a_whole_number_at_most_the_training_nodes_one_line_each(spare_nodes, message):
+    assert check_spec(JobSpec("llama3_3_70b_full", nodes=2, spare_nodes=spare_nodes)) == [message]
+
+
+def test_spare_nodes_up_to_the_training_nodes_are_valid():
+    assert check_spec(JobSpec("llama3_3_70b_full", nodes=2, spare_nodes=2)) == []
+    assert JobSpec("llama3_3_70b_full").spare_nodes == 0
+
+
 def test_signal_must_come_before_time_limit():
     assert any("signal_seconds" in p for p in check_spec(JobSpec("x", time="1", signal_seconds=120)))
 

@@ -70,6 +70,15 @@ def test_builder_render_shows_script():
     assert "#SBATCH --nodes=2" in text and b.script.value == text
 
 
+def test_builder_spare_nodes_ask_slurm_for_more_and_are_checked_live():
+    b = JobBuilder("llama3_3_70b_lora", profile="local-cpu", nodes=2)
+    b.spare_nodes.value = 1
+    text = b.render()
+    assert text is not None and "#SBATCH --nodes=3" in text and "--spare-nodes=1" in text
+    b.spare_nodes.value = 3
+    assert "spare_nodes=3 is more than nodes=2" in _status(b) and b.submit_button.disabled
+
+
 def _grow(src: Path, dst: Path, fraction: float) -> None:
     """Write the first part of ``src``: up to just after its 3rd progress line when ``fraction`` < 1."""
     data = src.read_bytes()
