@@ -82,6 +82,7 @@ def _first_new_step(job, steps: re.Pattern[str], started: float, timeout: float)
 def _wait_running(client: SlurmClient, job, ready, what: str) -> None:
     """The job has started (it may queue behind another test's job on this cluster) and reached ``ready``."""
     _wait_for(lambda: client.state(job.job_id).state not in ("PENDING", "CONFIGURING"), 900, "the job to start")
+
     def running() -> bool:
         state = client.state(job.job_id)
         assert not state.done, f"{state}\n{_text(job.log)[-3000:]}"

@@ -141,7 +141,10 @@ def runtime_args(script: str, env: dict[str, str] | None = None) -> argparse.Nam
 
 def job_view(args: argparse.Namespace, job_id: str = "1234", nodes: tuple[str, ...] = ("n1", "n2")) -> SimpleNamespace:
     """What ``run.rendezvous`` and ``run.launch_command`` read of a ``run.Job`` (run folder ``/runs/job``)."""
-    return SimpleNamespace(args=args, id=job_id, nodes=list(nodes), nodelist=",".join(nodes), run_dir=Path("/runs/job"))
+    return SimpleNamespace(
+        args=args, id=job_id, nodes=list(nodes), allocated=list(nodes), spares=[], batch_host=nodes[0], launches=0,
+        nodelist=",".join(nodes), run_dir=Path("/runs/job"),
+    )  # fmt: skip
 
 
 def unset_env(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:

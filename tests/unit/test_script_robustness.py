@@ -156,7 +156,7 @@ def test_the_rendezvous_is_the_batch_hosts_own_address_and_the_node_list_is_read
     local = [("lo", "127.0.0.1"), ("docker0", "172.17.0.1"), ("eth0", "10.1.2.3"), ("ib0", "192.168.7.3")]
     monkeypatch.setattr(run, "local_addresses", lambda: local)
     monkeypatch.setattr(run, "resolved_addresses", lambda: ["192.168.7.3"])
-    monkeypatch.setattr(run, "port_taken", lambda address, port: False)
+    monkeypatch.setattr(slurm, "reachable", lambda address, port, timeout=3.0: False)
     args = _switches("torchtitan/llama3_8b_c4.generic.sbatch")
     assert run.rendezvous(job_view(args, nodes=("gpu-0001", "gpu-0002"))) == ("192.168.7.3", 29500)
     monkeypatch.setattr(run, "resolved_addresses", lambda: ["127.0.1.1"])  # the name resolves to loopback
@@ -265,7 +265,7 @@ def test_interface_detection_picks_the_interface_holding_the_address(monkeypatch
     local = [("lo", "127.0.0.1"), ("docker0", "172.17.0.1"), ("ens5", "10.0.3.7"), ("ib0", "192.168.0.7")]
     monkeypatch.setattr(run, "local_addresses", lambda: local)
     monkeypatch.setattr(run, "resolved_addresses", lambda: ["10.0.3.7"])
-    monkeypatch.setattr(run, "port_taken", lambda address, port: False)
+    monkeypatch.setattr(slurm, "reachable", lambda address, port, timeout=3.0: False)
     args = _switches("torchtitan/llama3_8b_c4.crusoe.sbatch")
     assert args.interface == "detect"
     assert run.rendezvous(job_view(args))[0] == "10.0.3.7"
@@ -290,7 +290,7 @@ def test_gloo_never_gets_a_pinned_nccl_selector(monkeypatch, no_interface_env):
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "^docker,lo,veth")
     monkeypatch.setattr(run, "local_addresses", lambda: [("lo", "127.0.0.1"), ("ens32", "10.0.9.4")])
     monkeypatch.setattr(run, "resolved_addresses", lambda: ["10.0.9.4"])
-    monkeypatch.setattr(run, "port_taken", lambda address, port: False)
+    monkeypatch.setattr(slurm, "reachable", lambda address, port, timeout=3.0: False)
     assert run.rendezvous(job_view(_switches("torchtitan/llama3_8b_c4.aws-efa.sbatch")))[0] == "10.0.9.4"
     assert os.environ.get("GLOO_SOCKET_IFNAME") in (None, "ens32")
 
@@ -310,13 +310,13 @@ def test_a_rendezvous_port_already_listened_on_is_skipped(name, monkeypatch, cap
             also_taken.listen()
         except OSError:
             pytest.skip(f"port {port + 1} is in use here")
-        assert run.port_taken("127.0.0.1", port)
+        assert slurm.reachable("127.0.0.1", port)
         args.port = port - 1234 % args.port_span if args.port_span else port  # job 1234 lands on `port`
         assert run.rendezvous(job_view(args, job_id="1234")) == ("127.0.0.1", port + 2)
     out = capsys.readouterr().out
     assert f"rendezvous port {port} is taken on 127.0.0.1; trying {port + 1}" in out
     assert f"rendezvous port {port + 1} is taken on 127.0.0.1; trying {port + 2}" in out
-    assert not run.port_taken("127.0.0.1", port)  # closed again
+    assert not slurm.reachable("127.0.0.1", port)  # closed again
 
 
 def test_container_mounts_must_cover_what_the_job_reads(tmp_path):
