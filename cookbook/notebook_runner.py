@@ -67,6 +67,7 @@ def cluster_parameters(profile: str = "generic") -> dict[str, Any]:
     return {
         "profile": profile,
         "nodes": 2,
+        "spare_nodes": 0,
         "gpus_per_node": d["gpus_per_node"],
         "partition": None,
         "time_limit": d["time"],
@@ -471,6 +472,7 @@ def sweep_array(
     client = wt.slurm_client(p["profile"])
     slurm = {
         "nodes": p["nodes"],
+        "spare_nodes": p["spare_nodes"],
         "gpus_per_node": p["gpus_per_node"],
         "partition": p["partition"] or None,
         "time": p["time_limit"] or None,
