@@ -12,7 +12,9 @@ traces) and returns :class:`Evidence` with an estimated cost (share of throughpu
 - scaling efficiency against the 1-node run of the same recipe;
 - from the nodes' telemetry (``RUN_DIR/.cookbook/telemetry``): a GPU throttled by a hardware, thermal or
   power-brake slowdown (its share of the run x the clock it lost), an XID, uncorrected ECC errors, a NIC whose
-  error counters rose during the run (faults: listed first, with no throughput estimate).
+  error counters rose during the run (faults: listed first, with no throughput estimate);
+- the recoveries inside the allocation (``RUN_DIR/.cookbook/recoveries.tsv``): each node fault with what it cost
+  (detection, stop/decide, relaunch + restore, steps redone), a fault too.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from cookbook_runtime.decide import Incident
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 NCCL_SOCKET = re.compile(r"NCCL INFO (?:Using network Socket|.*via NET/Socket|NET/Socket : Using)")
@@ -282,6 +286,24 @@ def check_telemetry(telemetry: pd.DataFrame | None) -> list[Evidence]:
     return out
 
 
+def check_recoveries(log: str | Path, incidents: Sequence[Incident] | None) -> list[Evidence]:
+    """One fault per recovery of the run, with its parts (:func:`cookbook.analysis.goodput.incident_costs`)."""
+    if not incidents:
+        return []
+    from cookbook.analysis.goodput import incident_costs, log_segments
+
+    fixes = {
+        "spare": "a spare took its place: check the node (`sinfo -R`, `scontrol show node`) before it serves "
+        "again; more --spare-nodes if faults recur",
+        "requeue-excluding": "the job was requeued without the node: check it before it serves again",
+    }
+    return [
+        Evidence("node_fault", 0.0, c.line("node"), fixes.get(c.incident.action, "check the node"), fault=True)
+        for c in incident_costs(incidents, log_segments(log), [])
+        if c.incident.action != "train-on-gate"  # logged, but it cost the job nothing
+    ]
+
+
 def check_scaling(measured_tps: float | None, baseline_tps: float | None, nodes: int | None) -> list[Evidence]:
     if not measured_tps or not baseline_tps or not nodes or nodes < 2:
         return []
@@ -329,6 +351,7 @@ def explain_log(
     hosts: Sequence[str] | None = None,
     traces: Sequence[str | Path] | None = None,
     telemetry: pd.DataFrame | None = None,
+    incidents: Sequence[Incident] | None = None,
 ) -> Explanation:
     """Explain a run's efficiency from its log (plus whatever else is known about it)."""
     from cookbook.analysis.starts import parse_starts
@@ -366,7 +389,7 @@ def explain_log(
         *check_checkpointing(text, recipe, gpu, nodes, gpus_per_node, checkpointing),
         *check_stragglers(log, hosts, procs_per_node or None, telemetry),
     ]
-    evidence += check_telemetry(telemetry)
+    evidence += check_telemetry(telemetry) + check_recoveries(log, incidents)
     if traces:
         evidence += check_trace_stragglers(traces)
     if baseline_log is not None:

@@ -13,7 +13,16 @@ timestamps split the time into:
 - ``checkpoint``: checkpoint saves ("Finished saving the checkpoint in X seconds");
 - ``lost``: after the last finished step of an interrupted start (partial step, kill): failure downtime;
 - ``shutdown``: after the last step of the final start (teardown);
-- ``untimed``: a start whose log has no timestamps (torchtune's progress bar) -- counted, not split.
+- ``untimed``: a start whose log has no timestamps (torchtune's progress bar) -- counted, not split;
+- ``spare``: the nodes of the allocation that do not train (``--spare-nodes``: the spares standing by, then
+  the node a spare replaced); its wall time overlaps the other parts', its GPU-hours do not.
+
+A recovery inside the allocation (issue #40: a spare swapped in, the ranks relaunched in the same job) is a
+new start in the log within the same Slurm start: the window is cut at the runtime's decision (the rows of
+``RUN_DIR/.cookbook/recoveries.tsv``, :class:`cookbook_runtime.decide.Incident`), so the time from the fault to
+the decision is ``lost`` and the relaunch is the next start's ``preflight``/``startup``/``restore``. Each
+incident is also one line of its own (:class:`IncidentCost`): detection, stop/decide, relaunch + restore, the
+steps redone and how long its spares stood by.
 
 ``queue`` (waiting before each start) is wall time but not allocated: it costs no GPU-hours.
 The parts of each window add up to the window by construction; Slurm's times have 1 s resolution.
@@ -28,6 +37,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from cookbook_runtime.decide import Incident
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,7 +55,9 @@ ALLOCATED_PARTS: tuple[str, ...] = (
     "lost",
     "shutdown",
     "untimed",
+    "spare",
 )
+RELAUNCHES = ("spare", "train-on")  # recoveries that launch the ranks again in the same Slurm start
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _TITAN_TIME = re.compile(r"\[titan\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) - \S+ - \w+ - (.*)$")
 _TRAIN_START = re.compile(r"Training starts at step (\d+)")
@@ -141,6 +154,7 @@ class Segment:
 
     job_id: str | None
     text: str
+    nodes: int | None = None  # the nodes that train (the start line's count; the rest of the allocation stands by)
     first_time: datetime | None = None
     train_start: datetime | None = None
     restore_s: float = 0.0
@@ -176,10 +190,12 @@ def log_segments(log: str | Path) -> list[Segment]:
     step end times and framework events."""
     from cookbook.analysis.starts import split_starts
     from cookbook.metrics import parse_text
+    from cookbook_runtime.files import START
 
     segments = []
     for job_id, part in split_starts(_ANSI.sub("", Path(log).read_text(errors="replace"))):
-        seg = Segment(job_id, part)
+        line = START.search(part)
+        seg = Segment(job_id, part, int(line.group(2)) if line else None)
         _titan_events(seg)
         df = parse_text(seg.text)
         if len(df):
@@ -190,6 +206,106 @@ def log_segments(log: str | Path) -> list[Segment]:
                 seg.steps.append((int(step), t.to_pydatetime() if ok and hasattr(t, "to_pydatetime") else None))
         segments.append(seg)
     return segments
+
+
+# ------------------------------------------------------------------------------------------ recoveries
+def _at(epoch: float) -> datetime:
+    """An epoch time as the log's and Slurm's naive local times."""
+    return datetime.fromtimestamp(epoch)
+
+
+def _s(x: float | None) -> str:
+    return "?" if x is None else f"{x:.0f} s"
+
+
+@dataclass(frozen=True)
+class IncidentCost:
+    """One recovery of the run (a row of ``recoveries.tsv``) and what it cost, from the row and the log."""
+
+    incident: Incident
+    detection_s: float | None  # the fault seen -> the ranks' step ended
+    decide_s: float | None  # the step ended -> the runtime's decision
+    relaunch_s: float | None  # the decision -> the first step logged after it (relaunch + restore)
+    redone: tuple[int, ...] = ()  # steps logged after it that had been logged before it
+    spare_unit_s: float = 0.0  # its spares stood by from the allocation's start until swapped in (GPU/node-s)
+
+    @property
+    def to_first_step_s(self) -> float | None:
+        """The fault to the first new step: the three parts together (None where one is unknown)."""
+        parts = (self.detection_s, self.decide_s, self.relaunch_s)
+        return None if None in parts else sum(p for p in parts if p is not None)
+
+    def line(self, unit: str = "GPU") -> str:
+        i = self.incident
+        what = f"spare {','.join(i.spares)} swapped in" if i.action == "spare" else i.action
+        head = f"{_at(i.when):%Y-%m-%d %H:%M:%S} job {i.job}: {','.join(i.nodes) or '?'} ({i.reason}) -> {what}"
+        took = self.to_first_step_s
+        out = (f"{head}: {_s(took)} to the first new step (detection {_s(self.detection_s)}, stop/decide "
+               f"{_s(self.decide_s)}, relaunch + restore {_s(self.relaunch_s)}); "
+               f"{len(self.redone)} step(s) redone")  # fmt: skip
+        out += f" ({', '.join(map(str, self.redone))})" if self.redone else ""
+        if self.spare_unit_s:
+            out += f"; the spare(s) stood by {self.spare_unit_s / 3600:.3g} {unit}-hours before"
+        return out
+
+
+def read_incidents(run_dir: str | Path | None, job_id: str | None = None) -> list[Incident]:
+    """The rows of ``RUN_DIR/.cookbook/recoveries.tsv`` (of ``job_id`` only, when given), oldest first."""
+    from cookbook_runtime.decide import parse_incidents
+    from cookbook_runtime.files import recoveries
+
+    if run_dir is None:
+        return []
+    try:
+        rows = parse_incidents(recoveries(run_dir).read_text())
+    except OSError:
+        return []
+    return sorted((i for i in rows if job_id is None or i.job == job_id), key=lambda i: i.when)
+
+
+def _by_attempt(
+    segments: Sequence[Segment], attempts: Sequence[Attempt], incidents: Sequence[Incident]
+) -> list[list[tuple[Segment, datetime | None]]]:
+    """The log's starts within each Slurm start, each with when it began (None: the allocation's start): a
+    relaunch inside the allocation begins at its recovery's decision. Without those, matched one to one."""
+    relaunches = [_at(i.when) for i in incidents if i.action in RELAUNCHES and i.ended_at > 0]
+    inside = [[t for t in relaunches if a.start <= t <= a.end] for a in attempts]
+    if relaunches and len(segments) == len(attempts) + sum(map(len, inside)):
+        it = iter(segments)
+        return [[(next(it), None)] + [(next(it), t) for t in cuts] for cuts in inside]
+    return [[(segments[i], None)] if i < len(segments) else [] for i in range(len(attempts))]
+
+
+def incident_costs(
+    incidents: Sequence[Incident], segments: Sequence[Segment], attempts: Sequence[Attempt]
+) -> list[IncidentCost]:
+    """Each recovery's parts: detection and stop/decide from its row, relaunch + restore to the first step the
+    log timed after its decision, the steps that start logged again, and its spares' standing-by time."""
+    timed = [(k, next((t for _, t in s.steps if t is not None), None)) for k, s in enumerate(segments)]
+    restarts = [i for i in incidents if i.action not in ("train-on-gate", "stop")]
+    out = []
+    for inc in incidents:
+        when = _at(inc.when)
+        k, first = next(((k, t) for k, t in timed if t is not None and t > when), (None, None))
+        if k is None and not any(t for _, t in timed) and inc in restarts and len(segments) == len(restarts) + 1:
+            k = restarts.index(inc) + 1  # a log without timestamps: the starts in the recoveries' order
+        before = {step for s in segments[:k] for step, _ in s.steps} if k is not None else set()
+        redone = tuple(sorted(before & {step for step, _ in segments[k].steps})) if k is not None else ()
+        spare = 0.0
+        att = next((a for a in attempts if a.start <= when <= a.end), None)
+        if inc.action == "spare" and att is not None:
+            spare = len(inc.spares) * att.units / max(1, att.nodes) * (when - att.start).total_seconds()
+        out.append(
+            IncidentCost(
+                inc,
+                inc.ended_at - inc.fault_at if inc.ended_at and inc.fault_at else None,
+                inc.when - inc.ended_at if inc.ended_at else None,
+                (first - when).total_seconds() if first is not None else None,
+                redone,
+                spare,
+            )
+        )
+    return out
 
 
 # ------------------------------------------------------------------------------------------ the ledger
@@ -209,6 +325,7 @@ class Ledger:
     forecast_productive_s: float | None = None
     notes: list[str] = field(default_factory=list)
     gpus: dict[str, float] | None = None  # what the GPUs did meanwhile (the nodes' telemetry): clock, power, kWh
+    incidents: list[IncidentCost] = field(default_factory=list)  # the recoveries (recoveries.tsv), oldest first
 
     @property
     def allocated_s(self) -> float:
@@ -279,8 +396,37 @@ class Ledger:
                 f"the GPUs meanwhile: {g['gpus']:.0f} sampled, mean SM clock {g['mean_sm_mhz']:,.0f} MHz, "
                 f"mean power {g['mean_power_w']:.0f} W, energy {g['energy_kwh']:.3g} kWh"
             )
+        if self.incidents:
+            lines.append(f"recoveries ({len(self.incidents)}):")
+            lines += [f"  {c.line(self.unit)}" for c in self.incidents]
+        if self.parts_s.get("spare"):
+            lines.append("spare: nodes that stood by (spares, then the nodes they replaced) while the others ran")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def recoveries_table(self) -> pd.DataFrame:
+        """One row per recovery: when, nodes, reason, action, the seconds of each part, the steps redone."""
+        import pandas as pd
+
+        return pd.DataFrame(
+            [
+                {
+                    "when": _at(c.incident.when),
+                    "job": c.incident.job,
+                    "nodes": ",".join(c.incident.nodes),
+                    "reason": c.incident.reason,
+                    "action": c.incident.action,
+                    "spares": ",".join(c.incident.spares),
+                    "detection_s": c.detection_s,
+                    "stop_decide_s": c.decide_s,
+                    "relaunch_restore_s": c.relaunch_s,
+                    "to_first_step_s": c.to_first_step_s,
+                    "steps_redone": len(c.redone),
+                    f"spare_{self.unit}_hours": c.spare_unit_s / 3600,
+                }
+                for c in self.incidents
+            ]
+        )
 
     def plot(self, ax: Any = None) -> Any:
         """A horizontal bar per part (GPU-hours), goodput in the title; returns the matplotlib figure."""
@@ -312,15 +458,20 @@ def goodput_ledger(
     price: float | None = None,
     forecast_step_s: float | None = None,
     profile: str | None = None,
+    incidents: Sequence[Incident] = (),
 ) -> Ledger:
     """Split each start's allocation window into the parts above, using the log's timestamps.
 
     ``attempts`` come from :func:`slurm_attempts`; ``forecast_step_s`` (the planner's step time) adds a
     forecast of the productive time for the steps done. The price: :func:`price_per_gpu_hour`.
+    ``incidents``: the run's recoveries (:func:`read_incidents`), each a line of the ledger; one inside the
+    allocation cuts its Slurm start where the ranks were launched again.
     """
     segments = [s for s in log_segments(log) if s.job_id is not None] or log_segments(log)
+    incidents = sorted(incidents, key=lambda i: i.when)
+    groups = _by_attempt(segments, attempts, incidents)
     notes: list[str] = []
-    if len(segments) != len(attempts):
+    if sum(map(len, groups)) != len(segments) or len(segments) < len(attempts):
         notes.append(f"{len(attempts)} start(s) in Slurm's accounting, {len(segments)} in the log: matched in order")
     parts = {p: 0.0 for p in ALLOCATED_PARTS}
     unit_parts = dict(parts)
@@ -335,18 +486,26 @@ def goodput_ledger(
         elif previous_end is not None:
             queue += max(0.0, (att.start - previous_end).total_seconds())
         previous_end = att.end
-        seg = segments[i] if i < len(segments) else None
-        final = i == len(attempts) - 1 and att.state == "COMPLETED"
-        split = _split_window(att, seg, done_before, final)
-        for name, secs in split.items():
-            parts[name] += secs
-            unit_parts[name] += secs * att.units
-        if seg is not None:
-            for step, _ in seg.steps:
-                if step <= done_before:
-                    redone.append(step)
-                done.add(step)
-            done_before = max([done_before] + [s for s, _ in seg.steps])
+        group: list[tuple[Segment | None, datetime | None]] = [*groups[i]] or [(None, None)]
+        for j, (seg, begin) in enumerate(group):
+            lo = _clip(begin, att.start, att.end) if begin else att.start
+            cut = group[j + 1][1] if j + 1 < len(group) else None
+            hi = _clip(cut, lo, att.end) if cut else att.end
+            final = i == len(attempts) - 1 and att.state == "COMPLETED" and j == len(group) - 1
+            training = min(att.nodes, seg.nodes) if seg is not None and seg.nodes else att.nodes
+            units = att.units * training / max(1, att.nodes)  # the spares' share stands by
+            for name, secs in _split_window(lo, hi, seg, done_before, final).items():
+                parts[name] += secs
+                unit_parts[name] += secs * units
+            if units < att.units:
+                parts["spare"] += (hi - lo).total_seconds()
+                unit_parts["spare"] += (hi - lo).total_seconds() * (att.units - units)
+            if seg is not None:
+                for step, _ in seg.steps:
+                    if step <= done_before:
+                        redone.append(step)
+                    done.add(step)
+                done_before = max([done_before] + [s for s, _ in seg.steps])
     used = {k: v for k, v in parts.items() if v > 0 or k in ("productive", "redone")}
     unit = "GPU" if any(a.gpus for a in attempts) else "node"
     ledger = Ledger(
@@ -361,6 +520,7 @@ def goodput_ledger(
         price_per_gpu_hour(gpu, price, profile),
         None,
         notes,
+        incidents=incident_costs(incidents, segments, attempts),
     )
     if ledger.price == 0 and price is None and unit == "GPU":
         notes.append("no price known for this GPU kind or profile: pass --price-per-gpu-hour for the cost")
@@ -375,15 +535,15 @@ def _clip(t: datetime, lo: datetime, hi: datetime) -> datetime:
     return min(max(t, lo), hi)
 
 
-def _split_window(att: Attempt, seg: Segment | None, done_before: int, final: bool) -> dict[str, float]:
-    """Seconds of one allocation window by part; they add up to the window."""
-    window = att.seconds
+def _split_window(lo: datetime, hi: datetime, seg: Segment | None, done_before: int, final: bool) -> dict[str, float]:
+    """Seconds of one window (a Slurm start, or the part of it one launch of the ranks had) by part; they add
+    up to the window."""
+    window = max(0.0, (hi - lo).total_seconds())
     out = {p: 0.0 for p in ALLOCATED_PARTS}
     steps = [(step, t) for step, t in seg.steps if t is not None] if seg is not None else []
     if seg is None or seg.first_time is None or len(steps) < len(seg.steps):  # not every step has a time
         out["untimed"] = window
         return out
-    lo, hi = att.start, att.end
     first = _clip(seg.first_time, lo, hi)
     out["preflight"] = (first - lo).total_seconds()
     cursor = first
@@ -508,6 +668,7 @@ def run_ledger(
         price=price,
         forecast_step_s=planned_step_seconds(ref.recipe, ref.nodes, ref.gpus_per_node, planned_gpu),
         profile=ref.profile,
+        incidents=read_incidents(ref.run_dir, ref.job_id),
     )
     from cookbook.metrics.telemetry import gpu_summary, read_telemetry, telemetry_from_log
 

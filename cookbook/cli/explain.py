@@ -46,7 +46,7 @@ def _explain(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from cookbook.analysis.explain import expects_fabric, explain_log, explain_plot
-    from cookbook.analysis.goodput import resolve_run
+    from cookbook.analysis.goodput import read_incidents, resolve_run
     from cookbook.analysis.stragglers import job_hosts
     from cookbook.metrics.telemetry import read_telemetry, telemetry_from_log
     from cookbook.slurm.client import SlurmError
@@ -86,6 +86,7 @@ def _explain(args: argparse.Namespace) -> int:
             telemetry=read_telemetry(run_dir)
             if (run_dir := args.run_dir or ref.run_dir)
             else telemetry_from_log(ref.log),
+            incidents=read_incidents(run_dir, ref.job_id),
         )
     except ValueError as e:
         raise UserError(str(e)) from e

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -169,3 +169,108 @@ def test_a_requeue_of_a_finished_job_is_no_start():
         "1004|COMPLETED|2026-11-25T04:08:14|2026-11-25T04:08:14|2026-11-25T04:08:36|2|\n"
     )
     assert [a.state for a in parse_accounting(text, "1004")] == ["FAILED", "COMPLETED"]
+
+
+# ---------------------------------------------------------------- recovery inside the allocation (issue #40)
+T0 = datetime(2026, 1, 1, 0, 0, 0)
+
+
+def _at(seconds: float) -> str:
+    t = T0 + timedelta(seconds=seconds)
+    return f"[titan] {t:%Y-%m-%d %H:%M:%S},{t.microsecond // 1000:03d} - root - INFO - "
+
+
+def _step(seconds: float, step: int, loss: float) -> str:
+    return _at(seconds) + f"step: {step:2d}  loss: {loss:8.5f}  grad_norm:  1.0000  memory:  0.70GiB(3.00%)  tps: 100"
+
+
+def _recovered_run(tmp_path: Path) -> tuple[Path, Path, list[Attempt]]:
+    """A 2-node job with 1 spare (3 nodes allocated, 50 s): steps 1-4 every 2 s, n2's ranks SIGKILLed at 20.5 s,
+    the step ended at 23 s, the spare decided at 24 s, the relaunch resumes from step 3's checkpoint: step 4
+    again at 42 s, then 5 and 6; the job completes at 50 s."""
+    from cookbook_runtime.decide import Incident
+
+    log = tmp_path / "spare-7.out"
+    log.write_text(
+        "\n".join(
+            [
+                "job 7: 2 node(s) [n1,n2], rendezvous 10.0.0.1:29500, run dir /r, spare(s) [n3]",
+                _at(5) + "Starting job: llama3",
+                _at(10) + "Training starts at step 1",
+                *(_step(10 + 2 * s, s, 9.0 - s) for s in range(1, 5)),
+                "cookbook: recovery: n2 (its ranks died of SIGKILL) replaced by spare n3 in job 7 (1 of 2 left)",
+                "cookbook: relaunching on n1,n3 from the newest checkpoint (4 s after the fault)",
+                "job 7: 2 node(s) [n1,n3], rendezvous 10.0.0.1:29501, run dir /r, spare(s) []",
+                _at(30) + "Starting job: llama3",
+                _at(40) + "Training starts at step 4",
+                *(_step(42 + 2 * (s - 4), s, 9.0 - s) for s in range(4, 7)),
+            ]
+        )
+        + "\n"
+    )
+    run_dir = tmp_path / "runs"
+    (run_dir / ".cookbook").mkdir(parents=True)
+    epoch = [(T0 + timedelta(seconds=x)).timestamp() for x in (24, 20.5, 23)]
+    incident = Incident(epoch[0], "7", ("n2",), "its ranks died of SIGKILL", "spare", epoch[1], epoch[2], ("n3",))
+    (run_dir / ".cookbook" / "recoveries.tsv").write_text(incident.row() + "\n")
+    return log, run_dir, [Attempt(T0, T0 + timedelta(seconds=50), "COMPLETED", 3, 0, T0)]
+
+
+def test_each_recovery_is_a_line_with_its_parts_and_the_spare_a_row(tmp_path):
+    from cookbook.analysis.goodput import read_incidents
+
+    log, run_dir, attempts = _recovered_run(tmp_path)
+    incidents = read_incidents(run_dir, "7")
+    assert len(incidents) == 1 and read_incidents(run_dir, "8") == [] and read_incidents(tmp_path / "none") == []
+    ledger = goodput_ledger(log, attempts, incidents=incidents)
+    (cost,) = ledger.incidents
+    assert (cost.detection_s, cost.decide_s, cost.relaunch_s) == pytest.approx((2.5, 1.0, 18.0))
+    assert cost.to_first_step_s == pytest.approx(21.5) and cost.redone == (4,)
+    assert cost.spare_unit_s == pytest.approx(24.0)  # n3 stood by from the allocation's start to the decision
+    # one Slurm start, two launches: cut at the decision; 2 nodes train, the third stands by throughout
+    assert not ledger.notes[:-1] and ledger.steps_done == 6 and ledger.redone_steps == [4]
+    want = {"preflight": 5 + 6, "startup": 5 + 10, "productive": 8 + 4, "redone": 2, "lost": 6, "shutdown": 4}
+    assert {k: v for k, v in ledger.parts_s.items() if k != "spare"} == pytest.approx(want)
+    assert ledger.parts_s["spare"] == pytest.approx(50) and ledger.parts_unit_s["spare"] == pytest.approx(50)
+    assert sum(ledger.parts_unit_s.values()) == pytest.approx(150)  # 3 nodes x 50 s
+    assert ledger.parts_unit_s["productive"] == pytest.approx(2 * 12) and ledger.goodput == pytest.approx(24 / 150)
+    table = ledger.table()
+    assert table.set_index("part").loc["spare", "node_hours"] == pytest.approx(50 / 3600)
+    text = ledger.render()
+    assert "recoveries (1):" in text and "n2 (its ranks died of SIGKILL) -> spare n3 swapped in" in text
+    assert "22 s to the first new step (detection 2 s, stop/decide 1 s, relaunch + restore 18 s)" in text
+    assert "1 step(s) redone (4)" in text and "stood by 0.00667 node-hours" in text
+    rows = ledger.recoveries_table()
+    assert list(rows["action"]) == ["spare"] and rows["steps_redone"].tolist() == [1]
+    # without the recoveries: the old matching, in order, and a note saying so
+    plain = goodput_ledger(log, attempts)
+    assert not plain.incidents and any("matched in order" in n for n in plain.notes)
+
+
+def test_a_recovery_in_an_untimed_log_keeps_its_row_times_and_the_redone_steps(tmp_path):
+    from cookbook.analysis.goodput import incident_costs, read_incidents
+
+    log, run_dir, attempts = _recovered_run(tmp_path)
+    untimed = tmp_path / "untimed.out"
+    untimed.write_text(re.sub(r"\[titan\] \S+ \S+ - root - INFO - ", "", log.read_text()))
+    (cost,) = incident_costs(read_incidents(run_dir), log_segments(untimed), attempts)
+    assert cost.relaunch_s is None and cost.to_first_step_s is None and cost.redone == (4,)
+    assert cost.detection_s == pytest.approx(2.5) and "? to the first new step" in cost.line("node")
+
+
+def test_goodput_and_explain_read_the_run_folders_recoveries(tmp_path, capsys, monkeypatch):
+    import cookbook.analysis.goodput as goodput
+    from cookbook.analysis.explain import check_recoveries
+    from cookbook.analysis.goodput import read_incidents
+    from cookbook.slurm.record import JobRecord
+
+    log, run_dir, attempts = _recovered_run(tmp_path)
+    script = tmp_path / "job.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=3\n")
+    JobRecord("7", script, log, run_dir, "llama3_8b_c4", "local-cpu", "spare").save()
+    monkeypatch.setattr(goodput, "slurm_attempts", lambda client, job_id: attempts)
+    assert cli_main(["goodput", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "recoveries (1):" in out and re.search(r"^\s+spare\s+50\.0", out, re.M)
+    (fault,) = check_recoveries(log, read_incidents(run_dir))
+    assert fault.fault and fault.kind == "node_fault" and "spare n3 swapped in" in fault.finding
