@@ -278,8 +278,8 @@ def gate(job: Job, address: str, port: int, nproc: int) -> int | None:
             job.spares = [x for x in job.spares if x not in idle]
             say(f"cookbook: recovery: spare {','.join(idle)} ({reason}) no longer stands by")
         training = [x for x in verdict.exclude if x in job.nodes]
-        if training:
-            return recover(job, training, reason, at_gate=True)
+        if training and (status := recover(job, training, reason, at_gate=True)) is not None:
+            return status
     if problems and (verdict.stop or args.gate_strict):
         say(f"cookbook: pre-flight failed across the nodes (no single node to blame): {problems}; not training "
             "(--gate-strict)")  # fmt: skip

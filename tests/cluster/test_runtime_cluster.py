@@ -1,7 +1,8 @@
 """The job runtime (``cookbook_runtime.run``) on real Slurm, with a real 2-node FSDP job (local-cpu):
 
-- a fault every node shares (here the gate's bandwidth floor, failed alike by all) excludes no node and
-  resubmits nothing: the log says so in one line and the job trains;
+- a fault every node shares (here the gate's bandwidth floor, failed alike by all) excludes no node: the log says
+  so in one line and the job trains; a node the gate does blame (n2, an injected bad link) on this 2-node cluster
+  with no spare is named, and the job trains on it: it neither pends for ever nor exits;
 - a TERM (``scancel``) whose stop-save is slowed to 40 s completes that save on a cluster whose ``KillWait``
   gives it the time (the private ``nodes3`` cluster: 60 s), and a job whose save is longer than the site's
   ``KillWait`` (the shared cluster: 5 s) says so plainly at its start;
@@ -140,8 +141,23 @@ def test_a_copied_recipe_folder_trains_without_the_cookbook_package(copied):
 def test_a_fault_every_node_shares_excludes_no_node_and_the_job_trains(copied):
     run_dir, _, log = copied
     assert re.search(r"cookbook: pre-flight: .*No node is blamed for it: training anyway", log), log[-3000:]
-    assert "cookbook: excluding" not in log and "resubmission" not in log
-    assert not list((run_dir / ".cookbook").glob("retries-*"))  # no retry spent
+    assert "cookbook: excluding" not in log and "Submitted batch job" not in log
+
+
+def test_a_node_blamed_at_the_gate_with_no_spare_and_no_room_is_trained_on(slurm, tiny_assets, job_dir: Path):
+    """A 2-node job on this 2-node cluster whose gate blames n2 (an injected bad link): excluding n2 would leave the
+    job pending for ever, and there is no spare: the job names n2 and trains on it, to the end."""
+    client = SlurmClient({**slurm.env, "COOKBOOK_PREFLIGHT_INJECT": "n2:bad link"})
+    script = write_job(_spec(job_dir, tiny_assets, "blamed-no-room", 3), job_dir / "job.sbatch")
+    (job_dir / "logs").mkdir()
+    job = client.submit(script)
+    info = client.wait(job, timeout=400)
+    log = read_output(job_dir / "logs" / f"blamed-no-room-{job}.out")
+    assert info.state == "COMPLETED", f"{info}\n{log[-3000:]}"
+    said = ("cookbook: keeping n2 (pre-flight: bad link (injected by COOKBOOK_PREFLIGHT_INJECT)): no spare left (0 for "
+            "1); excluding would leave the job pending (only 1 eligible node(s) for 2); training on it")  # fmt: skip
+    assert said in log, log[-3000:]
+    assert max(int(b) for b in BATCH.findall(log)) == 3 and "requeue" not in log.split(said)[1], log[-3000:]
 
 
 def test_a_save_longer_than_kill_wait_is_said_at_the_start(copied):
