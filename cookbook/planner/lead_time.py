@@ -54,15 +54,19 @@ def stop_save_bytes(recipe: str, overrides: Mapping[str, str] | None = None) -> 
 
 def largest_save_bytes(recipes: Sequence[str], overrides: Mapping[str, str] | None = None) -> int:
     """Bytes of the largest save a run of ``recipes`` writes at once: the stop-save, or torchtune's end-of-epoch
-    weights (bf16, the whole model: a LoRA run writes its merged model too). 0: no model to size. The runtime's
-    ``--checkpoint-gb``: the run folder must hold it."""
+    weights (bf16, the whole model; a LoRA run whose config saves the adapter only -- our recipes' yaml,
+    ``save_adapter_weights_only: true`` -- writes just the adapter). 0: no model to size. The runtime's
+    ``--checkpoint-gb``, an estimate: the runtime warns when the run folder cannot hold it."""
+    adapter_only = str((overrides or {}).get("save_adapter_weights_only", "true")).lower() not in ("false", "0", "no")
     largest = 0
     for name in recipes:
         save = stop_save_bytes(name, overrides)
         if save is None:
             continue
         defaults = recipe_defaults(name)
-        weights = 2 * MODELS[defaults.model].total_params if defaults.framework == "torchtune" else 0
+        lora = defaults.settings.lora_rank > 0
+        whole = defaults.framework == "torchtune" and not (lora and adapter_only)
+        weights = 2 * MODELS[defaults.model].total_params if whole else 0
         largest = max(largest, save[0], weights)
     return largest
 

@@ -23,3 +23,11 @@ The optional layers, with torch, in the processes the batch step starts:
 - ``gpus``: GPU kinds and their peak FLOP/s
 - ``telemetry``: each node's GPU (NVML) and NIC samples beside the launcher, and the gate's GPU health
 """
+
+import sys as _sys
+
+if _sys.version_info < (3, 9):  # noqa: UP036  (the nodes' python3 is the first thing a job runs: say so, in one line)
+    _sys.exit(
+        f"cookbook: {_sys.executable} is Python {_sys.version.split()[0]}; the job runtime needs Python 3.9 or newer "
+        "(the pinned stack: 3.11): set VENV to an environment built with `make setup` (VENV=/shared/env sbatch ...)"
+    )

@@ -278,15 +278,49 @@ def environment_verdict(
     return EnvVerdict(stop, tuple(notes))
 
 
-def run_dir_space_problem(free_bytes: int, total_bytes: int, need_bytes: int) -> str:
-    """One line when the run folder's filesystem cannot hold one checkpoint of the job (the planner's size):
-    the first save would fail hours in. A filesystem that reports no size (some FUSE mounts) is not judged."""
-    if not need_bytes or total_bytes <= 0 or free_bytes >= need_bytes:
+def run_dir_space_problem(
+    free_bytes: int, total_bytes: int, need_bytes: int, measured_bytes: int = 0
+) -> tuple[str, bool]:
+    """``(one line, stop)`` when the run folder's filesystem may not hold the job's next checkpoint. Certain --
+    the newest checkpoint already there (``measured_bytes``) is larger than the free space -- stops; the planner's
+    size (``need_bytes``) is an estimate: it only warns. A filesystem that reports no size (FUSE) is not judged."""
+    if total_bytes <= 0:
+        return "", False
+    free = f"{free_bytes / 1e9:.1f} GB free where the checkpoints go"
+    if measured_bytes and free_bytes < measured_bytes:
+        return (
+            f"{free}, and this run's newest checkpoint there is {measured_bytes / 1e9:.1f} GB: the next save fails. "
+            "Free space there or set RUN_DIR to a larger shared filesystem (COOKBOOK_CHECKPOINT_GB=0 skips this check)",
+            True,
+        )
+    if need_bytes and free_bytes < need_bytes and not measured_bytes:
+        return (
+            f"{free}, and one checkpoint of this job is ~{need_bytes / 1e9:.1f} GB by the planner's estimate: "
+            "training anyway (the first save may fail; free space there, or set COOKBOOK_CHECKPOINT_GB to the size "
+            "your job writes)",
+            False,
+        )
+    return "", False
+
+
+def time_limit_seconds(text: str) -> float | None:
+    """Slurm's ``TimeLimit`` (``[D-]HH:MM:SS``, ``MM:SS``, ``UNLIMITED``) in seconds; None when there is none."""
+    m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text.strip())
+    if not m:
+        return None
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+
+def lead_problem(lead_seconds: float, limit_seconds: float | None) -> str:
+    """One line when the ``--signal`` lead is more than half the time limit: USR1 would come after the first
+    steps, the job stop-save and requeue, and do the same again, for ever."""
+    if not lead_seconds or not limit_seconds or lead_seconds * 2 <= limit_seconds:
         return ""
     return (
-        f"{free_bytes / 1e9:.0f} GB free where the checkpoints go, and one checkpoint of this job is "
-        f"~{need_bytes / 1e9:.0f} GB (the planner's size): the first save would fail. Free space there or set "
-        "RUN_DIR to a larger shared filesystem"
+        f"the stop signal's lead ({lead_seconds:.0f} s, #SBATCH --signal) is more than half the time limit "
+        f"({limit_seconds:.0f} s): every run would stop-save and requeue after its first steps, for ever. Give the "
+        "job more time (--time) or a shorter lead (--signal-seconds); not training"
     )
 
 

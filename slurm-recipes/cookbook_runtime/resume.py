@@ -87,3 +87,24 @@ def resume(
     if framework == "fsdp":
         return fsdp(run_dir, checkpoint_dir)
     return [], []
+
+
+def newest_checkpoint_bytes(framework: str, run_dir: Path, checkpoint_dir: Path | None = None) -> int:
+    """The size of the newest complete checkpoint already in the run folder (0: none): what the next save of
+    this run will write again, measured rather than estimated."""
+    if framework == "torchtune":
+        done = [p for p in run_dir.glob("step_*") if (p / "recipe_state" / "recipe_state.pt").is_file()]
+        done += [p for p in run_dir.glob("epoch_*") if p.is_dir()]
+    elif framework == "torchtitan":
+        done = [p.parent for p in (checkpoint_dir or run_dir / "checkpoint").glob("step-*/.metadata")]
+    elif framework == "fsdp":
+        done = [p.parent for p in (checkpoint_dir or run_dir / "checkpoints").glob("step-*/COMPLETE")]
+    else:
+        return 0
+    if not done:
+        return 0
+    newest = max(done, key=lambda p: p.stat().st_mtime)
+    try:
+        return sum(f.stat().st_size for f in newest.rglob("*") if f.is_file())
+    except OSError:
+        return 0

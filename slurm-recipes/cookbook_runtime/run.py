@@ -314,17 +314,37 @@ def python_environment(job: Job) -> int | None:
 
 
 def run_dir_space(job: Job) -> int | None:
-    """The run folder can hold one checkpoint (``--checkpoint-gb``, the planner's size; ``COOKBOOK_CHECKPOINT_GB``
-    overrides it, 0: no check); else an exit status."""
+    """The run folder can hold the next checkpoint: certain (the newest one there is larger than the free space)
+    stops, the planner's estimate (``--checkpoint-gb``; ``COOKBOOK_CHECKPOINT_GB`` overrides, 0: no check) only
+    warns; an exit status when the job ends here."""
     try:
         usage = shutil.disk_usage(job.run_dir)
         need = float(os.environ.get("COOKBOOK_CHECKPOINT_GB") or job.args.checkpoint_gb)
     except (OSError, ValueError):
         return None
-    problem = decide.run_dir_space_problem(usage.free, usage.total, int(need * 1e9))
+    if os.environ.get("COOKBOOK_CHECKPOINT_GB", "").strip() in ("0", "0.0"):
+        return None
+    checkpoints = Path(job.args.checkpoint_dir) if job.args.checkpoint_dir else None
+    measured = resume.newest_checkpoint_bytes(job.args.resume, job.run_dir, checkpoints)
+    problem, stop = decide.run_dir_space_problem(usage.free, usage.total, int(need * 1e9), measured)
     if not problem:
         return None
-    say(f"cookbook: RUN_DIR {job.run_dir}: {problem}; not training")
+    say(f"cookbook: RUN_DIR {job.run_dir}: {problem}" + ("; not training" if stop else ""))
+    if stop:
+        job.record(time.time(), "failed")
+        return 2
+    return None
+
+
+def lead_time(job: Job) -> int | None:
+    """A ``--signal`` lead over half the time limit requeues for ever: one line, and the job ends."""
+    if not (job.args.requeue and job.args.lead_seconds):
+        return None
+    limit = decide.time_limit_seconds(slurm.job_record(job.self_id).get("TimeLimit", ""))
+    problem = decide.lead_problem(job.args.lead_seconds, limit)
+    if not problem:
+        return None
+    say(f"cookbook: {problem}")
     job.record(time.time(), "failed")
     return 2
 
@@ -680,7 +700,7 @@ def main(argv: list[str] | None = None) -> int:
         if problem:
             say(f"cookbook: {problem}")
     if os.environ.get("COOKBOOK_PREFLIGHT", "1") != "0" and not rehearsal:
-        for check in (python_environment, run_dir_space):
+        for check in (lead_time, python_environment, run_dir_space):
             if (status := check(job)) is not None:
                 return status
         if args.gate and (status := gate(job, address, port, nproc)) is not None:

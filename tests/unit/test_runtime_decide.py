@@ -370,13 +370,34 @@ def test_another_version_or_a_silent_node_is_said_and_the_job_trains(n: int):
     assert verdict.notes[-1].startswith(f"no answer about the Python environment from {nodes(n)[0]}")
 
 
-def test_the_run_folder_must_hold_one_checkpoint_of_the_planners_size():
-    """#30 item 10: a 70B full stop-save writes ~423 GB; a quota'd home with 12 GB fails hours in."""
-    problem = decide.run_dir_space_problem(12 * 10**9, 500 * 10**9, 423 * 10**9)
-    assert problem.startswith("12 GB free where the checkpoints go") and "~423 GB" in problem
-    assert decide.run_dir_space_problem(500 * 10**9, 10**12, 423 * 10**9) == ""
-    assert decide.run_dir_space_problem(0, 0, 423 * 10**9) == ""  # a filesystem that reports no size
-    assert decide.run_dir_space_problem(12 * 10**9, 500 * 10**9, 0) == ""  # nothing to size
+def test_the_run_folder_space_warns_on_an_estimate_and_stops_only_when_certain():
+    """#41 item 1: the planner's size is an estimate (a 70B full stop-save ~423 GB): a shortfall warns and the job
+    trains; the newest checkpoint already in the run folder is a measurement: a shortfall against it stops."""
+    problem, stop = decide.run_dir_space_problem(12 * 10**9, 500 * 10**9, 423 * 10**9)
+    assert (
+        problem.startswith("12.0 GB free where the checkpoints go") and "~423.0 GB by the planner's estimate" in problem
+    )
+    assert not stop and "training anyway" in problem
+    problem, stop = decide.run_dir_space_problem(12 * 10**9, 500 * 10**9, 423 * 10**9, measured_bytes=40 * 10**9)
+    assert stop and "newest checkpoint there is 40.0 GB: the next save fails" in problem
+    assert "COOKBOOK_CHECKPOINT_GB=0" in problem
+    assert decide.run_dir_space_problem(500 * 10**9, 10**12, 423 * 10**9) == ("", False)
+    assert decide.run_dir_space_problem(0, 0, 423 * 10**9) == ("", False)  # a filesystem that reports no size
+    assert decide.run_dir_space_problem(12 * 10**9, 500 * 10**9, 0) == ("", False)  # nothing to size
+    assert decide.run_dir_space_problem(50 * 10**9, 500 * 10**9, 423 * 10**9, 40 * 10**9) == ("", False)
+
+
+@pytest.mark.parametrize(
+    ("limit", "lead", "refused"),
+    [("00:15:00", 960, True), ("04:00:00", 960, False), ("1-00:00:00", 960, False), ("UNLIMITED", 960, False),
+     ("10:00", 300, False), ("10:00", 301, True)],
+)  # fmt: skip
+def test_a_lead_over_half_the_time_limit_is_refused_it_would_requeue_for_ever(limit: str, lead: int, refused: bool):
+    """#41 item 2: sbatch --time=00:15:00 with a 960 s lead would stop-save after the first step, for ever."""
+    problem = decide.lead_problem(lead, decide.time_limit_seconds(limit))
+    assert bool(problem) == refused
+    if refused:
+        assert "more than half the time limit" in problem and "--signal-seconds" in problem
 
 
 def test_the_batch_step_stops_before_the_gate_when_the_nodes_lack_torch(tmp_path):
@@ -395,14 +416,37 @@ def test_the_batch_step_stops_before_the_gate_when_the_nodes_lack_torch(tmp_path
     assert not ran.argv("sbatch") and not [a for a in ran.argv("scontrol") if a[0] in ("update", "requeue")]
 
 
-def test_the_batch_step_stops_when_the_run_folder_cannot_hold_a_checkpoint(tmp_path):
+def test_the_batch_step_warns_on_an_estimate_and_stops_on_a_measured_checkpoint(tmp_path):
+    import shutil
+
     from batch_step import FakeSlurm, runtime_argv
 
     from cookbook.render import render_job
     from cookbook.spec import make_spec
+    from cookbook_runtime import files
 
     argv = runtime_argv(render_job(make_spec("llama3_3_70b_full", profile="nebius")).script)
     assert "--checkpoint-gb=423" in argv  # the planner's 70B stop-save: 6 bytes x 70.6 B parameters
-    ran = FakeSlurm(tmp_path / "space").run_step(argv, COOKBOOK_CHECKPOINT_GB="1e9", SLURM_GPUS_ON_NODE="8")
-    assert ran.status == 2 and "one checkpoint of this job is ~1000000000 GB" in ran.out, ran.out
+    warned = FakeSlurm(tmp_path / "space").run_step(argv, COOKBOOK_CHECKPOINT_GB="1e9", SLURM_GPUS_ON_NODE="8")
+    assert warned.status == 0 and "one checkpoint of this job is ~1000000000.0 GB by the planner" in warned.out
+    assert "training anyway" in warned.out and warned.launches(), warned.out
+    fake = FakeSlurm(tmp_path / "measured")
+    step = fake.run_dir / "step_4" / "recipe_state"
+    step.mkdir(parents=True)
+    with open(step / "recipe_state.pt", "wb") as f:  # sparse: its size, none of the disk
+        f.truncate(shutil.disk_usage(tmp_path).free + 10**9)
+    (fake.run_dir / "step_4" / "epoch_0").mkdir()
+    ran = fake.run_step(argv, COOKBOOK_CHECKPOINT_GB="1", SLURM_GPUS_ON_NODE="8")
+    assert ran.status == 2 and "this run's newest checkpoint there is" in ran.out and "not training" in ran.out
     assert len(ran.argv("srun")) == 1  # the nodes' Python was asked; no gate, no launch
+    runs = decide.parse_runs((files.state_dir(fake.run_dir) / files.RUNS).read_text())
+    assert runs[-1].outcome == "failed"
+
+
+def test_the_batch_step_refuses_a_lead_over_half_the_time_limit(tmp_path):
+    from batch_step import FakeSlurm
+
+    record = "JobId=41 TimeLimit=00:15:00 Partition=gpu"
+    argv = ["--requeue", "--lead-seconds=960", "--", "torchrun", "-m", "train"]
+    ran = FakeSlurm(tmp_path).run_step(argv, FAKE_JOB_RECORD=record)
+    assert ran.status == 2 and "more than half the time limit (900 s)" in ran.out and not ran.launches(), ran.out
