@@ -227,6 +227,29 @@ def _few(items: Sequence[str], k: int = 4) -> str:
     return ",".join(items[:k]) + (f" and {len(items) - k} more" if len(items) > k else "")
 
 
+GATE_WINDOW_S = 6 * 3600.0  # nodes that passed the whole gate in this job this recently: local checks only
+
+
+def gate_shortcut(passes_tsv: str, job: str, nodes: Sequence[str], now: float, window_s: float) -> float | None:
+    """Seconds since every one of ``nodes`` passed the whole gate in ``job`` (a row of ``gate-passes.tsv``:
+    when, job, nodes, seconds, mode), when that is within ``window_s``; None: run the whole gate."""
+    last: dict[str, float] = {}
+    for line in passes_tsv.splitlines():
+        cells = line.split("\t")
+        if len(cells) < 5 or cells[1] != job or cells[4] != "full":
+            continue
+        try:
+            when = float(cells[0])
+        except ValueError:
+            continue
+        for node in cells[2].split(","):
+            last[node] = max(last.get(node, 0.0), when)
+    if not nodes or any(x not in last for x in nodes):
+        return None
+    oldest = min(last[x] for x in nodes)
+    return now - oldest if 0 <= now - oldest <= window_s else None
+
+
 def gate_budget(base_s: float, nodes: int, startup_s: float = 120.0) -> float:
     """Seconds the gate may take: the profile's budget for the checks, a cold start (``import torch`` from a
     shared filesystem, CUDA contexts: ``startup_s``) and NCCL/gloo initialisation growing with the node count."""

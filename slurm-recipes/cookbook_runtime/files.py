@@ -9,6 +9,7 @@ Everything the job keeps lives in ``RUN_DIR/.cookbook/``:
 ==================================  ==========================================================
 ``stop``                            a stop asked for (USR1/TERM reached the batch step); ranks poll it
 ``stop.saved``                      rank 0 wrote its stop-save (one :func:`saved_line`)
+``gate-passes.tsv``                 one line per gate every node passed: when, job, nodes, seconds, mode
 ``recoveries.tsv``                  one line per recovery: when, nodes, why, action, fault and step-end times
 ``exits/<job>-<restart>.<launch>/``  each node's launcher: how its ranks ended (``<node>.json``), for the culprit
 ``runs.tsv``                        one line per run: job, restart, nodes, start, end, outcome (NODE_FAIL reads it)
@@ -29,6 +30,7 @@ STATE = ".cookbook"  # under RUN_DIR
 STOP = "stop"
 SAVED_SUFFIX = ".saved"
 RECOVERIES = "recoveries.tsv"
+GATE_PASSES = "gate-passes.tsv"
 EXITS = "exits"
 EXITS_DIR_ENV = "COOKBOOK_EXITS_DIR"  # where a node's launcher writes how its ranks ended
 RUNS = "runs.tsv"
@@ -52,6 +54,11 @@ def state_dir(run_dir: str | os.PathLike[str]) -> Path:
 def recoveries(run_dir: str | os.PathLike[str]) -> Path:
     """The recoveries of the run (:class:`cookbook_runtime.decide.Incident` rows), across its requeues."""
     return state_dir(run_dir) / RECOVERIES
+
+
+def gate_passes(run_dir: str | os.PathLike[str]) -> Path:
+    """The gates this run's nodes passed (a start within a window of one of them checks only locally)."""
+    return state_dir(run_dir) / GATE_PASSES
 
 
 def exits_dir(run_dir: str | os.PathLike[str], job: str, restart: int, launch: int) -> Path:

@@ -122,7 +122,8 @@ def local_checks(args: argparse.Namespace, local_rank: int, out: Path) -> tuple[
                 failures.append(f"local disk {disk}: {free_gb:.1f} GB free < {args.min_free_gb:g} GB")
         except OSError as e:
             failures.append(f"local disk {args.local_disk}: {e.strerror or e}")
-    failures += matmul_check(args, local_rank, measures)
+    if not args.local_only:
+        failures += matmul_check(args, local_rank, measures)
     inject = os.environ.get("COOKBOOK_PREFLIGHT_INJECT", "")
     host, sep, reason = inject.partition(":")
     if sep and host == node_name() and local_rank == 0:
@@ -257,8 +258,9 @@ def check(args: argparse.Namespace) -> int:
         measures.update(measures2)
         report.update(failures=failures, measures=measures, seconds=round(time.time() - started, 1))
         _write_report(out, local_rank, report)
-        os.environ.setdefault("NCCL_ALGO", "Ring")  # a NIC-true bus bandwidth (nccl-tests#196, #290)
-        collective(args, failures, measures)
+        if not args.local_only:
+            os.environ.setdefault("NCCL_ALGO", "Ring")  # a NIC-true bus bandwidth (nccl-tests#196, #290)
+            collective(args, failures, measures)
     except Exception as e:  # the report says what failed; the verdict decides whom to blame
         what = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         if "measures" in report:
@@ -351,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--local-disk", default="/tmp")
     c.add_argument("--min-free-gb", type=float, default=0.0)
     c.add_argument("--timeout", type=float, default=60.0)
+    c.add_argument("--local-only", action="store_true", help="only the node's own checks (no matmul, no collective)")
     c.add_argument("--master", default="", help="ADDR:PORT of rank 0 when srun, not torchrun, starts the ranks")
     args = p.parse_args(argv)
     check(args)

@@ -236,6 +236,15 @@ def gate(job: Job, address: str, port: int, nproc: int) -> int | None:
         old.unlink()
     checked = [*job.nodes, *job.spares]  # a spare is checked like any node
     budget = decide.gate_budget(args.gate_seconds, len(checked))
+    try:
+        passes = files.gate_passes(job.run_dir).read_text()
+    except OSError:
+        passes = ""
+    window = float(os.environ.get("COOKBOOK_GATE_WINDOW_S") or decide.GATE_WINDOW_S)
+    since = decide.gate_shortcut(passes, job.id, checked, time.time(), window)
+    if since is not None:
+        say(f"cookbook: pre-flight: every node passed the whole gate in job {job.id} {since / 60:.0f} min ago: "
+            f"their own checks only (COOKBOOK_GATE_WINDOW_S={window:.0f})")  # fmt: skip
     check = [
         "--out", str(out), f"--gpus={gpus}", f"--matmul-fraction={args.gate_matmul_fraction}",
         f"--matmul-min-tflops={args.gate_matmul_min_tflops}", f"--min-busbw={args.gate_busbw_floor}",
@@ -243,7 +252,9 @@ def gate(job: Job, address: str, port: int, nproc: int) -> int | None:
         f"--local-disk={os.environ.get('TMPDIR', '/tmp')}", f"--interface={os.environ.get('NCCL_SOCKET_IFNAME', '')}",
         f"--run-dir={job.run_dir}", f"--timeout={max(30.0, args.gate_seconds / 2):g}",
     ]  # fmt: skip
-    if nproc > 1:
+    if since is not None:
+        program = ["python3", "-m", "cookbook_runtime.nodecheck", "check", "--local-only", *check]
+    elif nproc > 1:
         program = [
             "python3", "-m", "torch.distributed.run", f"--nnodes={len(checked)}", f"--nproc-per-node={nproc}",
             "--rdzv-backend=c10d", f"--rdzv-id=preflight-{job.id}", f"--rdzv-endpoint={address}:{port}",
@@ -268,9 +279,17 @@ def gate(job: Job, address: str, port: int, nproc: int) -> int | None:
         matmul_peer_ratio=args.gate_matmul_peer_ratio, busbw_peer_ratio=args.gate_busbw_peer_ratio,
         busbw_floor_gbps=args.gate_busbw_floor, strict=args.gate_strict,
     )  # fmt: skip
-    verdict = judge(out, checked, max(nproc, 1), gpus, limits, say)
-    say(f"cookbook: pre-flight took {time.time() - started:.0f} s on {len(checked)} node(s)")
+    verdict = judge(out, checked, 1 if since is not None else max(nproc, 1), gpus, limits, say)
+    took = time.time() - started
+    say(f"cookbook: pre-flight took {took:.0f} s on {len(checked)} node(s)")
     problems = "; ".join(p for p in (timed_out, verdict.unattributed) if p)
+    if not problems and not verdict.blame:
+        try:
+            with open(files.gate_passes(job.run_dir), "a") as f:
+                mode = "local" if since is not None else "full"
+                f.write(f"{time.time():.0f}\t{job.id}\t{','.join(checked)}\t{took:.1f}\t{mode}\n")
+        except OSError:
+            pass  # the record only saves a later start time
     if verdict.blame:
         reason = "pre-flight: " + "; ".join(dict.fromkeys(r for rs in verdict.blame.values() for r in rs))
         idle = [x for x in verdict.exclude if x in job.spares]  # a bad spare simply stops standing by

@@ -251,3 +251,30 @@ def test_hf_token_reaches_no_slurm_command(tmp_path):
     ran = fake.run_step(["--spare-nodes=1", *ARGV], FAKE_SRUN="crash:n2", SLURM_JOB_NODELIST="n1,n2,n3")
     assert "HF token: present" in ran.out
     assert "hf_secretsecret" not in json.dumps([c["argv"] for c in ran.calls]) and "hf_secretsecret" not in ran.out
+
+
+# ------------------------------------------------------------------ the gate's cost on a restart (#41 item 5)
+
+
+def test_nodes_that_passed_the_whole_gate_in_this_job_recently_run_their_own_checks_only():
+    rows = f"{T0 - 600:.0f}\t41\tn1,n2,n3\t14.0\tfull\n{T0 - 60:.0f}\t41\tn1,n2,n3\t2.0\tlocal\n"
+    assert decide.gate_shortcut(rows, "41", ["n1", "n2", "n3"], T0, 6 * HOUR) == 600
+    assert decide.gate_shortcut(rows, "41", ["n1", "n4"], T0, 6 * HOUR) is None  # n4 never passed
+    assert decide.gate_shortcut(rows, "42", ["n1", "n2"], T0, 6 * HOUR) is None  # another job
+    assert decide.gate_shortcut(rows, "41", ["n1"], T0 + 7 * HOUR, 6 * HOUR) is None  # too long ago
+    assert decide.gate_shortcut("garbage\n", "41", ["n1"], T0, 6 * HOUR) is None
+
+
+def test_a_requeued_start_on_nodes_that_passed_skips_the_collective(tmp_path):
+    fake = FakeSlurm(tmp_path)
+    argv = ["--nproc-per-node=1", "--gate", "--", "torchrun", "-m", "train"]
+    first = fake.run_step(argv, FAKE_GATE="ok")
+    assert "their own checks only" not in first.out and first.status == 0, first.out
+    passes = files.gate_passes(fake.run_dir).read_text().split("\t")
+    assert passes[1:3] == ["41", "n1,n2"] and passes[4].strip() == "full"
+    again = fake.run_step(argv, FAKE_GATE="ok", SLURM_RESTART_COUNT="1")
+    assert "every node passed the whole gate in job 41 0 min ago: their own checks only" in again.out, again.out
+    (gate,) = [a for a in again.argv("srun") if "cookbook_runtime.nodecheck" in a]
+    assert "--local-only" in gate and "torch.distributed.run" not in gate
+    other = fake.run_step(argv, FAKE_GATE="ok", SLURM_JOB_ID="42")
+    assert "their own checks only" not in other.out
