@@ -94,7 +94,7 @@ def runtime_lines(spec: JobSpec, recipe: Recipe, names: tuple[str, ...]) -> list
 
         seconds = 0.0 if spec.local_cpu else save_seconds(recipe.stop_save_recipes(), spec.nodes, spec.overrides)
         # = #SBATCH --signal's: the ranks agree on a stop every N steps within it (local-cpu: every step)
-        lead = [] if spec.local_cpu or not spec.signal_seconds else [f"--lead-seconds={spec.signal_seconds}"]
+        lead = [] if spec.local_cpu or not spec.signal_seconds else ["--lead-from-signal"]  # written once: #SBATCH
         lines.append(["--requeue", *lead] + ([f"--save-seconds={seconds:.0f}"] if seconds else []))
     resume = (["--once"] if recipe.trains else []) + recipe.resume(spec)  # on the stop-save's line: what resumes
     if resume and spec.requeue:

@@ -341,6 +341,19 @@ def time_limit_seconds(text: str) -> float | None:
     return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
 
 
+def signal_lead(script: str) -> float | None:
+    """The lead of the job's ``#SBATCH --signal=[B:]SIG@N`` line (the last one of the ``#SBATCH`` block, as sbatch
+    reads it), in seconds; None when the script has none."""
+    lead = None
+    for line in script.splitlines()[1:]:
+        if line.strip() and not line.startswith("#"):
+            break  # sbatch reads #SBATCH lines up to the first command
+        m = re.match(r"#SBATCH\s+--signal[=\s]+(?:\w+:)?\w+@(\d+)\s*$", line)
+        if m:
+            lead = float(m.group(1))
+    return lead
+
+
 def lead_problem(lead_seconds: float, limit_seconds: float | None) -> str:
     """One line when the ``--signal`` lead is more than half the time limit: USR1 would come after the first
     steps, the job stop-save and requeue, and do the same again, for ever."""

@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--once", action="store_true", help="a run that finished its training does nothing when submitted again")
     a("--requeue", action="store_true", help="USR1/TERM: every rank saves at its next step boundary; requeue")
     a("--lead-seconds", type=float, default=0.0, help="the --signal lead time: how often the ranks agree on a stop")
+    a("--lead-from-signal", action="store_true", help="the lead time is the job's own #SBATCH --signal's")
     a("--save-seconds", type=float, default=0.0, help="the model's stop-save time (hang floor, KillWait check)")
     a("--spare-nodes", type=int, default=0, help="K of the allocation's nodes stand by; a node at fault is swapped")
     a("--max-retries", type=int, default=2, help="recoveries per --retry-window (COOKBOOK_MAX_RETRIES overrides)")
@@ -355,12 +356,16 @@ def run_dir_space(job: Job) -> int | None:
     return None
 
 
-def lead_time(job: Job) -> int | None:
-    """A ``--signal`` lead over half the time limit requeues for ever: one line, and the job ends."""
-    if not (job.args.requeue and job.args.lead_seconds):
+def lead_time(job: Job, refuse: bool = True) -> int | None:
+    """The ``--signal`` lead, written once (``--lead-from-signal``: the script's own ``#SBATCH --signal``); one over
+    half the time limit requeues for ever: one line, and the job ends."""
+    args = job.args
+    if args.lead_from_signal and not args.lead_seconds:
+        args.lead_seconds = decide.signal_lead(slurm.batch_script(job.self_id)) or 0.0
+    if not (args.requeue and args.lead_seconds and refuse):  # a rehearsal runs the script under a short --time
         return None
     limit = decide.time_limit_seconds(slurm.job_record(job.self_id).get("TimeLimit", ""))
-    problem = decide.lead_problem(job.args.lead_seconds, limit)
+    problem = decide.lead_problem(args.lead_seconds, limit)
     if not problem:
         return None
     say(f"cookbook: {problem}")
@@ -718,8 +723,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         if problem:
             say(f"cookbook: {problem}")
+    if (status := lead_time(job, refuse=not rehearsal)) is not None:
+        return status
     if os.environ.get("COOKBOOK_PREFLIGHT", "1") != "0" and not rehearsal:
-        for check in (lead_time, python_environment, run_dir_space):
+        for check in (python_environment, run_dir_space):
             if (status := check(job)) is not None:
                 return status
         if args.gate and (status := gate(job, address, port, nproc)) is not None:

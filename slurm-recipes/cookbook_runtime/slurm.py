@@ -121,6 +121,11 @@ def partition_states(partition: str, reservation: str = "") -> dict[str, NodeSta
     return out
 
 
+def batch_script(job: str) -> str:
+    """The job's batch script as Slurm holds it (``scontrol write batch_script JOB -``; "" when it does not say)."""
+    return _run(["scontrol", "write", "batch_script", job, "-"])
+
+
 def node_address(node: str) -> str:
     """The address slurmctld reaches ``node``'s slurmd at (``NodeAddr``; the name itself when Slurm is silent)."""
     m = re.search(r"NodeAddr=(\S+)", _run(["scontrol", "-o", "show", "node", node]))

@@ -59,6 +59,8 @@ if name == "scontrol":
         print(os.environ.get("FAKE_JOB_RECORD", f"JobId={{args[3]}} ExcNodeList=(null)"))
     elif args[:1] == ["update"]:
         sys.exit(int(os.environ.get("FAKE_UPDATE_STATUS", "0")))
+    elif args[:2] == ["write", "batch_script"]:
+        print(os.environ.get("FAKE_BATCH_SCRIPT", ""))
     elif args[:1] == ["requeue"]:
         sys.exit(int(os.environ.get("FAKE_SCONTROL_STATUS", "0")))
     sys.exit(0)

@@ -9,6 +9,8 @@ half its peers' bandwidth fails it, (6) NODE_FAIL counts only nodes that failed 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from cookbook_runtime import decide
@@ -450,3 +452,21 @@ def test_the_batch_step_refuses_a_lead_over_half_the_time_limit(tmp_path):
     argv = ["--requeue", "--lead-seconds=960", "--", "torchrun", "-m", "train"]
     ran = FakeSlurm(tmp_path).run_step(argv, FAKE_JOB_RECORD=record)
     assert ran.status == 2 and "more than half the time limit (900 s)" in ran.out and not ran.launches(), ran.out
+
+
+def test_the_lead_time_is_written_once_the_runtime_reads_the_jobs_own_signal(tmp_path):
+    """#41 item 2: no committed script writes its lead twice: the launch line says --lead-from-signal and the
+    runtime reads #SBATCH --signal from Slurm's copy of the script."""
+    from batch_step import FakeSlurm, committed_scripts, runtime_argv
+
+    for name, text in committed_scripts().items():
+        assert "--lead-seconds" not in text, name
+        signal = re.search(r"^#SBATCH --signal=B:USR1@(\d+)$", text, re.M)
+        assert ("--lead-from-signal" in text) == (signal is not None and ".local-cpu." not in name), name
+    assert decide.signal_lead("#!/bin/bash\n#SBATCH --signal=B:USR1@180\n#SBATCH --signal=USR1@240\nset -e\n") == 240
+    assert decide.signal_lead("#!/bin/bash\nset -e\n#SBATCH --signal=B:USR1@180\n") is None  # after a command
+    script = committed_scripts()["torchtitan/llama3_8b_c4.nebius.sbatch"]
+    ran = FakeSlurm(tmp_path).run_step(runtime_argv(script), FAKE_BATCH_SCRIPT=script, SLURM_GPUS_ON_NODE="8",
+                                       FAKE_JOB_RECORD="JobId=41 TimeLimit=04:00:00")  # fmt: skip
+    (launch,) = ran.launches()
+    assert launch["env"]["COOKBOOK_STOP_LEAD_S"] == "180", ran.out

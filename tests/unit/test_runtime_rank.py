@@ -128,10 +128,11 @@ def test_a_term_before_the_launch_trains_nothing(tmp_path: Path):
     gate = slurm.bin / "srun"  # the gate's srun sends the batch step TERM, as scancel would
     gate.write_text(
         gate.read_text().replace(
-            'if "cookbook_runtime.nodecheck" in args:  # the gate: no report\n    sys.exit(0)',
-            'if "cookbook_runtime.nodecheck" in args:\n    os.kill(os.getppid(), signal.SIGTERM)\n    sys.exit(0)',
+            'if "cookbook_runtime.nodecheck" in args:  # the gate: no report (FAKE_GATE=ok: every node passes)\n',
+            'if "cookbook_runtime.nodecheck" in args:\n    os.kill(os.getppid(), signal.SIGTERM)\n',
         )
     )
+    assert "os.kill(os.getppid(), signal.SIGTERM)\n    if os.environ.get" in gate.read_text()
     ran = slurm.run_step(["--requeue", "--gate", "--", "torchrun", "train.py"])
     assert ran.launches() == [] and ran.argv("scontrol").count(["requeue", "41"]) == 0, ran.out
     assert "cookbook: got TERM before the launch: not training" in ran.out and ran.status == 143
