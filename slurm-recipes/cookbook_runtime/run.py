@@ -208,10 +208,12 @@ def free_port(address: str, port: int) -> int:
 
 
 def say_start(job: Job, address: str, port: int) -> None:
-    """The start line (``files.START``: goodput and the metrics read a start from it)."""
-    spares = f", spare(s) [{','.join(job.spares)}]" if job.args.spare_nodes else ""
-    say(f"job {job.id}: {len(job.nodes)} node(s) [{','.join(job.nodes)}], rendezvous {address}:{port}, run dir "
-        f"{job.run_dir}{spares}")  # fmt: skip
+    """The start line (``files.START``: goodput and the metrics read a start from it), the nodes in Slurm's
+    hostlist form (``gpu[0001-1000]``, not 1,000 names)."""
+    nodes = job.nodelist if job.nodes == job.allocated else slurm.hostlist(job.nodes)
+    spares = f", spare(s) [{slurm.hostlist(job.spares)}]" if job.args.spare_nodes else ""
+    say(f"job {job.id}: {len(job.nodes)} node(s) [{nodes}], rendezvous {address}:{port}, run dir {job.run_dir}"
+        f"{spares}")  # fmt: skip
 
 
 def srun_prefix(args: argparse.Namespace, nodes: Sequence[str] = (), overlap: bool = False) -> list[str]:
@@ -474,9 +476,15 @@ class NodeWatch(threading.Thread):
         self.probed: dict[str, str] = {}  # the nodes whose slurmd answered at the start: only these are probed
 
     def failing(self) -> list[str]:
+        """Nodes that look lost now: down in Slurm's view, or (where slurmd answered at the start) not answering
+        the batch host. Slurm's "not responding" mark (``*``) lingers after a node is back: for a node whose
+        slurmd the batch host can reach, only the probe and a DOWN state count."""
         states = slurm.node_states(list(self.addresses))
-        down = [x for x, st in states.items() if decide.node_lost(st.state)]
-        return sorted(set(down) | {x for x, a in self.probed.items() if not slurm.reachable(a, self.port)})
+        lost = set()
+        for x, st in states.items():
+            if decide.node_lost(st.state) and (x not in self.probed or st.state.lower().startswith(("down", "fail"))):
+                lost.add(x)
+        return sorted(lost | {x for x, a in self.probed.items() if not slurm.reachable(a, self.port)})
 
     def run(self) -> None:
         self.probed = {x: a for x, a in self.addresses.items() if slurm.reachable(a, self.port)}
@@ -488,7 +496,7 @@ class NodeWatch(threading.Thread):
             strikes = {x: strikes.get(x, 0) + 1 for x in failing}
             first = {x: first.get(x, now) for x in failing}
             lost = [x for x, n in strikes.items() if n >= 2]
-            if lost and not self.done.is_set():
+            if lost and not self.done.is_set() and self.job.signal is None:  # never cut a stop-save short
                 self.lost, self.lost_at = lost, min(first[x] for x in lost)
                 say(f"cookbook: lost {','.join(lost)}: its slurmd does not answer the batch host; ending the step")
                 self.end_step()

@@ -27,6 +27,13 @@ def hostnames(nodelist: str) -> list[str]:
     return out or [x for x in nodelist.split(",") if x]
 
 
+def hostlist(nodes: Sequence[str]) -> str:
+    """``[n1, n2, n3]`` -> ``n[1-3]`` (``scontrol show hostlist``; the names joined when Slurm does not answer)."""
+    if len(nodes) < 2:
+        return ",".join(nodes)
+    return _run(["scontrol", "show", "hostlist", ",".join(nodes)]).strip() or ",".join(nodes)
+
+
 def job_record(job: str) -> dict[str, str]:
     return parse_job_record(_run(["scontrol", "-o", "show", "job", job]).strip())
 
@@ -89,12 +96,13 @@ def requeue(job: str, hold: bool = False) -> tuple[bool, str]:
 def requeue_excluding(job: str, excluded: str, tries: int = 20, pause: float = 1.0) -> tuple[bool, str]:
     """The same job requeued without some nodes: ``requeuehold``, ``update ExcNodeList``, ``release``. Slurm
     takes the update only once the job is pending again, so it is retried for a few seconds; the caller
-    ignores TERM meanwhile (the requeue signals this batch step). Every option of the job stays as submitted."""
+    ignores TERM meanwhile (the requeue signals this batch step). Every option of the job stays as submitted; it
+    may start 10 s later (a start within the second of the requeue meets a revoked credential)."""
     ok, said = requeue(job, hold=True)
     if not ok:
         return False, f"scontrol requeuehold {job}: {said}"
-    for _ in range(tries):
-        ok, said = scontrol("update", f"JobId={job}", f"ExcNodeList={excluded}")
+    for _ in range(tries):  # StartTime: Slurm would hold a requeued job back ~2 min; 10 s lets the nodes settle
+        ok, said = scontrol("update", f"JobId={job}", f"ExcNodeList={excluded}", "StartTime=now+10")
         if ok:
             break
         time.sleep(pause)

@@ -101,7 +101,11 @@ def test_an_array_task_requeues_itself_not_the_array(tmp_path, monkeypatch):
     hung = FakeSlurm(tmp_path / "hung").run_script(script, FAKE_SRUN="hang", **room, **ARRAY_TASK_0)
     assert "cookbook: excluding n2 (hang: rank 1 on n2" in hung.out, hung.out
     asked = [a for a in hung.argv("scontrol") if a[0] in ("requeuehold", "update", "release", "requeue")]
-    assert asked == [["requeuehold", "41_0"], ["update", "JobId=41_0", "ExcNodeList=n2"], ["release", "41_0"]]
+    assert asked == [
+        ["requeuehold", "41_0"],
+        ["update", "JobId=41_0", "ExcNodeList=n2", "StartTime=now+10"],
+        ["release", "41_0"],
+    ]
     assert not hung.argv("sbatch")
 
 

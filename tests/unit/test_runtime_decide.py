@@ -321,7 +321,7 @@ def test_the_batch_step_writes_the_names_the_runtime_reads(tmp_path):
     assert (incident.job, incident.nodes, incident.action) == ("41", ("n2",), "requeue-excluding")
     assert incident.reason.startswith("hang: rank 1 on n2")
     assert [a for a in ran.argv("scontrol") if a[0] in ("requeuehold", "update", "release")] == [
-        ["requeuehold", "41"], ["update", "JobId=41", "ExcNodeList=n2"], ["release", "41"]
+        ["requeuehold", "41"], ["update", "JobId=41", "ExcNodeList=n2", "StartTime=now+10"], ["release", "41"]
     ]  # fmt: skip
     assert not ran.argv("sbatch")
     runs = decide.parse_runs((files.state_dir(run_dir) / files.RUNS).read_text())

@@ -213,7 +213,11 @@ def test_no_spare_requeues_the_same_job_without_the_node_keeping_its_options(tmp
     assert ran.status == 0, ran.out
     assert "cookbook: excluding n2 (its ranks died of SIGKILL): job 41 requeued with ExcNodeList=gpu9,n2" in ran.out
     calls = [a for a in ran.argv("scontrol") if a[0] in ("requeuehold", "update", "release")]
-    assert calls == [["requeuehold", "41"], ["update", "JobId=41", "ExcNodeList=gpu9,n2"], ["release", "41"]]
+    assert calls == [
+        ["requeuehold", "41"],
+        ["update", "JobId=41", "ExcNodeList=gpu9,n2", "StartTime=now+10"],
+        ["release", "41"],
+    ]
     assert not ran.argv("sbatch") and len(ran.launches()) == 1
 
 
