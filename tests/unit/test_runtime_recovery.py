@@ -277,7 +277,7 @@ def test_a_requeued_start_on_nodes_that_passed_skips_the_collective(tmp_path):
     passes = files.gate_passes(fake.run_dir).read_text().split("\t")
     assert passes[1:3] == ["41", "n1,n2"] and passes[4].strip() == "full"
     again = fake.run_step(argv, FAKE_GATE="ok", SLURM_RESTART_COUNT="1")
-    assert "every node passed the whole gate in job 41 0 min ago: their own checks only" in again.out, again.out
+    assert re.search(r"every node passed the whole gate in job 41 \d+ min ago: their own checks only", again.out)
     (gate,) = [a for a in again.argv("srun") if "cookbook_runtime.nodecheck" in a]
     assert "--local-only" in gate and "torch.distributed.run" not in gate
     other = fake.run_step(argv, FAKE_GATE="ok", SLURM_JOB_ID="42")
