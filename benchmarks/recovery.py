@@ -125,17 +125,7 @@ def cluster_idle(cluster: Any, client: SlurmClient) -> bool:
 
 def ranks_on(cluster: Any, node: str, run_dir: Path) -> list[int]:
     """The training processes (not the launcher) of ``run_dir``'s job on ``node`` (its network namespace)."""
-    ns = f"{cluster.cfg.netns_prefix}{node}"
-    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, check=False).stdout.split()
-    out = []
-    for pid in pids:
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if str(run_dir) in argv and "cookbook_runtime" not in argv:
-            out.append(int(pid))
-    return out
+    return list(cluster.processes_on(node, str(run_dir)))
 
 
 def runs_of(case: Case, job: Any) -> list[dict[int, float]]:

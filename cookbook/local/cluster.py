@@ -492,6 +492,20 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         )
 
     # ------------------------------------------------------------------ network namespaces
+    def processes_on(self, node: str, needle: str, unless: str = "cookbook_runtime") -> list[int]:
+        """PIDs in ``node``'s network namespace whose command line holds ``needle`` and not ``unless`` (a job's
+        ranks on one node, not its launcher): what a test kills to crash that node's share of a job."""
+        pids = _run(["ip", "netns", "pids", self._ns(node)], check=False).stdout.split()
+        out = []
+        for pid in pids:
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if needle in argv and unless not in argv:
+                out.append(int(pid))
+        return out
+
     def _ns(self, node: str) -> str:
         return f"{self.cfg.netns_prefix}{node}"
 

@@ -40,10 +40,14 @@ def job_record(job: str) -> dict[str, str]:
 
 def node_states(nodes: Sequence[str]) -> dict[str, NodeState]:
     """``{node: NodeState}``: sinfo's state and when its reason was set (``%H``)."""
-    out: dict[str, NodeState] = {}
     if not nodes:
-        return out
-    text = _run(["sinfo", "-h", "-N", "-n", ",".join(nodes), "-o", "%N|%T|%H"])
+        return {}
+    return _states(_run(["sinfo", "-h", "-N", "-n", ",".join(nodes), "-o", "%N|%T|%H"]))
+
+
+def _states(text: str) -> dict[str, NodeState]:
+    """sinfo's ``%N|%T|%H`` lines as ``{node: NodeState}`` (a node in several partitions: its first line)."""
+    out: dict[str, NodeState] = {}
     for line in text.splitlines():
         name, _, rest = line.partition("|")
         state, _, since = rest.partition("|")
@@ -120,13 +124,7 @@ def partition_states(partition: str, reservation: str = "") -> dict[str, NodeSta
         nodes = m.group(1) if m else ""
     if nodes:
         return node_states(hostnames(nodes))
-    text = _run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N|%T|%H"]) if partition else ""
-    out: dict[str, NodeState] = {}
-    for line in text.splitlines():
-        name, _, rest = line.partition("|")
-        state, _, since = rest.partition("|")
-        out.setdefault(name.strip(), NodeState(state.strip(), _epoch(since.strip())))
-    return out
+    return _states(_run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N|%T|%H"]) if partition else "")
 
 
 def batch_script(job: str) -> str:

@@ -63,17 +63,7 @@ def _training_nodes(job, client: SlurmClient) -> list[str]:
 
 def _ranks_on(cluster, node: str, run_dir: Path) -> list[int]:
     """The training processes (not the launcher) of ``run_dir``'s job on ``node`` (its network namespace)."""
-    pids = subprocess.run(["ip", "netns", "pids", f"{cluster.cfg.netns_prefix}{node}"], capture_output=True,
-                          text=True, check=False).stdout.split()  # fmt: skip
-    out = []
-    for pid in pids:
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if str(run_dir) in argv and "cookbook_runtime" not in argv:
-            out.append(int(pid))
-    return out
+    return cluster.processes_on(node, str(run_dir))
 
 
 def _back_in_service(cluster, client: SlurmClient, node: str) -> None:
