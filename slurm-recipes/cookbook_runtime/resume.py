@@ -89,9 +89,8 @@ def resume(
     return [], []
 
 
-def newest_checkpoint_bytes(framework: str, run_dir: Path, checkpoint_dir: Path | None = None) -> int:
-    """The size of the newest complete checkpoint already in the run folder (0: none): what the next save of
-    this run will write again, measured rather than estimated."""
+def newest_checkpoint(framework: str, run_dir: Path, checkpoint_dir: Path | None = None) -> Path | None:
+    """The newest complete checkpoint folder already in the run folder (None: none), found without touching it."""
     if framework == "torchtune":
         done = [p for p in run_dir.glob("step_*") if (p / "recipe_state" / "recipe_state.pt").is_file()]
         done += [p for p in run_dir.glob("epoch_*") if p.is_dir()]
@@ -100,10 +99,16 @@ def newest_checkpoint_bytes(framework: str, run_dir: Path, checkpoint_dir: Path 
     elif framework == "fsdp":
         done = [p.parent for p in (checkpoint_dir or run_dir / "checkpoints").glob("step-*/COMPLETE")]
     else:
+        return None
+    return max(done, key=lambda p: p.stat().st_mtime) if done else None
+
+
+def newest_checkpoint_bytes(framework: str, run_dir: Path, checkpoint_dir: Path | None = None) -> int:
+    """The size of the newest complete checkpoint already in the run folder (0: none): what the next save of
+    this run will write again, measured rather than estimated."""
+    newest = newest_checkpoint(framework, run_dir, checkpoint_dir)
+    if newest is None:
         return 0
-    if not done:
-        return 0
-    newest = max(done, key=lambda p: p.stat().st_mtime)
     try:
         return sum(f.stat().st_size for f in newest.rglob("*") if f.is_file())
     except OSError:

@@ -576,7 +576,8 @@ def recover(
     if budget > 0 and (job.batch_host in fault or len(job.spares) < len(fault)):
         states = slurm.partition_states(record.get("Partition", ""), record.get("Reservation", ""))
         eligible = decide.eligible_nodes(states, excluded) if states else None
-    resumable = any("resuming from" in line for line in job.resume_args()[1])
+    checkpoints = Path(job.args.checkpoint_dir) if job.args.checkpoint_dir else None
+    resumable = resume.newest_checkpoint(job.args.resume, job.run_dir, checkpoints) is not None  # no side effects
     what = decide.recovery(
         fault, job.spares, job.batch_host, budget=budget, lost=lost, resumable=resumable, at_gate=at_gate,
         eligible=eligible, job_nodes=len(job.allocated),
