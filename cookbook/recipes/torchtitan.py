@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import difflib
 import functools
+import hashlib
+import importlib.metadata
 import json
 import os
 import re
@@ -21,6 +23,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from cookbook.paths import cache_dir
 from cookbook.profiling.enable import schedule
 from cookbook.recipes.base import (
     HubFetch,
@@ -86,6 +89,20 @@ class _ParserProcess:
         return self.request({"args": args, "modules": list(path)})
 
     def request(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The child's answer, from the disk cache when the same request met the same files before."""
+        cached = _answer_cache(request)
+        if cached.is_file():
+            try:
+                answer: dict[str, Any] = json.loads(cached.read_text())
+                return answer
+            except (OSError, ValueError):
+                pass
+        answer = self._ask_child(request)
+        if "exited" not in answer.get("error", ""):
+            _write_atomically(cached, json.dumps(answer))
+        return answer
+
+    def _ask_child(self, request: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             for _ in range(2):  # a child that died (killed, out of memory) is started again once
                 if self._proc is None or self._proc.poll() is not None:
@@ -102,6 +119,37 @@ class _ParserProcess:
                     return answer
                 self._proc = None
         return {"config": None, "fields": [], "error": "torchtitan's config parser (a child process) exited"}
+
+
+def _answer_cache(request: dict[str, Any]) -> Path:
+    """Where the parser's answer to ``request`` is kept: keyed by the request, torchtitan's version and the
+    content of every file the answer depends on (the parser, the config modules), so an edit misses the cache.
+    Starting the parser costs ~6 s of CPU (torchtitan's imports); a repeated render or notebook run pays none."""
+    digest = hashlib.sha256(json.dumps(request, sort_keys=True).encode())
+    digest.update(importlib.metadata.version("torchtitan").encode())
+    here = Path(__file__).parent
+    files = [here / "titan_parse.py", here / "titan_import.py", *sorted(_MODULE_FILE.parent.glob("*.py"))]
+    for name in request.get("modules") or ():
+        files += sorted(Path(name).parent.glob("*.py")) if Path(name).is_file() else [Path(name)]
+    args = request.get("args") or []
+    module = args[args.index("--module") + 1] if "--module" in args[:-1] else ""
+    for folder in filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)):  # a --module found there
+        files.append(Path(folder) / f"{module.replace('.', '/')}.py")
+    for f in files:
+        digest.update(str(f).encode())
+        digest.update(f.read_bytes() if f.is_file() else b"-")
+    return cache_dir() / "titan-parse" / f"{digest.hexdigest()}.json"
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file (a cache others read; failure to write is ignored)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 _PARSER = _ParserProcess()
