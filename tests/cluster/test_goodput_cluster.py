@@ -14,6 +14,7 @@ import subprocess
 from datetime import datetime
 
 import pytest
+from cluster_wait import wait_done
 from cluster_wait import wait_for as _wait_for
 
 from cookbook.analysis.explain import explain_log
@@ -59,7 +60,7 @@ def requeued(slurm, tiny_assets, tmp_path_factory):
     _wait_for(lambda: slurm.state(job.job_id).state in ("FAILED", "CANCELLED", "COMPLETED"), 120, "the crash", poll=0.3)
     slurm.requeue(job.job_id)  # a finished batch job can be requeued: it runs again under the same id
     slurm.release_requeued(job.job_id)  # Slurm holds requeued jobs back
-    info = slurm.wait(job.job_id, timeout=600, poll=2)
+    info = wait_done(slurm, job.job_id, job.log)
     assert info.state == "COMPLETED", job.explain()
     return job
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cluster_wait import wait_done
 from cluster_wait import wait_for as _wait_for
 
 from cookbook.analysis.starts import split_starts
@@ -110,7 +111,7 @@ def _wait_running(client: SlurmClient, job, ready, what: str) -> None:
 
 
 def _check_completed(client: SlurmClient, job, steps: re.Pattern[str], last: int) -> list[dict[int, float]]:
-    info = client.wait(job.job_id, timeout=600)
+    info = wait_done(client, job.job_id, job.log)
     text = _text(job.log)
     assert info.state == "COMPLETED", f"{info}\n{text[-4000:]}"
     assert "sbatch" not in text.split("cookbook: recovery:", 1)[1] and "Submitted batch job" not in text
@@ -168,7 +169,7 @@ def test_torchtune_lora_a_crashed_node_is_replaced_by_the_spare_in_the_same_job(
     took = time.monotonic() - killed
     node, why, spare, same = RECOVERED.search(_text(job.log)).groups()  # type: ignore[union-attr]
     assert (node, same) == (other, job.job_id) and spare not in (head, other) and "SIGKILL" in why
-    info = client.wait(job.job_id, timeout=600)
+    info = wait_done(client, job.job_id, job.log)
     assert info.state == "COMPLETED", f"{info}\n{_text(job.log)[-4000:]}"
     first, second = losses()
     resumed = min(second)
