@@ -63,6 +63,8 @@ def node_report(path: str | os.PathLike[str], lines: list[tuple[int, str]] | Non
             report.append(f"node {e.node} failed under the job: {e.detail}")
         elif e.kind == "excluded":
             report.append(f"done: excluded {e.node} {e.detail}")
+        elif e.kind == "recovered":
+            report.append(f"done: recovered from {e.node} {e.detail}")
         else:
             report.append(f"not done: {e.detail}")
     return report

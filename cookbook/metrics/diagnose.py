@@ -15,6 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cookbook_runtime import files
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -81,7 +83,8 @@ RULES: tuple[Rule, ...] = (
          "the Hugging Face hub is unreachable from the nodes: download on the login node first, then set "
          "HF_HUB_OFFLINE=1 (or raise HF_HUB_ETAG_TIMEOUT)"),
     Rule("rendezvous", r"RendezvousConnectionError|RendezvousTimeoutError|DistNetworkError|"
-         r"\[c10d\].*(?:Name or service not known|Temporary failure in name resolution|cannot be retrieved)|gai error|"
+         r"\[c10d\].*(?:Name or service not known|Temporary failure in name resolution)|gai error|"
+         r"The client socket has timed out after|"
          r"The server socket has failed to listen|[Cc]onnection refused.*(?:29500|rdzv|store)",
          "workers could not reach the rendezvous host: use the first node of `scontrol show hostnames` as the "
          "endpoint, make sure it resolves to a non-loopback address on every node, and that MASTER_PORT is free"),
@@ -105,6 +108,21 @@ RULES: tuple[Rule, ...] = (
          "a worker process failed: the first traceback above (torchrun's 'Root Cause') says why"),
 )
 
+# Lines that look like a rule's but also appear in healthy runs, never a failure: torch's c10d socket layer's
+# warnings and notes (``[W1128 18:03:46.92 socket.cpp:207] [c10d] The hostname of the client socket cannot be
+# retrieved``, an IPv6 address that does not resolve, a connect retried while the store starts), Slurm's line for a
+# requeue (``*** JOB 22 ON n1 CANCELLED AT ... DUE TO JOB REQUEUE ***``: the job comes back), and the cookbook's
+# own ``cookbook: `` lines (the node report reads those, ``cookbook.analysis.node_health``).
+BENIGN: tuple[str, ...] = (
+    r"\[[WI]\d*[^\]]*\b(?:socket|TCPStore)\.cpp:\d+\] \[c10d\]",
+    r"CANCELLED AT \S+ DUE TO JOB REQUEUE\b",
+    r"^(?:\d+: )?(?:\[rank\d+\]:\s*)?cookbook: ",
+)
+# A line after which the job ran again: each start of the job (``files.START``, also after a spare took a node's
+# place) and a requeue the job asked for itself (the stop-save's, ``decide.AfterExit``). What came before is what the
+# job recovered from, not how it ended; a failure that persists is found again after it.
+RESTARTED = (files.START.pattern, r"^(?:\d+: )?cookbook: (?:.*: )?requeueing job \d+")
+
 # The prefilter: literals of which every line a RULES pattern matches holds one (check a new rule's
 # pattern against them). One RE2 scan finds the lines holding any; only those go through RULES.
 NEEDLES: tuple[str, ...] = (
@@ -116,17 +134,22 @@ NEEDLES: tuple[str, ...] = (
     "ncclSystemError", "ncclUnhandledCudaError", "No such file", "NODE FAIL", "Node failure", "NODE_FAIL",
     "onnection refused", "oom-kill", "oom_kill", "Out of memory", "out of memory", "OUT_OF_MEMORY",
     "OutOfMemoryError", "PREEMPTED", "ProcessGroupNCCL", "Rendezvous", "server socket", "srun: error:",
-    "timed out", "TIMEOUT", "Unauthorized", "cookbook: ", "use_lm.py: error: ", "_use: error: ",
+    "timed out", "TIMEOUT", "node(s)", "Unauthorized", "cookbook: ", "use_lm.py: error: ", "_use: error: ",
 )
 # kinds whose line is the message itself (printed whole), with the generic kinds such a line makes redundant
 SUPERSEDES = {"job_refused": ("rank_failed",)}
 # fmt: on
 _PREFILTER = re.compile(b"|".join(re.escape(n.encode()) for n in sorted(NEEDLES, key=len, reverse=True)))
+_BENIGN = re.compile("|".join(f"(?:{b})" for b in BENIGN))
+_RESTARTED = re.compile("|".join(f"(?:{r})" for r in RESTARTED))
 _COMPILED = tuple((r, re.compile(r.pattern), re.compile(r.context.encode()) if r.context else None) for r in RULES)
 
 
 def _rule(line: str, context: bytes, start: int, end: int) -> Rule | None:
-    """The first rule matching ``line`` (at ``start:end`` of ``context``, whose context it finds before it)."""
+    """The first rule matching ``line`` (at ``start:end`` of ``context``, whose context it finds before it); none
+    for a ``BENIGN`` line."""
+    if _BENIGN.search(line):
+        return None
     for rule, rx, ctx in _COMPILED:
         if rx.search(line) and (ctx is None or ctx.search(context, max(0, start - CONTEXT_BYTES), end)):
             return rule
@@ -190,6 +213,8 @@ def _scan(f: io.BufferedIOBase, lines_with: list[tuple[int, str]] | None = None)
                 rule = _rule(line, context, len(before) + start, len(before) + end)
                 if lines_with is not None and "cookbook: " in line:
                     lines_with.append((line_no + window.count(b"\n", 0, start), line))
+                if _RESTARTED.search(line):
+                    found.clear()
                 if rule is not None:
                     first = found.get(rule.kind) or Finding(
                         rule.kind, line_no + window.count(b"\n", 0, start), line.split("\r")[-1], rule.hint, 0
