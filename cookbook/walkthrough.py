@@ -25,7 +25,7 @@ import pandas as pd
 
 from cookbook import executor
 from cookbook.executor import merge_metrics, tail_text
-from cookbook.slurm.client import JobInfo, SlurmClient, SlurmError
+from cookbook.slurm.client import JobInfo, SlurmClient, SlurmError, SlurmUnreachable
 from cookbook.spec import LOCAL_CPU, JobSpec, SpecError, get_profile, make_spec
 
 
@@ -158,6 +158,9 @@ def check_job(spec: JobSpec, client: SlurmClient | None = None, gpu: str | None 
     client = client or slurm_client(spec.profile)
     try:
         parts = client.partitions()
+    except SlurmUnreachable as e:
+        parts = None
+        problems.append(e.line)
     except SlurmError as e:
         parts = None
         problems.append(
@@ -271,6 +274,8 @@ def submit(spec: JobSpec, root: str | os.PathLike[str] = "runs", client: SlurmCl
     client = client or slurm_client(spec.profile)
     try:
         job = executor.Executor(root, spec.profile, client).submit_spec(spec)
+    except SlurmUnreachable as e:
+        raise NotebookStop(e.line) from None
     except SlurmError as e:
         raise NotebookStop(f"sbatch refused the job: {e.stderr or e}") from None
     except SpecError as e:  # nothing was submitted: e.g. a use job whose run folder holds no checkpoint

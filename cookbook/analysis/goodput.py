@@ -642,6 +642,19 @@ def planned_step_seconds(
         return None
 
 
+def _said(client: SlurmClient, ref: RunRef) -> str:
+    """What Slurm says of a job no record shows started (its state, or why it does not know it); the controller
+    not answering is :class:`~cookbook.slurm.client.SlurmUnreachable`, raised."""
+    from cookbook.slurm.client import SlurmError, SlurmUnreachable
+
+    try:
+        return f"Slurm says {client.state(str(ref.job_id)).state}"
+    except SlurmUnreachable:
+        raise
+    except SlurmError as e:
+        return e.line
+
+
 def run_ledger(
     ref: RunRef, client: SlurmClient | None = None, gpu: str | None = None, price: float | None = None
 ) -> Ledger:
@@ -654,9 +667,12 @@ def run_ledger(
 
     if ref.job_id is None:
         raise ValueError(f"{ref.log}: cannot tell the job id (name the log JOB-ID.out or pass the job id)")
-    attempts = slurm_attempts(client or SlurmClient(), ref.job_id)
+    client = client or SlurmClient()
+    attempts = slurm_attempts(client, ref.job_id)
     if not attempts:
-        raise ValueError(f"job {ref.job_id}: no start recorded by sacct or the job-completion log (still queued?)")
+        raise ValueError(
+            f"job {ref.job_id}: no start recorded by sacct or the job-completion log ({_said(client, ref)})"
+        )
     if not ref.log.exists():
         raise FileNotFoundError(f"{ref.log} does not exist")
     profile = profiles().get(ref.profile or "")

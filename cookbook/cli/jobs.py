@@ -117,7 +117,10 @@ def _logs(args: argparse.Namespace) -> int:
         return 0
     offset, partial = len(data), data[cut:]
     while True:
-        done = client.state(view.job_id).done  # read before the bytes: nothing written after is missed
+        try:
+            done = client.state(view.job_id).done  # read before the bytes: nothing written after is missed
+        except SlurmError as e:  # the controller went away while following
+            raise UserError(e.line) from e
         offset, partial = _print_new(view.log, offset, partial, args.rank)
         if done:
             sys.stdout.write(_rank_lines(partial.decode("utf-8", "replace"), args.rank))

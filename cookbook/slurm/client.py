@@ -7,6 +7,7 @@ cluster. Slurm's own error text reaches the caller in :class:`SlurmError`.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -48,6 +49,61 @@ class SlurmError(RuntimeError):
         lines = [ln.strip() for ln in self.stderr.splitlines() if ln.strip()]
         fatal = [ln for ln in lines if "fatal:" in ln]
         return (fatal or lines or [str(self)])[-1]
+
+
+DEFAULT_CONF = "/etc/slurm/slurm.conf"  # where Slurm's commands look without SLURM_CONF (Debian's and upstream's)
+DEFAULT_PORT = "6817"  # SlurmctldPort's default
+# what Slurm's commands print when slurmctld does not answer (squeue, sinfo, scontrol, sbatch, scancel)
+UNREACHABLE = (
+    "Unable to contact slurm controller",
+    "Socket timed out on send/recv operation",
+    "Zero Bytes were transmitted or received",
+    "Communication connection failure",
+)
+# what may say the same but also something else (``scontrol requeue`` with no controller): `scontrol ping` decides
+AMBIGUOUS = ("Unexpected message received",)
+
+
+class SlurmUnreachable(SlurmError):
+    """Slurm's controller did not answer: one line naming the controller, the configuration that names it
+    (``SLURM_CONF``) and Slurm's own text (``str(e)``, ``e.line`` and ``e.stderr`` are that line)."""
+
+    def __init__(self, command: Sequence[str], returncode: int, said: str, env: Mapping[str, str]):
+        said = " / ".join(ln.strip() for ln in said.splitlines() if ln.strip())
+        line = (
+            f"Slurm unreachable: {command[0]} got no answer from the controller {controller(env)}: {said}; "
+            "start slurmctld there, or point SLURM_CONF at your cluster's slurm.conf (`scontrol ping` checks)"
+        )
+        super().__init__(command, returncode, line)
+        self.args = (line,)
+
+    def __str__(self) -> str:
+        return self.stderr
+
+    @property
+    def line(self) -> str:
+        return self.stderr
+
+
+def controller(env: Mapping[str, str]) -> str:
+    """The controller the Slurm configuration names and where it says so: ``host:port (SlurmctldHost of
+    SLURM_CONF=PATH)`` from ``SlurmctldHost`` (or the older ``ControlMachine``) and ``SlurmctldPort`` of that file,
+    read here (with the controller down, ``scontrol show config`` cannot say), or why it cannot be told."""
+    conf = env.get("SLURM_CONF")
+    path = Path(conf or DEFAULT_CONF)
+    source = f"SLURM_CONF={conf}" if conf else f"{DEFAULT_CONF}, SLURM_CONF being unset"
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return f"(unknown: {path} cannot be read{'' if conf else ' and SLURM_CONF is unset'}: Slurm asks DNS SRV)"
+    keys: dict[str, list[str]] = {}
+    for m in re.finditer(r"(?im)^\s*(SlurmctldHost|ControlMachine|SlurmctldPort)\s*=\s*(\S+)", text):
+        keys.setdefault(m[1].lower(), []).append(m[2])
+    hosts = keys.get("slurmctldhost") or keys.get("controlmachine")
+    if not hosts:
+        return f"(unknown: no SlurmctldHost in {source})"
+    port = (keys.get("slurmctldport") or [DEFAULT_PORT])[-1]
+    return " or ".join(f"{host}:{port}" for host in hosts) + f" (SlurmctldHost of {source})"
 
 
 class JobTimeout(TimeoutError):
@@ -96,10 +152,22 @@ class SlurmClient:
                 [exe, *args[1:]], capture_output=True, text=True, env=self.env, timeout=self.timeout, input=input
             )
         except subprocess.TimeoutExpired as e:
-            raise SlurmError(args, 124, f"no answer within {self.timeout:.0f} s") from e
+            raise SlurmUnreachable(args, 124, f"no answer within {self.timeout:.0f} s", self.env) from e
+        if r.returncode != 0 and self._unreachable(r.stderr or r.stdout):
+            raise SlurmUnreachable(args, r.returncode, r.stderr or r.stdout, self.env)
         if check and r.returncode != 0:
             raise SlurmError(args, r.returncode, r.stderr or r.stdout)
         return r
+
+    def _unreachable(self, said: str) -> bool:
+        """Whether a failed command's text says the controller did not answer (``AMBIGUOUS`` text: when
+        ``scontrol ping`` finds it down too)."""
+        if any(text in said for text in UNREACHABLE):
+            return True
+        if not any(text in said for text in AMBIGUOUS):
+            return False
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env=self.env, timeout=self.timeout)
+        return " is DOWN" in ping.stdout and " is UP" not in ping.stdout
 
     # ------------------------------------------------------------------ verbs
     def submit(
