@@ -15,6 +15,7 @@ Memory is what ``torch.cuda`` reports as total (GiB), which torchtitan's "memory
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 
@@ -89,6 +90,11 @@ class UnknownGpu(KeyError):
         return str(self.args[0])
 
 
+def _has_words(name: str, device: str) -> bool:
+    """``device`` (``h100 nvl``) in ``name`` as whole words: ``h100 80gb hbm3`` is an H100, ``h1000`` is none."""
+    return re.search(rf"(?<![a-z0-9]){re.escape(device.replace('-', ' '))}(?![a-z0-9])", name) is not None
+
+
 def gpu_kind(gpu: str) -> GpuKind:
     """A kind by key or alias (``h100``, ``H100-500W``) or by device name (``NVIDIA H100 80GB HBM3``)."""
     key = gpu.strip().lower()
@@ -96,7 +102,7 @@ def gpu_kind(gpu: str) -> GpuKind:
     if key in GPU_KINDS:
         return GPU_KINDS[key]
     name = key.removeprefix("nvidia").strip().replace("-", " ")
-    matches = [(len(s), k) for k in GPU_KINDS.values() for s in k.device_names if s.replace("-", " ") in name]
+    matches = [(len(s), k) for k in GPU_KINDS.values() for s in k.device_names if _has_words(name, s)]
     if matches:
         return max(matches, key=lambda m: m[0])[1]
     raise UnknownGpu(f"unknown GPU {gpu!r}; known: {', '.join(GPU_KINDS)}")
