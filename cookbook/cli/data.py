@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from cookbook.cli import UserError
+from cookbook.cli.files import at_least, output_file, output_folder
 
 # `--submit` and the Slurm options of the CPU job it submits: (flag, takes a value, help)
 _JOB_OPTIONS = (
@@ -101,6 +102,7 @@ def submitted(args: argparse.Namespace) -> bool:
         elif word == flag and flag != "--submit":
             words.pop(0)  # its value
     name = f"data-{args.verb}"
+    output_folder(args.job_log_dir or ".cookbook-jobs", "--log-dir")
     folder = Path(args.job_log_dir or ".cookbook-jobs") / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
     try:
         spec = JobSpec(
@@ -149,6 +151,9 @@ def _column_map(items: list[str]) -> dict[str, str]:
 
 
 def _check(args: argparse.Namespace) -> int:
+    at_least(args.max_seq_len, 1, "--max-seq-len", "tokens per sample")
+    at_least(args.sample, 1, "--sample", "rows to tokenize")
+    plot = args.plot and output_file(args.plot, "--plot", plot=True)
     if submitted(args):
         return 0
     from cookbook.data import DataError, DatasetSpec, TokenizerSpec, check_dataset, dataset_overrides, dataset_yaml
@@ -171,9 +176,9 @@ def _check(args: argparse.Namespace) -> int:
     except DataError as e:
         raise UserError(str(e)) from None
     print(report.render())
-    if args.plot:
-        report.plot().savefig(args.plot, dpi=100)
-        print(f"plot: {args.plot}")
+    if plot:
+        report.plot().savefig(plot, dpi=100)
+        print(f"plot: {plot}")
     msl = args.max_seq_len if args.packed else None
     print("\n# dataset block for the recipe:" if args.format == "yaml" else "\n# overrides:")
     if args.format == "yaml":
@@ -184,14 +189,17 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _c4(args: argparse.Namespace) -> int:
-    if submitted(args):
+    output_folder(args.output_dir, "--output-dir")
+    if submitted(args):  # the inputs may be an earlier job's output (--dependency): looked at by the job
         return 0
-    from cookbook.data import DataError
+    for path in args.files:
+        if not path.is_file():
+            raise UserError(f"{path}: no such file (give .txt files, or .json/.jsonl files with a --column of text)")
     from cookbook.data.titan import check_c4, texts_from_files, write_c4
 
     try:
         out = write_c4(texts_from_files(args.files, args.column), args.output_dir)
-    except DataError as e:
+    except ValueError as e:  # DataError, a file of another type, a .txt that is not UTF-8
         raise UserError(str(e)) from None
     report = check_c4(out)
     print(
@@ -202,8 +210,14 @@ def _c4(args: argparse.Namespace) -> int:
 
 
 def _cc12m(args: argparse.Namespace) -> int:
+    at_least(args.shard_size, 1, "--shard-size", "samples per tar shard")
+    output_folder(args.output_dir, "--output-dir")
     if submitted(args):
         return 0
+    if not args.images.is_dir():
+        raise UserError(f"{args.images}: no such folder (give the folder of IMG.jpg/png + IMG.txt pairs)")
+    from PIL import Image, UnidentifiedImageError
+
     from cookbook.data.titan import check_cc12m, write_cc12m
 
     pairs = []
@@ -212,6 +226,11 @@ def _cc12m(args: argparse.Namespace) -> int:
             cap = img.with_suffix(".txt")
             if not cap.exists():
                 raise UserError(f"{img}: no caption file {cap.name}")
+            try:
+                with Image.open(img) as opened:
+                    opened.verify()
+            except (UnidentifiedImageError, OSError, SyntaxError) as e:  # verify() raises SyntaxError on a bad PNG
+                raise UserError(f"{img}: not an image PIL can read ({e}); remove it or replace it") from None
             pairs.append((img, cap.read_text().strip()))
     if not pairs:
         raise UserError(f"{args.images}: no images (.jpg/.png/.webp with a same-named .txt)")
@@ -224,6 +243,8 @@ def _cc12m(args: argparse.Namespace) -> int:
 def _layout(args: argparse.Namespace) -> int:
     if submitted(args):
         return 0
+    if not args.path.is_dir():
+        raise UserError(f"{args.path}: no such folder (give the {args.kind} folder the job reads)")
     from cookbook.data.titan import check_c4, check_cc12m
 
     report = check_c4(args.path) if args.kind == "c4" else check_cc12m(args.path, output_size=args.output_size)

@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from cookbook.cli import UserError
+from cookbook.cli.files import training_log
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,6 +43,8 @@ def _diagnose(args: argparse.Namespace) -> int:
         log = Path(out)
     elif not target.exists():
         raise UserError(f"{args.run}: no such log, folder or job")
+    if log is not None and log.is_file():
+        training_log(log)
     printed = print_log_diagnosis(log) if log is not None and log.is_file() else 0
     source = target if target.exists() else log
     hang = hang_report(source) if source is not None else []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from cookbook.cli import UserError
+from cookbook.cli.files import output_folder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _download(args: argparse.Namespace) -> int:
     from cookbook import hub  # here, not at module level: `cookbook --help` starts without huggingface_hub
 
+    output_folder(args.output_dir, "--output-dir")
     if args.ignore_patterns is None:
         args.ignore_patterns = list(hub.DEFAULT_IGNORE)
     print(f"HF token: {hub.token_status()}")
@@ -81,6 +83,7 @@ def _stage(args: argparse.Namespace) -> int:
     from cookbook.recipes import get_recipe
     from cookbook.spec import SpecError, make_spec, parse_overrides
 
+    output_folder(args.root, "--root")
     try:
         spec = make_spec(args.recipe, args.profile, nodes=args.nodes, overrides=parse_overrides(args.overrides))
         fetches = get_recipe(spec.recipe).stage_fetches(spec)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from cookbook.cli import UserError
+from cookbook.cli.files import known_gpu, output_file, training_log
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,15 +49,19 @@ def _explain(args: argparse.Namespace) -> int:
     from cookbook.analysis.explain import expects_fabric, explain_log, explain_plot
     from cookbook.analysis.goodput import read_incidents, resolve_run
     from cookbook.analysis.stragglers import job_hosts
+    from cookbook.gpus import UnknownGpu
     from cookbook.metrics.telemetry import read_telemetry, telemetry_from_log
     from cookbook.slurm.client import SlurmError
 
+    known_gpu(args.gpu)
+    plot = args.plot and output_file(args.plot, "--plot", plot=True)
     try:
         ref = resolve_run(args.run, args.log)
     except (FileNotFoundError, ValueError, SlurmError) as e:
         raise UserError(str(e)) from e
     if not ref.log.exists():
         raise UserError(f"{ref.log} does not exist")
+    training_log(ref.log)
     for option in ("nodes", "gpus_per_node", "node_gpus"):
         value = getattr(args, option)
         if value is not None and value < 1:
@@ -88,10 +93,10 @@ def _explain(args: argparse.Namespace) -> int:
             else telemetry_from_log(ref.log),
             incidents=read_incidents(run_dir, ref.job_id),
         )
-    except ValueError as e:
+    except (ValueError, UnknownGpu) as e:  # UnknownGpu: a kind the planner has no MFU for (l4, l40s ...)
         raise UserError(str(e)) from e
     print(report.render())
-    if args.plot:
-        explain_plot(report).savefig(args.plot, dpi=100)
-        print(f"plot: {args.plot}")
+    if plot:
+        explain_plot(report).savefig(plot, dpi=100)
+        print(f"plot: {plot}")
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from cookbook.cli import UserError
+from cookbook.cli.files import known_gpu, output_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,15 +35,19 @@ def _goodput(args: argparse.Namespace) -> int:
 
     if args.price_per_gpu_hour is not None and args.price_per_gpu_hour < 0:
         raise UserError("--price-per-gpu-hour must be >= 0")
+    known_gpu(args.gpu)
+    csv = args.csv and output_file(args.csv, "--csv", example="goodput.csv")
+    plot = args.plot and output_file(args.plot, "--plot", plot=True)
     try:
         ref = resolve_run(args.run, args.log)
         ledger = run_ledger(ref, gpu=args.gpu, price=args.price_per_gpu_hour)
     except (FileNotFoundError, ValueError, SlurmError) as e:
         raise UserError(str(e)) from e
     print(ledger.render())
-    if args.csv:
-        ledger.table().to_csv(args.csv, index=False)
-    if args.plot:
-        ledger.plot().savefig(args.plot, dpi=100)
-        print(f"plot: {args.plot}")
+    if csv:
+        ledger.table().to_csv(csv, index=False)
+        print(f"table: {csv}")
+    if plot:
+        ledger.plot().savefig(plot, dpi=100)
+        print(f"plot: {plot}")
     return 0

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cookbook.cli import UserError
+from cookbook.cli.files import at_least, known_gpu, output_file, training_log
 
 if TYPE_CHECKING:  # pandas is imported by the handlers only: fast `cookbook --help`
     import pandas as pd
@@ -97,11 +98,17 @@ def _metrics(args: argparse.Namespace) -> int:
     path = Path(args.log)
     if not path.exists():
         raise UserError(f"{path} does not exist")
+    known_gpu(args.gpu)
+    at_least(args.tail, 0, "--tail", "rows to print, 0 = all")
+    csv = args.csv and output_file(args.csv, "--csv", example="metrics.csv")
+    plot = args.plot and output_file(args.plot, "--plot", plot=True)
     pool = ThreadPoolExecutor(1)  # diagnose's scan (pyarrow's RE2) releases the GIL: it reads the log beside the parse
     try:
         if path.is_dir():
             kind, path = best_source(path)
             print(f"reading {path} ({'TensorBoard event files' if kind == 'tensorboard' else 'training log'})")
+        if path.is_file():
+            training_log(path)
         diagnosis = pool.submit(log_diagnosis, path) if path.is_file() else None
         df = parse_log(path, ranks="all" if args.all_ranks else "first")
     except FileNotFoundError as e:
@@ -127,14 +134,14 @@ def _metrics(args: argparse.Namespace) -> int:
         print(f"skipped line {line_no} (looks like metrics, matches no format): {text[:120]}", file=sys.stderr)
     if diagnosis is not None:
         print_log_diagnosis(path, diagnosis.result())
-    if args.csv:
-        df.to_csv(args.csv, index=False)
-        print(f"wrote {args.csv}")
-    if args.plot:
+    if csv:
+        df.to_csv(csv, index=False)
+        print(f"wrote {csv}")
+    if plot:
         from cookbook.metrics import plot_runs  # matplotlib: only when a plot is asked for
 
-        plot_runs({path.name: df}, out=args.plot)
-        print(f"wrote {args.plot}")
+        plot_runs({path.name: df}, out=plot)
+        print(f"wrote {plot}")
     return 0
 
 

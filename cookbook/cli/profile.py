@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from cookbook.cli import UserError
+from cookbook.cli.files import at_least, output_file, output_folder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -52,9 +53,11 @@ def _int_list(text: str) -> list[int]:
 def _collect(args: argparse.Namespace) -> int:
     from cookbook.profiling.collect import collect, find_traces, traces_table
 
+    if not args.run_dir.is_dir():
+        raise UserError(f"{args.run_dir}: no such folder (give the run's output_dir or dump folder)")
+    out = output_folder(args.out or args.run_dir / "profile_view", "--out")
     try:
         found = find_traces(args.run_dir)
-        out = args.out or args.run_dir / "profile_view"
         copied = collect(args.run_dir, out, ranks=args.ranks, iterations=args.iterations)
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from e
@@ -79,7 +82,16 @@ def _trace_paths(path: Path) -> list[Path]:
         raise UserError(f"no profiler traces with steps under {path}")
     its = [t.iteration for t in traces if t.iteration is not None]
     latest = max(its) if its else None
-    return [t.path for t in traces if t.iteration == latest]
+    chosen = [t for t in traces if t.iteration == latest]
+    seen: dict[int | None, Path] = {}
+    for t in chosen:  # a copy of the run's traces in a folder of its own: each rank would count twice
+        if t.rank in seen:
+            raise UserError(
+                f"{path}: two traces of rank {t.rank} at iteration {latest} ({seen[t.rank]}, {t.path}); "
+                "summarize one run's folder, or collect the ranks first: `cookbook profile collect RUN_DIR`"
+            )
+        seen[t.rank] = t.path
+    return [t.path for t in chosen]
 
 
 def _summary(args: argparse.Namespace) -> int:
@@ -87,6 +99,8 @@ def _summary(args: argparse.Namespace) -> int:
     from cookbook.profiling.collect import find_memory_snapshots
     from cookbook.profiling.summarize import plot_summary, summarize
 
+    at_least(args.top, 1, "--top", "rows in the operator table")
+    plot = args.plot and output_file(args.plot, "--plot", plot=True)
     paths = _trace_paths(args.path)
     try:
         summary = summarize(paths, n_top=args.top)
@@ -94,17 +108,17 @@ def _summary(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from e
     print(f"{len(paths)} trace(s): " + ", ".join(p.name for p in paths) + "\n")
     print(summary.render())
-    if args.plot:
-        plot_summary(summary).savefig(args.plot, dpi=110)
-        print(f"\nplot: {args.plot}")
+    if plot:
+        plot_summary(summary).savefig(plot, dpi=110)
+        print(f"\nplot: {plot}")
     snaps = find_memory_snapshots(args.path if args.path.is_dir() else args.path.parent)
     if not snaps:
         print("\n" + memory.CPU_NOTE)
     for snap in snaps:
         tl = memory.memory_timeline(memory.load_snapshot(snap))
         print(f"\nmemory snapshot {snap.name}: peak {tl['allocated_bytes'].max() / 2**30:.2f} GiB allocated")
-        if args.plot:
-            dest = args.plot.with_name(f"{args.plot.stem}_{snap.stem}{args.plot.suffix}")
+        if plot:
+            dest = plot.with_name(f"{plot.stem}_{snap.stem}{plot.suffix}")
             memory.plot_memory_timeline(tl, title=snap.name).savefig(dest, dpi=110)
             print(f"plot: {dest}")
     return 0
@@ -116,8 +130,12 @@ def _view(args: argparse.Namespace) -> int:
     from cookbook.sockethttp import stop_on_ctrl_c_or_term
 
     paths = _trace_paths(args.dir)
-    plot = (args.dir if args.dir.is_dir() else args.dir.parent) / "summary.png"
-    plot_summary(summarize(paths)).savefig(plot, dpi=110)
+    plot = output_file((args.dir if args.dir.is_dir() else args.dir.parent) / "summary.png", "the summary plot")
+    try:
+        summary = summarize(paths)
+    except ValueError as e:
+        raise UserError(str(e)) from e
+    plot_summary(summary).savefig(plot, dpi=110)
     print(f"summary plot: {plot}")
     if args.no_tensorboard:
         print(viewing_instructions(args.dir, login_node=args.login_node, user=args.user))

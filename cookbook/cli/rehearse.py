@@ -7,6 +7,7 @@ import json
 import os
 
 from cookbook.cli import UserError
+from cookbook.cli.files import output_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,8 +28,8 @@ def _rehearse(args: argparse.Namespace) -> int:
     from cookbook.rehearsal import RehearsalError, rehearse
     from cookbook.slurm.client import JobTimeout, SlurmClient, SlurmError
 
-    if args.json and not os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK):
-        raise UserError(f"--json {args.json}: its folder does not exist or is not writable")
+    if args.json:
+        output_file(args.json, "--json", example="rehearsal.json")
     try:
         report = rehearse(args.script, SlurmClient(dict(os.environ)), timeout=args.timeout, time_limit=args.time_limit)
     except RehearsalError as e:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from cookbook.cli import UserError
+from cookbook.cli.files import output_folder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,8 +21,7 @@ def _tiny(args: argparse.Namespace) -> int:
     from cookbook.local.assets.tiny import TinyAssets, default_root, ensure_tiny_assets
 
     root = args.root if args.root is not None else default_root()
-    if root.exists() and not root.is_dir():
-        raise UserError(f"{root} exists and is not a folder")
+    output_folder(root, "--root")
     if args.force and TinyAssets(root).marker.exists():
         TinyAssets(root).marker.unlink()
     start = time.monotonic()

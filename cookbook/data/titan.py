@@ -40,12 +40,12 @@ _C4_TIMESTAMP = "1970-01-01T00:00:00Z"
 def write_c4(texts: Iterable[str], out_dir: str | Path, *, shard_rows: int = 10_000, validation_rows: int = 1) -> Path:
     """Lay out ``texts`` as a C4 ``en`` folder (train shards + a validation shard); returns the folder."""
     out = Path(out_dir)
-    (out / "en").mkdir(parents=True, exist_ok=True)
     docs = [t for t in texts if t and t.strip()]
     if len(docs) <= validation_rows:
         raise DataError(
             str(out), [RowProblem(None, "text", f"need more than {validation_rows} non-empty texts, got {len(docs)}")]
         )
+    (out / "en").mkdir(parents=True, exist_ok=True)  # after the check: a refused layout leaves no folder
     train, val = docs[: len(docs) - validation_rows], docs[len(docs) - validation_rows :]
     shards = [train[i : i + shard_rows] for i in range(0, len(train), shard_rows)]
     for old in (out / "en").glob("c4-*.json.gz"):
@@ -72,7 +72,10 @@ def texts_from_files(paths: Iterable[str | Path], column: str = "text") -> list[
     docs: list[str] = []
     for p in map(Path, paths):
         if p.suffix.lower() == ".txt":
-            docs.append(p.read_text(encoding="utf-8"))
+            try:
+                docs.append(p.read_text(encoding="utf-8"))
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
             continue
         spec = DatasetSpec(str(p), "text", {"text": column} if column != "text" else {})
         rows = read_rows(spec)

@@ -24,6 +24,9 @@ _WORLD_RE = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}\[\]]*?"world_size"\s*:\
 _NAME_RANK_RE = re.compile(r"rank(\d+)[_.]")
 _NAME_ITER_RE = re.compile(r"_iter(\d+)\.")  # our own view-folder names
 _HEAD_BYTES = 64 * 1024
+# written into every view folder `collect` fills: a search from a folder above it skips these copies, so that
+# collecting twice (the default view folder is inside the run folder) and summarizing the run count each trace once
+VIEW_MARKER = ".cookbook-profile-view"
 
 
 @dataclass(frozen=True)
@@ -75,13 +78,16 @@ def is_trace_file(path: Path) -> bool:
 
 def find_traces(run_dir: str | Path) -> list[TraceFile]:
     """Every trace under ``run_dir`` (a torchtune ``output_dir`` or torchtitan ``--dump-folder``,
-    or any folder above them), sorted by iteration then rank."""
+    or any folder above them), sorted by iteration then rank; the copies in a view folder of :func:`collect`
+    below ``run_dir`` are skipped (``run_dir`` itself may be one)."""
     run_dir = Path(run_dir)
     if not run_dir.exists():
         raise FileNotFoundError(f"no such folder: {run_dir}")
     found = []
-    for path in sorted(run_dir.rglob("*")):
-        if not is_trace_file(path):
+    below = sorted(run_dir.rglob("*"))
+    views = {p.parent for p in below if p.name == VIEW_MARKER} - {run_dir}
+    for path in below:
+        if not is_trace_file(path) or any(v in path.parents for v in views):
             continue
         it = next((int(m.group(1)) for p in path.parents if (m := _ITER_RE.search(p.name))), None)
         if it is None and (m := _NAME_ITER_RE.search(path.name)):
@@ -97,8 +103,14 @@ def find_traces(run_dir: str | Path) -> list[TraceFile]:
 
 def find_memory_snapshots(run_dir: str | Path) -> list[Path]:
     """CUDA memory snapshots (torchtune ``rank0_memory_snapshot.pickle``, torchtitan
-    ``profiling/memory_snapshot/step_*/{rank:06d}_step_N.pickle``)."""
-    return sorted(p for p in Path(run_dir).rglob("*.pickle") if "memory" in str(p) or "snapshot" in str(p))
+    ``profiling/memory_snapshot/step_*/{rank:06d}_step_N.pickle``); a view folder's copies below ``run_dir`` are
+    skipped, as in :func:`find_traces`."""
+    views = [m.parent for m in Path(run_dir).rglob(VIEW_MARKER) if m.parent != Path(run_dir)]
+    return sorted(
+        p
+        for p in Path(run_dir).rglob("*.pickle")
+        if ("memory" in str(p) or "snapshot" in str(p)) and not any(v in p.parents for v in views)
+    )
 
 
 def traces_table(traces: list[TraceFile]) -> pd.DataFrame:
@@ -146,6 +158,7 @@ def collect(
         raise ValueError(f"two traces would get the same name in {out_dir}: {names}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    (out / VIEW_MARKER).write_text(f"copies of the profiler traces of {Path(run_dir).resolve()}\n")
     rows = []
     for t, name in zip(chosen, names):
         dest = out / name
