@@ -153,8 +153,11 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
 
 
 def _render(args: argparse.Namespace) -> int:
+    from cookbook.cli.files import output_file
     from cookbook.render import render_job, test_only, write_job
 
+    # checked before any work: a folder, a file above it, no write access; its folder is made, configs go beside it
+    output = output_file(args.output, "-o", make_folder=True, example="job.sbatch")
     spec = spec_from_args(args)
     try:
         warnings: list[str | None] = list(render_job(spec).warnings)
@@ -168,7 +171,7 @@ def _render(args: argparse.Namespace) -> int:
     try:
         if args.test_only:
             print(f"sbatch --test-only: {test_only(spec)}", file=sys.stderr)
-        path = write_job(spec, args.output)
+        path = write_job(spec, output)
     except SpecError as e:
         raise UserError(str(e)) from e
     print(path)
