@@ -48,6 +48,9 @@ class DataError(ValueError):
     def __init__(self, source: str, problems: list[RowProblem], total: int | None = None):
         self.source, self.problems = source, problems
         n = total if total is not None else len(problems)
+        if n == 1 and len(problems) == 1:  # one problem: one line (`cookbook data` prints it as its error)
+            super().__init__(f"{source}: {problems[0]}")
+            return
         head = f"{source}: {n} problem{'s' if n != 1 else ''}"
         lines = [f"  {p}" for p in problems]
         if total is not None and total > len(problems):
