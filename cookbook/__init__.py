@@ -1,6 +1,10 @@
 """Slurm training cookbook: job specs -> validated sbatch scripts -> Slurm jobs -> metrics and plots."""
 
+from cookbook.noise import quiet
+
 __version__ = "0.1.0"
+
+quiet()  # known third-party import noise (torchao, triton) filtered before any of them is imported
 
 
 def __getattr__(name: str) -> object:

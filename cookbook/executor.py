@@ -34,6 +34,7 @@ from cookbook.slurm.client import (
 )
 from cookbook.slurm.record import JobRecord
 from cookbook.spec import JobSpec, make_spec
+from cookbook_runtime import files
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -183,16 +184,24 @@ class Job(JobRecord):
 
         return rehearse(self.script, self.slurm, timeout=timeout)
 
-    def outputs(self) -> pd.DataFrame:
-        """Files the run wrote (checkpoints, adapters, logs), with sizes."""
+    def outputs(self, all: bool = False) -> pd.DataFrame:
+        """Files the run made (weights, adapters, samples, logs, configs), with sizes; ``all=True`` adds the
+        cookbook's own bookkeeping (:func:`internal`: ``.cookbook/``, hang dumps, hidden files)."""
         import pandas as pd
 
+        found = [p for p in sorted(self.run_dir.rglob("*")) if p.is_file()]
         rows = [
-            {"file": str(p.relative_to(self.run_dir)), "MB": round(p.stat().st_size / 1e6, 3)}
-            for p in sorted(self.run_dir.rglob("*"))
-            if p.is_file()
+            {"file": str(rel), "MB": round(p.stat().st_size / 1e6, 3)}
+            for p, rel in ((p, p.relative_to(self.run_dir)) for p in found)
+            if all or not internal(rel)
         ]
         return pd.DataFrame(rows, columns=["file", "MB"])
+
+
+def internal(path: Path) -> bool:
+    """Whether ``path`` (relative to a run folder) is the cookbook's bookkeeping, not something the run made: under
+    ``.cookbook/`` (the job runtime's state, :mod:`cookbook_runtime.files`), a hang dump folder, a hidden file."""
+    return path.parts[0] in (files.STATE, files.HANG) or any(part.startswith(".") for part in path.parts)
 
 
 _SPEC_FIELDS = {f.name for f in fields(JobSpec)} - {"recipe", "profile", "overrides"}

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TypeAlias
 
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
@@ -54,6 +55,22 @@ def _has_values(df: pd.DataFrame, col: str) -> bool:
     return bool(len(values)) and not (col in _ZERO_IS_UNKNOWN and bool((values == 0).all()))
 
 
+def _loss_lines(ax: Axes, train: pd.DataFrame, color: str, label: str, alpha: float) -> None:
+    """The raw loss with its last value marked and named in the legend and beside the point (the final loss), and
+    its moving average, labelled as such: the average trails a falling loss, so its end is not the final loss."""
+    step, last = train["step"].iloc[-1], float(train["loss"].iloc[-1])
+    ax.plot(train["step"], train["loss"], color=color, alpha=0.45, linewidth=1, marker="o", markevery=[len(train) - 1],
+            label=f"{label}: final loss {last:.4g} (step {step:g})")  # fmt: skip
+    ax.annotate(f"{last:.4g}", (step, last), textcoords="offset points", xytext=(4, 4), color=color, fontsize="small")
+    ax.plot(
+        train["step"],
+        smooth(train["loss"], alpha),
+        color=color,
+        linewidth=2,
+        label=f"{label}: smoothed (EMA {alpha:g})",
+    )
+
+
 def plot_runs(runs: Run | Sequence[Run] | Mapping[str, Run], out: str | os.PathLike[str] | None = None,
               panels: Sequence[str] | None = None, alpha: float = 0.1) -> Figure:  # fmt: skip
     """One panel per metric present in any run (loss, throughput, memory, MFU); runs overlaid.
@@ -78,9 +95,8 @@ def plot_runs(runs: Run | Sequence[Run] | Mapping[str, Run], out: str | os.PathL
             color = f"C{i}"
             split = df["split"] if "split" in df else pd.Series("train", index=df.index)
             train = df[split.eq("train")].dropna(subset=[col])
-            if col == "loss":
-                ax.plot(train["step"], train[col], color=color, alpha=0.3, linewidth=1)
-                ax.plot(train["step"], smooth(train[col], alpha), color=color, linewidth=2, label=label)
+            if col == "loss" and len(train):
+                _loss_lines(ax, train, color, label, alpha)
                 val = df[~split.eq("train")].dropna(subset=[col])
                 if len(val):
                     ax.plot(val["step"], val[col], "o--", color=color, markersize=4, label=f"{label} (validation)")

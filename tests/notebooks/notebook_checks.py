@@ -45,6 +45,28 @@ def output_text(executed) -> str:
     return "\n".join(p if isinstance(p, str) else "".join(p) for p in parts)
 
 
+PYTHON_WARNING = re.compile(r"^\S+:\d+: \w*Warning: ", re.M)  # how Python's warnings module prints one
+
+
+def check_quiet(executed) -> None:
+    """No traceback in any output (an error output, or one printed), and on the kernel's stderr no known
+    third-party noise (``cookbook.noise``'s messages) and no Python warning line."""
+    from cookbook.noise import LOG_NOISE, WARNING_NOISE
+
+    nb = nbformat.read(str(executed), as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in outputs if o.get("output_type") == "error"]
+    assert not errors, f"{executed}: {errors}"
+    text = output_text(executed)
+    assert "Traceback (most recent call last)" not in text, f"{executed}: a traceback is printed:\n{text[-3000:]}"
+    stderr = "".join(
+        "".join(o.get("text", "")) for o in outputs if o.get("output_type") == "stream" and o.get("name") == "stderr"
+    )
+    noise = [m for starts in LOG_NOISE.values() for m in starts if m in stderr]
+    noise += [m for m, _ in WARNING_NOISE if re.search(m, stderr)] + PYTHON_WARNING.findall(stderr)
+    assert not noise, f"{executed}: third-party noise on stderr: {noise}\n{stderr[-3000:]}"
+
+
 # cookbook.analysis: Ledger.render()'s first line (goodput_summary prints it) and Explanation.render()'s first
 LEDGER_LINE = re.compile(
     r"\d+ start\(s\), \d+ s allocated, [\d.]+ (GPU|node)-hours, cost [\d,.]+ "
@@ -77,6 +99,7 @@ def run_and_check(name: str, tiny_assets, artifacts: Path, tmp_path: Path, known
     except NotebookStopped as e:
         pytest.fail(f"{e} (see {e.path})")
     print(f"{name}: {time.monotonic() - t0:.0f} s")
+    check_quiet(executed)
     # the token was in the kernel's and the jobs' environment: it is in no output, script, config or log
     assert known_hf_token not in Path(executed).read_text()
     assert files_containing(tmp_path, known_hf_token) == []

@@ -19,7 +19,9 @@ def test_sweep_notebook_compares_ranks(slurm, tiny_assets, kernel_dirs, artifact
     except NotebookStopped as e:
         pytest.fail(f"{e} (see {e.path})")
     import nbformat
+    from notebook_checks import check_quiet
 
+    check_quiet(executed)
     nb = nbformat.read(str(executed), as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert any("image/png" in o.get("data", {}) for o in outputs)
