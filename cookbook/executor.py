@@ -33,7 +33,7 @@ from cookbook.slurm.client import (
     read_output,
 )
 from cookbook.slurm.record import JobRecord
-from cookbook.spec import JobSpec, make_spec
+from cookbook.spec import JobSpec, SpecError, make_spec
 from cookbook_runtime import files
 
 if TYPE_CHECKING:
@@ -220,7 +220,9 @@ class Executor:
         """Set the jobs' Slurm and cluster settings (fields of :class:`cookbook.spec.JobSpec`)."""
         unknown = sorted(set(parameters) - _SPEC_FIELDS)
         if unknown:
-            raise ValueError(f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(_SPEC_FIELDS))}")
+            raise SpecError(
+                [f"unknown parameter(s) {', '.join(unknown)}: use the JobSpec fields {', '.join(sorted(_SPEC_FIELDS))}"]
+            )
         self.parameters.update(parameters)
 
     def spec(self, recipe: str, **overrides: Any) -> JobSpec:

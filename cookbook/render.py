@@ -16,7 +16,7 @@ import cookbook_runtime
 from cookbook.recipes import LOCAL_CPU, get_recipe
 from cookbook.recipes.base import Launch, Recipe, resolve_here
 from cookbook.secure_files import make_executable
-from cookbook.slurm.client import SlurmClient, SlurmError, SlurmUnreachable
+from cookbook.slurm.client import SlurmClient, SlurmError
 from cookbook.spec import (
     LOCAL_CPU_DEFAULTS,
     SHARED_PORT_SPAN,
@@ -26,6 +26,7 @@ from cookbook.spec import (
     check_spec,
     profile_defaults,
     profiles,
+    type_problems,
 )
 from cookbook.templating import quote, quote_with_vars, render_template, template_env
 from cookbook.tracking import VARIABLES as TRACKER_VARIABLES
@@ -71,8 +72,7 @@ def with_signal(spec: JobSpec, recipe: Recipe | None) -> JobSpec:
 
     if recipe is None:
         return replace(spec, signal_seconds=MIN_SIGNAL_SECONDS)
-    sized = (spec.recipe,) if recipe.run_time_sizes() else recipe.stop_save_recipes()  # a model picked at run time
-    return replace(spec, signal_seconds=signal_seconds(sized, spec.nodes, spec.overrides))
+    return replace(spec, signal_seconds=signal_seconds(recipe.stop_save_recipes(), spec.nodes, spec.overrides))
 
 
 def runtime_lines(spec: JobSpec, recipe: Recipe, names: tuple[str, ...]) -> list[str]:
@@ -80,7 +80,6 @@ def runtime_lines(spec: JobSpec, recipe: Recipe, names: tuple[str, ...]) -> list
     rendezvous, the stop-save, the resume, the gate's thresholds (from the profile, each with its source in
     ``cookbook profiles show``), the srun options of a container."""
     gate = spec.profile_info.gate()
-    sizes = None if spec.local_cpu else recipe.run_time_sizes()  # the model's, picked at run time (FSDP's MODEL)
     port = [f"--port={spec.port}"] + ([] if spec.exclusive else [f"--port-span={SHARED_PORT_SPAN}"])
     interface = spec.profile_info.interface  # a pinned one is exported by the script (NCCL_SOCKET_IFNAME)
     if interface in ("detect", None):
@@ -95,10 +94,9 @@ def runtime_lines(spec: JobSpec, recipe: Recipe, names: tuple[str, ...]) -> list
         from cookbook.planner.lead_time import save_seconds  # the planner loads every recipe
 
         seconds = 0.0 if spec.local_cpu else save_seconds(recipe.stop_save_recipes(), spec.nodes, spec.overrides)
-        save = f"--save-seconds={seconds:.0f}" if not sizes else f"--save-seconds=${{{sizes[1]}}}"
         # = #SBATCH --signal's: the ranks agree on a stop every N steps within it (local-cpu: every step)
         lead = [] if spec.local_cpu or not spec.signal_seconds else ["--lead-from-signal"]  # written once: #SBATCH
-        lines.append(["--requeue", *lead] + ([save] if seconds else []))
+        lines.append(["--requeue", *lead] + ([f"--save-seconds={seconds:.0f}"] if seconds else []))
     resume = (["--once"] if recipe.trains else []) + recipe.resume(spec)  # on the stop-save's line: what resumes
     if resume and spec.requeue:
         lines[-1] += resume
@@ -120,8 +118,7 @@ def runtime_lines(spec: JobSpec, recipe: Recipe, names: tuple[str, ...]) -> list
     if recipe.trains and not spec.local_cpu:
         from cookbook.planner.lead_time import largest_save_bytes  # the planner loads every recipe
 
-        size = f"{largest_save_bytes(recipe.stop_save_recipes(), spec.overrides) / 1e9:.0f}"
-        needs.append(f"--checkpoint-gb={f'${{{sizes[0]}}}' if sizes else size}")
+        needs.append(f"--checkpoint-gb={largest_save_bytes(recipe.stop_save_recipes(), spec.overrides) / 1e9:.0f}")
     lines[0] += needs  # where the ranks meet, and what their Python must have
     if spec.container_image:
         # one import of the image per node and job: the named container is reused by every srun of the job
@@ -161,7 +158,11 @@ def validate(spec: JobSpec) -> Recipe:
 
 
 def _validated(spec: JobSpec) -> tuple[Recipe, JobSpec]:
-    """The spec's recipe and the spec it resolves (:func:`with_signal`, once), both checked."""
+    """The spec's recipe and the spec it resolves (:func:`with_signal`, once), both checked: the values' types
+    first (the rest assumes them), then the Slurm/profile side (:func:`check_spec`), the recipe's value rules
+    (:meth:`Recipe.value_problems`: a LoRA rank, a learning rate > 0) and the recipe's own checks."""
+    if typed := type_problems(spec):
+        raise SpecError(typed)
     try:
         recipe: Recipe | None = get_recipe(spec.recipe)
         missing = None
@@ -176,7 +177,9 @@ def _validated(spec: JobSpec) -> tuple[Recipe, JobSpec]:
         known = spec.profile in profiles()
     except ProfileError:  # a profile file with a mistake: check_spec reported it
         known = False
-    if known:  # recipe checks assume a known profile
+    values = recipe.value_problems(spec)
+    problems += values
+    if known and not problems:  # recipe checks assume a known profile and a job the checks above accept
         problems += recipe.validate(spec)
     problems += tracker_problems(spec)
     if spec.program_args and recipe.framework != "script":
@@ -231,15 +234,16 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
 
 
 def start_path_warnings(spec: JobSpec, recipe: Recipe) -> list[str]:
-    """A warning for each start-up path that is not on this machine (the login node shares the cluster's
-    filesystem, so a path missing here is usually missing on the nodes too)."""
+    """A warning for each path the job reads that is not on this machine (the login node shares the cluster's
+    filesystem, so a path missing here is usually missing on the nodes too): the start-up paths, the other
+    config keys naming files when set (:meth:`Recipe.read_paths`), the venv and the tiny assets' folder."""
     if spec.recipe_dir is None:
         return []
     out = []
     variables = recipe.start_variables(spec)
-    for sp in recipe.start_paths(spec):
+    for sp in recipe.read_paths(spec):
         value = spec.overrides.get(sp.key, sp.default)
-        path = resolve_here(value, spec, variables)
+        path = resolve_here(value, spec, variables) if value else None
         if path is None or (sp.hub_ok and not path.startswith(("/", "."))):
             continue
         if not Path(path).exists():
@@ -249,6 +253,16 @@ def start_path_warnings(spec: JobSpec, recipe: Recipe) -> list[str]:
                 else f"render with --set {sp.key}=PATH"
             )
             out.append(f"{sp.key} = {path} ({sp.what}) does not exist on this machine: put it there, or {how}")
+    folders: tuple[tuple[str, str | None, str], ...] = (
+        ("venv", spec.venv, "--venv"),
+        ("assets_dir", spec.assets_dir if spec.local_cpu else None, "assets_dir="),
+    )
+    for label, folder, flag in folders:
+        path = resolve_here(folder, spec, variables) if folder else None
+        if path is not None and not Path(path).exists():
+            out.append(
+                f"{label} = {path} (read by every node) does not exist on this machine: create it, or set {flag}"
+            )
     return out
 
 
@@ -308,14 +322,22 @@ def mount_problems(spec: JobSpec, recipe: Recipe) -> list[str]:
     return out
 
 
-def write_job(spec: JobSpec, script_path: str | Path) -> Path:
+def placed(spec: JobSpec, script_path: str | Path) -> JobSpec:
+    """``spec`` as written to ``script_path``: the script's name, and its folder as the recipe folder unless
+    ``spec.recipe_dir`` says otherwise (the start-up paths are resolved and checked against it)."""
+    script_path = Path(script_path)
+    return replace(spec, script_name=script_path.name, recipe_dir=spec.recipe_dir or str(script_path.parent.resolve()))
+
+
+def write_job(spec: JobSpec, script_path: str | Path, job: RenderedJob | None = None) -> Path:
     """Render ``spec`` and write the script to ``script_path``, its configs next to it; return the path.
 
     Without ``spec.recipe_dir`` the script refers to its configs through the folder it is written to.
+    ``job``: the rendering of ``placed(spec, script_path)`` the caller already made (its warnings shown).
     """
     script_path = Path(script_path)
-    spec = replace(spec, script_name=script_path.name, recipe_dir=spec.recipe_dir or str(script_path.parent.resolve()))
-    job = render_job(spec)
+    spec = placed(spec, script_path)
+    job = job or render_job(spec)
     script_path.parent.mkdir(parents=True, exist_ok=True)
     for name, text in job.files.items():
         (script_path.parent / name).parent.mkdir(parents=True, exist_ok=True)  # cookbook_runtime/
@@ -409,11 +431,9 @@ def test_only(spec: JobSpec, client: SlurmClient | None = None) -> str:
         script = write_job(spec, Path(tmp) / f"{spec.script_stem}.sbatch")
         try:
             return (client or SlurmClient()).test_only(script)
-        except SlurmUnreachable as e:  # not the job's fault: the controller named, SLURM_CONF
-            raise SpecError([e.line]) from e
         except SlurmError as e:
             said = " / ".join(ln.strip() for ln in (e.stderr or str(e)).splitlines() if ln.strip())
-            if e.returncode == 127:  # no sbatch here
+            if e.returncode in (124, 127):  # no sbatch here, or no answer
                 raise SpecError([f"could not ask Slurm (sbatch --test-only): {said}"]) from e
             raise SpecError([f"Slurm refuses the job (sbatch --test-only): {said}"]) from e
 
@@ -537,6 +557,7 @@ __all__ = [
     "log_dir_of",
     "log_file",
     "mount_problems",
+    "placed",
     "quote",
     "quote_with_vars",
     "render_job",

@@ -10,9 +10,12 @@ recipe (:meth:`cookbook.recipes.base.Recipe.validate`), and :func:`cookbook.rend
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 import re
 import sys
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
@@ -47,6 +50,15 @@ _DEPENDENCY = re.compile(
     r"([,?]((after|afterany|afterok|afternotok|aftercorr|afterburstbuffer)(:\d+(_\d+)?(\+\d+)?)+|singleton))*$"
 )
 _SBATCH_ARG = re.compile(r"^--[A-Za-z][A-Za-z0-9-]*(=.*)?$", re.S)
+#: the most GPUs any node offers (16: the DGX-2/HGX-2 class; H100/H200/B200 nodes have 8, GB200 trays 4)
+MAX_GPUS_PER_NODE = 16
+#: the most nodes a Slurm partition holds (the largest Slurm machines, e.g. El Capitan, have ~11,000)
+MAX_NODES = 16384
+#: a job name is a folder name (``runs/<name>``) and a log name (``<name>-<job id>.out``): one safe path component
+MAX_JOB_NAME = 100
+_JOB_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*$")
+#: fields naming a path or an image: None means "the default", but an empty value is a mistake
+_PATH_FIELDS = ("log_dir", "run_dir", "recipe_dir", "runtime_dir", "venv", "assets_dir", "container_image")
 
 #: sbatch options every rendered script writes itself -> the JobSpec field (and CLI flag) that sets them;
 #: ``sbatch_extra`` may not repeat them (a second line would silently win or contradict the first).
@@ -264,10 +276,106 @@ def time_seconds(text: str) -> int:
     return int(days or 0) * 86400 + h * 3600 + m * 60 + s
 
 
+@functools.cache
+def _field_types() -> dict[str, Any]:
+    """``{field: its annotation}`` of :class:`JobSpec`, resolved (the one statement of each field's type)."""
+    return typing.get_type_hints(JobSpec)
+
+
+def _has_type(value: Any, hint: Any) -> bool:
+    """Whether ``value`` is of ``hint`` (``int``, ``str``, ``bool``, ``X | None``, ``list[str]``,
+    ``dict[str, str]``); a bool is no whole number."""
+    if isinstance(hint, types.UnionType):
+        return any(_has_type(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    origin = typing.get_origin(hint)
+    if origin is list:
+        return isinstance(value, list) and all(_has_type(v, typing.get_args(hint)[0]) for v in value)
+    if origin is dict:
+        key, val = typing.get_args(hint)
+        return isinstance(value, dict) and all(_has_type(k, key) and _has_type(v, val) for k, v in value.items())
+    return isinstance(value, hint)
+
+
+def _type_rule(name: str, value: Any, hint: Any) -> str:
+    """One line for a field whose value is not of its type: the value, the type wanted, an example."""
+    optional = isinstance(hint, types.UnionType)
+    wanted = next(h for h in typing.get_args(hint) if h is not type(None)) if optional else hint
+    unset = " (or None: the default)" if optional else ""
+    if wanted is bool:
+        return f"{name}={value!r}: give True or False"
+    if wanted is int:
+        example = {"nodes": "2", "gpus_per_node": "8", "port": "29500"}.get(name, "1")
+        return f"{name}={value!r}: give a whole number, e.g. {name}={example}{unset}"
+    if typing.get_origin(wanted) is list:
+        if isinstance(value, str):
+            return f"{name}={value!r} is one string: give a list of strings, e.g. {name}=[{value!r}]"
+        return f"{name}={value!r}: give a list of strings, e.g. {name}=['--mail-type=END']"
+    if typing.get_origin(wanted) is dict:
+        return f"{name}={value!r}: give a dict of text to text, e.g. {name}={{'KEY': '1'}} (numbers as strings)"
+    return f"{name}={value!r}: give text (a str){unset}"
+
+
+def type_problems(spec: JobSpec) -> list[str]:
+    """One line for each field of ``spec`` whose value is not of the type :class:`JobSpec` declares (a job built
+    in Python: ``nodes='two'``, ``sbatch_extra='--mail-type=END'``); the other checks assume the types."""
+    hints = _field_types()
+    return [
+        _type_rule(f.name, getattr(spec, f.name), hints[f.name])
+        for f in dataclasses.fields(spec)
+        if not _has_type(getattr(spec, f.name), hints[f.name])
+    ]
+
+
+def shape_problems(nodes: int, gpus_per_node: int, spare_nodes: int = 0) -> list[str]:
+    """The job's size against what Slurm and the hardware can hold: 1..:data:`MAX_NODES` nodes (spares
+    included), 0..:data:`MAX_GPUS_PER_NODE` GPUs per node. Shared by ``render`` and ``plan``."""
+    p = []
+    if nodes < 1:
+        p.append(f"nodes={nodes}: need at least 1 node (e.g. --nodes 2)")
+    elif nodes + max(spare_nodes, 0) > MAX_NODES:
+        p.append(
+            f"nodes={nodes + max(spare_nodes, 0)}: no Slurm partition holds more than {MAX_NODES} nodes; "
+            "ask for fewer (--nodes, --spare-nodes)"
+        )
+    if gpus_per_node < 0:
+        p.append(f"gpus_per_node={gpus_per_node}: cannot be negative (0: a CPU job)")
+    elif gpus_per_node > MAX_GPUS_PER_NODE:
+        p.append(
+            f"gpus_per_node={gpus_per_node}: no node offers more than {MAX_GPUS_PER_NODE} GPUs; give the GPUs of "
+            "one node (e.g. --gpus-per-node 8)"
+        )
+    return p
+
+
+def name_problems(spec: JobSpec) -> list[str]:
+    """The job name (a folder and a log file's name) and the paths given empty."""
+    p = []
+    name = spec.job_name
+    if name is not None and not _CONTROL.search(name) and (len(name) > MAX_JOB_NAME or not _JOB_NAME.match(name)):
+        shown = name if len(name) <= 40 else f"{name[:37]}..."
+        p.append(
+            f"job_name={shown!r}: a job name is one folder name of at most {MAX_JOB_NAME} characters (letters, "
+            f"digits, . _ + -; not starting with . or -), e.g. --job-name {recipe_slug(name)[:MAX_JOB_NAME]}"
+        )
+    for label in _PATH_FIELDS:
+        value = getattr(spec, label)
+        if value is not None and not value.strip():
+            default = "." if label == "log_dir" else "unset"
+            p.append(f"{label}={value!r} is empty: give a path, or leave it {default} for the default")
+    return p
+
+
 def check_spec(spec: JobSpec, cpu_job: bool = False, signal_source: str = "") -> list[str]:
     """Every problem with the Slurm/profile side of ``spec``, each saying what to change (``cpu_job``: a
     job without GPUs under any profile, e.g. data preparation before the training job; ``signal_source``: where
-    ``signal_seconds`` came from when the user did not set it, for the message)."""
+    ``signal_seconds`` came from when the user did not set it, for the message). The values' types first: the
+    other checks assume them."""
+    if typed := type_problems(spec):
+        return typed
     p: list[str] = []
     try:
         known = profiles()
@@ -281,19 +389,15 @@ def check_spec(spec: JobSpec, cpu_job: bool = False, signal_source: str = "") ->
             p.append(str(e))
     if spec.tracker not in TRACKERS:
         p.append(f"unknown tracker {spec.tracker!r}: use one of {', '.join(TRACKERS)}")
-    if spec.nodes < 1:
-        p.append(f"nodes={spec.nodes}: need at least 1 node")
-    if isinstance(spec.spare_nodes, bool) or not isinstance(spec.spare_nodes, int):
-        p.append(f"spare_nodes={spec.spare_nodes!r}: give a whole number of spare nodes (e.g. 1), 0 for none")
-    elif spec.spare_nodes < 0:
+    p += shape_problems(spec.nodes, spec.gpus_per_node, spec.spare_nodes)
+    p += name_problems(spec)
+    if spec.spare_nodes < 0:
         p.append(f"spare_nodes={spec.spare_nodes}: cannot be negative; use 0 for no spares")
     elif spec.nodes >= 1 and spec.spare_nodes > spec.nodes:
         p.append(
             f"spare_nodes={spec.spare_nodes} is more than nodes={spec.nodes}: at most one spare per training node; "
             f"set --spare-nodes {spec.nodes} or fewer"
         )
-    if spec.gpus_per_node < 0:
-        p.append(f"gpus_per_node={spec.gpus_per_node}: cannot be negative")
     if spec.cpus_per_task is not None and spec.cpus_per_task < 1:
         p.append(f"cpus_per_task={spec.cpus_per_task}: need at least 1 (or leave it unset)")
     if not _TIME.match(spec.time):
@@ -354,9 +458,9 @@ def check_spec(spec: JobSpec, cpu_job: bool = False, signal_source: str = "") ->
     if spec.container_mounts and not spec.container_image:
         p.append("container_mounts given without container_image: set --container-image too")
     if prof is not None:
-        if prof.uses_gpus and spec.gpus_per_node < 1 and not cpu_job:
+        if prof.uses_gpus and spec.gpus_per_node == 0 and not cpu_job:
             p.append(f"profile {prof.name} trains on GPUs: set gpus_per_node >= 1 (or use profile local-cpu)")
-        if not prof.uses_gpus and spec.gpus_per_node != 0:
+        if not prof.uses_gpus and spec.gpus_per_node > 0:
             p.append(f"profile {prof.name} has no GPUs: set gpus_per_node=0 (one CPU process per node)")
         if prof.fabric == "efa" and not spec.exclusive:
             p.append(f"profile {prof.name}: EFA devices are per node; set exclusive=True so no other job shares them")

@@ -12,6 +12,7 @@ import importlib
 import logging
 import pkgutil
 import sys
+import typing
 
 # Import-time warnings about GPU kernels the login node never runs (torchao's C++ extensions built for
 # another torch, triton absent): noise on every `cookbook render` of a torchtune/torchtitan recipe.
@@ -22,8 +23,16 @@ class UserError(Exception):
     """A problem the user can fix; printed without a traceback, exit code 2."""
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, with a usage mistake said in one line (the value, the rule, where to read more)
+    instead of the usage text and the error; sub-command parsers are of this class too."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cookbook", description=__doc__.splitlines()[0])
+    parser = Parser(prog="cookbook", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{__name__}.{mod.name}")

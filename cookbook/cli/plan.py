@@ -8,7 +8,7 @@ from typing import Any
 from cookbook.cli import UserError
 from cookbook.planner import GPUS, RECIPES, plan, suggest
 from cookbook.planner.recovery import recovery_text
-from cookbook.spec import GPU_DEFAULTS, time_seconds
+from cookbook.spec import GPU_DEFAULTS, SpecError, parse_overrides, time_seconds
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,20 +44,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_plan)
 
 
-def _parse_overrides(items: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"--set expects KEY=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
+def _check_numbers(args: argparse.Namespace) -> None:
+    """The plan's own numbers: hours >= 0, dataset sizes > 0, --max-nodes >= 1 (UserError naming the flag)."""
+    for flag, value, low, rule in (
+        ("--hours", args.hours, 0, "cannot be negative"),
+        ("--dataset-tokens", args.dataset_tokens, 1, "need at least 1"),
+        ("--dataset-samples", args.dataset_samples, 1, "need at least 1"),
+        ("--max-nodes", args.max_nodes, 1, "need at least 1"),
+    ):
+        if value is not None and value < low:
+            raise UserError(f"{flag} {value:g}: {rule}; give a larger value or leave it out for the default")
 
 
 def _plan(args: argparse.Namespace) -> int:
     if args.recipe not in RECIPES:
         raise UserError(f"unknown recipe {args.recipe!r}; known: {', '.join(sorted(RECIPES))}")
-    overrides: dict[str, Any] = _parse_overrides(args.overrides)  # planner settings: str or number
+    _check_numbers(args)
+    try:
+        overrides: dict[str, Any] = parse_overrides(args.overrides)  # planner settings: str or number
+    except SpecError as e:
+        raise UserError(e.problems[0]) from e
     try:
         result = plan(
             args.recipe,
@@ -70,8 +76,6 @@ def _plan(args: argparse.Namespace) -> int:
         )
         print(result.render())
         hours = time_seconds(GPU_DEFAULTS.time) / 3600 if args.hours is None else args.hours
-        if hours < 0:
-            raise UserError(f"--hours {args.hours:g}: cannot be negative")
         print()
         print(recovery_text(result, hours, overrides))
         if args.suggest:

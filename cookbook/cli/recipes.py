@@ -9,7 +9,16 @@ from pathlib import Path
 
 from cookbook.cli import UserError
 from cookbook.planner import GPUS
-from cookbook.spec import TRACKERS, JobSpec, SpecError, make_spec, parse_overrides
+from cookbook.spec import (
+    MAX_GPUS_PER_NODE,
+    MAX_JOB_NAME,
+    MAX_NODES,
+    TRACKERS,
+    JobSpec,
+    SpecError,
+    make_spec,
+    parse_overrides,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,9 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "tune:RECIPE:FILE.yaml, titan:MODULE:CONFIG (MODULE a torchtitan module or a .py file), "
         "script PROGRAM.py [-- ARGS] (your own torchrun script)",
     )
-    r.add_argument("program", nargs="?", default=None, help="script: the program torchrun starts on every node")
+    r.add_argument(
+        "program", nargs="?", default=None, help="script only: the program torchrun starts on every node (no default)"
+    )
     r.set_defaults(program_args=[])
-    r.add_argument("--nodes", type=int, default=None, help="nodes that train (default: the recipe's)")
+    r.add_argument("--nodes", type=int, default=None, help=f"nodes that train, 1 to {MAX_NODES} (default 2)")
     r.add_argument(
         "--spare-nodes",
         type=int,
@@ -32,23 +43,46 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also ask Slurm for K spare nodes that stand by: the job swaps a node at fault for one and trains on "
         "(default 0; `cookbook plan` suggests K)",
     )
-    r.add_argument("--gpus-per-node", type=int, default=None)
-    r.add_argument("--cpus-per-task", type=int, default=None)
-    r.add_argument("--profile", default="generic", help="a cluster profile: `cookbook profiles` lists them")
-    for opt in ("job-name", "log-dir", "run-dir", "container-image", "venv"):
-        r.add_argument(f"--{opt}", default=None)
+    r.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=None,
+        help=f"GPUs per node, 0 to {MAX_GPUS_PER_NODE} (default 8; 0 on local-cpu: one CPU process per node)",
+    )
+    r.add_argument(
+        "--cpus-per-task", type=int, default=None, help="CPUs of each node's launcher (default: Slurm's, unset)"
+    )
+    r.add_argument(
+        "--profile", default="generic", help="a cluster profile: `cookbook profiles` lists them (default generic)"
+    )
+    for opt, help in (
+        (
+            "job-name",
+            f"Slurm's job name, also the run folder's: letters, digits, . _ + -, at most {MAX_JOB_NAME} "
+            "(default: the recipe's name with - for _)",
+        ),
+        ("log-dir", "folder of the job's log NAME-JOBID.out (default '.': where sbatch runs)"),
+        ("run-dir", "checkpoints and metrics (default $RECIPE_DIR/runs/JOB-NAME, beside the script)"),
+        ("container-image", "pyxis/enroot image every node runs in (default: none, the venv)"),
+        ("venv", "the Python environment on the nodes, a venv or conda prefix (default: this one, if active)"),
+    ):
+        r.add_argument(f"--{opt}", default=None, help=help)
     slurm = r.add_argument_group("Slurm options", "each written as an #SBATCH line, shell-quoted")
     for opt, help in (
-        ("account", "account to charge"),
-        ("qos", "quality of service"),
+        ("account", "account to charge (default: your Slurm default)"),
+        ("qos", "quality of service (default: the account's)"),
         ("partition", "partition (default: the cluster's)"),
         ("time", "time limit, e.g. 04:00:00 or 1-12:00:00 (default 04:00:00; 00:10:00 on local-cpu)"),
-        ("exclude", "nodes never to use, e.g. n7,gpu[12-13]"),
-        ("constraint", "node features, e.g. h100&ib"),
-        ("reservation", "reservation to run in"),
-        ("mem", "memory per node: 64G, 500000M, 0 (all of it)"),
-        ("gres", "generic resources, e.g. gpu:h100:8 (GPUs: prefer --gpus-per-node)"),
-        ("dependency", "start after other jobs, e.g. afterok:1234 (the data job `cookbook data ... --submit` printed)"),
+        ("exclude", "nodes never to use, e.g. n7,gpu[12-13] (default: none)"),
+        ("constraint", "node features, e.g. h100&ib (default: none)"),
+        ("reservation", "reservation to run in (default: none)"),
+        ("mem", "memory per node: 64G, 500000M, 0 (all of it) (default: the partition's)"),
+        ("gres", "generic resources, e.g. gpu:h100:8 (GPUs: prefer --gpus-per-node) (default: none)"),
+        (
+            "dependency",
+            "start after other jobs, e.g. afterok:1234 (the data job `cookbook data ... --submit` printed) "
+            "(default: none)",
+        ),
     ):
         slurm.add_argument(f"--{opt}", default=None, help=help)
     slurm.add_argument(
@@ -57,16 +91,31 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="ARG",
-        help="any other sbatch option, repeatable, written with '=': --sbatch-arg=--mail-type=END",
+        help="any other sbatch option, repeatable, written with '=': --sbatch-arg=--mail-type=END (default: none)",
     )
     slurm.add_argument(
         "--test-only",
         action="store_true",
-        help="ask Slurm too (sbatch --test-only): nothing is written if it refuses, with its own message",
+        help="ask Slurm too (sbatch --test-only): nothing is written if it refuses, with its own message "
+        "(default: off, no Slurm needed)",
     )
-    r.add_argument("--container-mount", action="append", default=[], metavar="SRC:DST[:ro]")
-    r.add_argument("--no-exclusive", action="store_true")
-    r.add_argument("--no-requeue", action="store_true")
+    r.add_argument(
+        "--container-mount",
+        action="append",
+        default=[],
+        metavar="SRC:DST[:ro]",
+        help="a folder mounted into the container, repeatable (default: none)",
+    )
+    r.add_argument(
+        "--no-exclusive",
+        action="store_true",
+        help="share nodes with other jobs (default: whole nodes on GPU profiles, shared on local-cpu)",
+    )
+    r.add_argument(
+        "--no-requeue",
+        action="store_true",
+        help="end the job at a preemption or node fault instead of saving and requeueing (default: requeue)",
+    )
     r.add_argument(
         "--signal-seconds",
         type=int,
@@ -80,15 +129,31 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=TRACKERS,
         help="experiment tracking (default none: the framework's own logs); run name <job name>-<first job id>",
     )
-    r.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
-    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    r.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for the job, repeatable; never a secret (default: the profile's only)",
+    )
+    r.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a recipe config key, repeatable, e.g. --set optimizer.lr=2e-5 (`cookbook plan RECIPE --suggest` prints "
+        "them for a shape that fits; default: the recipe's config)",
+    )
     r.add_argument(
         "--gpu",
         default="h100",
         choices=sorted(GPUS),
-        help="GPU kind for the planner's will-it-fit check (ignored for local-cpu)",
+        help="GPU kind for the planner's will-it-fit check (default h100; ignored for local-cpu)",
     )
-    r.add_argument("-o", "--output", required=True, help="script path; configs are written next to it")
+    r.add_argument(
+        "-o", "--output", required=True, help="script path, required; its folder is made, configs are written in it"
+    )
     r.set_defaults(func=_render)
     s = sub.add_parser("submit", help="sbatch a rendered script; prints the job id")
     s.add_argument("script")
@@ -154,24 +219,24 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
 
 def _render(args: argparse.Namespace) -> int:
     from cookbook.cli.files import output_file
-    from cookbook.render import render_job, test_only, write_job
+    from cookbook.render import placed, render_job, test_only, write_job
 
     # checked before any work: a folder, a file above it, no write access; its folder is made, configs go beside it
     output = output_file(args.output, "-o", make_folder=True, example="job.sbatch")
-    spec = spec_from_args(args)
+    spec = placed(spec_from_args(args), output)  # the folder known: start-up paths resolve against it, and warn
     try:
-        warnings: list[str | None] = list(render_job(spec).warnings)
+        job = render_job(spec)
     except SpecError as e:
         raise UserError(str(e)) from e
     from cookbook.planner import job_fit_warning
 
-    warnings.append(job_fit_warning(spec, args.gpu))
+    warnings: list[str | None] = [*job.warnings, job_fit_warning(spec, args.gpu)]
     for w in filter(None, warnings):
         print(f"warning: {w}", file=sys.stderr)
     try:
         if args.test_only:
             print(f"sbatch --test-only: {test_only(spec)}", file=sys.stderr)
-        path = write_job(spec, output)
+        path = write_job(spec, output, job)
     except SpecError as e:
         raise UserError(str(e)) from e
     print(path)

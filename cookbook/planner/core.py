@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cookbook.planner.estimate import (
@@ -162,11 +162,17 @@ def plan(
     defaults = recipe_defaults(recipe)
     nodes = defaults.nodes if nodes is None else int(nodes)
     gpus_per_node = defaults.gpus_per_node if gpus_per_node is None else int(gpus_per_node)
-    if nodes < 1 or gpus_per_node < 1:
-        raise ValueError("nodes and gpus_per_node must be >= 1")
+    from cookbook.spec import shape_problems
+
+    if problems := shape_problems(nodes, gpus_per_node):
+        raise ValueError(problems[0])
+    if gpus_per_node < 1:
+        raise ValueError(f"gpus_per_node={gpus_per_node}: the planner plans GPU jobs; give at least 1 (e.g. 8)")
     spec = get_gpu(gpu or defaults.gpu)
     s = defaults.settings.with_overrides(**settings_overrides(settings))
     s.validate()
+    if defaults.settings.lora_rank and s.lora_rank < 1:  # 0 would plan a full fine-tune under the LoRA name
+        raise ValueError(f"lora_rank={s.lora_rank}: {recipe} is a LoRA recipe; its rank must be > 0 (e.g. 16)")
     world = nodes * gpus_per_node
     if world % s.tp:
         raise ValueError(f"tensor-parallel degree {s.tp} does not divide {world} GPUs")
@@ -252,14 +258,19 @@ class Suggestion:
     tp: int
     checkpointing: str
     plan: Plan
+    # render's own settings for this shape: ``{config key: value}`` of the recipe (``cookbook render --set``)
+    sets: dict[str, str] = field(default_factory=dict)
+
+    def render_args(self) -> str:
+        """The ``cookbook render`` options of this shape, as render accepts them."""
+        sets = "".join(f" --set {k}={v}" for k, v in self.sets.items())
+        return f"--nodes {self.nodes} --gpus-per-node {self.plan.gpus_per_node}{sets}"
 
     def describe(self) -> str:
         p = self.plan
         return (
-            f"--nodes {self.nodes} --set micro_batch={self.micro_batch} --set tp={self.tp} "
-            f"--set checkpointing={self.checkpointing}: {p.peak_gib:.1f} GiB "
-            f"({100 * p.margin_fraction:.0f}% free), {p.tokens_per_s_per_gpu:,.0f} {p.unit}/s/GPU, "
-            f"step {p.step_time_s:.1f} s"
+            f"{self.render_args()}: {p.peak_gib:.1f} GiB ({100 * p.margin_fraction:.0f}% free), "
+            f"{p.tokens_per_s_per_gpu:,.0f} {p.unit}/s/GPU, step {p.step_time_s:.1f} s"
         )
 
 
@@ -276,11 +287,18 @@ def suggest(
     """Job shapes that fit with ``min_margin`` free: fewest nodes first, then highest throughput.
 
     Tries nodes 1, 2, 4 ... ``max_nodes``; tensor parallel 1, 2, 4, 8 (within a node); checkpointing
-    none/selective/full; micro-batch 1, 2, 4 ... 64 (FLUX up to 128).
+    none/selective/full; micro-batch 1, 2, 4 ... 64 (FLUX up to 128): the values the recipe's config can
+    be given (:meth:`cookbook.recipes.Recipe.planner_overrides`), each suggestion with its render ``--set``
+    keys; a ``settings`` key of the recipe's config is kept in them as given.
     """
+    from cookbook.recipes import get_recipe
+
     defaults: RecipeDefaults = recipe_defaults(recipe)
+    target = get_recipe(recipe)
     gpn = gpus_per_node or defaults.gpus_per_node
     fixed = settings_overrides(settings)
+    given = {k: str(v) for k, v in settings.items() if k in target.planner_keys and target.settable(k)}
+    own_defaults = asdict(defaults.settings)
     found: list[Suggestion] = []
     powers = (1, 2, 4, 8, 16, 32, 64, 128)
     for nodes in (n for n in powers if n <= max_nodes):
@@ -288,6 +306,8 @@ def suggest(
             if tp > gpn or gpn % tp or (tp > 1 and get_model(defaults.model).kind == "flux"):
                 continue
             for mode in CHECKPOINTING_MODES:
+                if target.planner_overrides({"tp": tp, "checkpointing": mode}, own_defaults) is None:
+                    continue  # the recipe's config cannot say it: render would refuse the suggestion
                 for mb in powers:
                     kw = {**fixed, "tp": tp, "checkpointing": mode, "micro_batch": mb}
                     if defaults.settings.shard_group and defaults.settings.shard_group > nodes * gpn:
@@ -295,7 +315,9 @@ def suggest(
                     p = plan(recipe, nodes, gpn, gpu, **kw)
                     if p.margin_fraction < min_margin:
                         break  # larger micro-batches only need more memory
-                    found.append(Suggestion(nodes, mb, tp, mode, p))
+                    shape = {"micro_batch": mb, "tp": tp, "checkpointing": mode}
+                    own = target.planner_overrides(shape, own_defaults) or {}
+                    found.append(Suggestion(nodes, mb, tp, mode, p, {**given, **own}))
         if found:
             break
     found.sort(

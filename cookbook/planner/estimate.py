@@ -92,7 +92,9 @@ class Settings:
             raise ValueError(f"checkpointing must be one of {CHECKPOINTING_MODES}, not {self.checkpointing!r}")
         for name in ("seq_len", "micro_batch", "grad_accum", "tp"):
             if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1")
+                raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
+        if self.lora_rank < 0:
+            raise ValueError(f"lora_rank={self.lora_rank}: must be > 0 (0: a full fine-tune)")
         if self.optimizer_state_bytes not in (1, 2, 4):
             raise ValueError("optimizer_state_bytes must be 1, 2 or 4")
         if self.loss not in ("fp32", "chunked"):

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -170,6 +170,14 @@ class Recipe(ABC):
     trace_subdir: ClassVar[str] = "profiling/traces"  # where profiler traces land, under the run folder
     # the framework's config keys the planner understands, ``{config key: planner Settings field}``
     planner_keys: ClassVar[dict[str, str]] = {}
+    # the planner's activation checkpointing (none/selective/full) as the value of this framework's key for it
+    # (the planner_keys entry mapping to ``checkpointing``); a mode missing here cannot be set in this framework
+    checkpointing_values: ClassVar[dict[str, str]] = {}
+    # config keys whose value is a number > 0, ``{config key: what it is}`` (the LoRA rank, the learning rate):
+    # a zero or negative one fails only on the nodes, after the queue
+    positive_keys: ClassVar[dict[str, str]] = {}
+    # the framework's own parser types every config value (tyro, argparse) and names a word where a number belongs
+    typed_config: ClassVar[bool] = False
     # the planner's model key (None: no model to plan), the framework's settings and the recipe's on top
     planner_model: ClassVar[str | None] = None
     planner_base_settings: ClassVar[dict[str, Any]] = {}
@@ -183,6 +191,48 @@ class Recipe(ABC):
     @abstractmethod
     def validate(self, spec: JobSpec) -> list[str]:
         """Every problem with ``spec`` for this recipe, each saying what to change ([] = fine)."""
+
+    def settable(self, key: str) -> bool:
+        """Whether render accepts ``--set key=...`` for this recipe (every :attr:`planner_keys` key, unless the
+        framework says otherwise)."""
+        return True
+
+    def planner_overrides(
+        self, settings: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+    ) -> dict[str, str] | None:
+        """``{config key: value}`` that sets the planner's ``settings`` (Settings fields: ``micro_batch``, ``tp``,
+        ``checkpointing`` ...) in this recipe's config: render's own ``--set`` keys. None when one cannot be set
+        here; a value the config has already (``defaults``: the planner's settings of this recipe; tensor
+        parallelism 1) needs no key."""
+        keys: dict[str, str] = {}
+        for key, name in self.planner_keys.items():
+            if self.settable(key):
+                keys.setdefault(name, key)
+        out = {}
+        for name, value in settings.items():
+            text = self.checkpointing_values.get(str(value)) if name == "checkpointing" else str(value)
+            if name not in keys or text is None:
+                if (name == "tp" and value == 1) or (defaults is not None and defaults.get(name) == value):
+                    continue
+                return None
+            out[keys[name]] = text
+        return out
+
+    def value_problems(self, spec: JobSpec) -> list[str]:
+        """One line for each override of :attr:`positive_keys` that is not a number > 0 (a word: where the
+        framework's parser does not say so itself, :attr:`typed_config`)."""
+        out = []
+        for key, what in self.positive_keys.items():
+            if key not in spec.overrides:
+                continue
+            value = spec.overrides[key]
+            try:
+                ok = float(value) > 0
+            except ValueError:
+                ok = self.typed_config
+            if not ok:
+                out.append(f"{key}={value!r}: {what} must be a number > 0; set it with --set {key}=NUMBER or drop it")
+        return out
 
     @abstractmethod
     def command(self, spec: JobSpec) -> Launch:
@@ -302,12 +352,6 @@ class Recipe(ABC):
         """The recipes whose checkpoint a stop of this job writes: the ``--signal`` lead time of its GPU scripts
         covers the largest (:func:`cookbook.planner.lead_time.signal_seconds`). Its own name."""
         return (self.name,)
-
-    def run_time_sizes(self) -> tuple[str, str] | None:
-        """The script's variables holding ``(one checkpoint's GB, the stop-save's seconds)`` when it picks its model
-        at run time (the runtime sizes its space check, stop lead and hang floor from them; the ``--signal`` lead is
-        the spec's own recipe's); None: the planner's figures for :meth:`stop_save_recipes`, written as numbers."""
-        return None
 
     def planner_defaults(self) -> dict[str, Any] | None:
         """What the planner assumes for this recipe: ``model`` (a planner model key), ``nodes``,

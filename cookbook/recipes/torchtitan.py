@@ -282,6 +282,14 @@ class TorchtitanRecipe(Recipe):
         "training.img_size": "image_size",
         "encoder.max_t5_encoding_len": "text_tokens",
     }
+    typed_config = True  # its parser names a word where a number belongs
+    checkpointing_values = {"none": "none", "selective": "selective", "full": "full"}  # activation_checkpoint.mode
+    positive_keys = {
+        "optimizer.lr": "the learning rate",
+        "training.steps": "the training steps",
+        "training.local_batch_size": "the batch size per GPU",
+        "training.seq_len": "the sequence length",
+    }
     intent: dict[str, str] = INTENT
     config_fn: str  # function in cookbook_titan.py
     config_module: str = CONFIG_MODULE  # --module
@@ -290,6 +298,12 @@ class TorchtitanRecipe(Recipe):
     mlflow_logger: bool = True
     planner_base_settings = PLANNER_SETTINGS
     save_interval_key = "checkpoint.interval"  # GPU jobs get the planner's interval (torchtitan's default: 500)
+
+    def settable(self, key: str) -> bool:
+        """A field of the recipe's config as torchtitan's own parser lists it (0.3.0 has no
+        ``activation_checkpoint.mode``)."""
+        spec = JobSpec(recipe=self.name)
+        return key in _known_fields(self.config_name(spec), self.module_name(spec), self.module_path)
 
     def profiling_overrides(
         self, *, device: str = "cuda", steps: int = 3, warmup: int = 1, start_step: int = 3, memory: bool = False

@@ -256,6 +256,14 @@ class TorchtuneRecipe(Recipe):
         "optimizer.fused": "fused_optimizer",
         "optimizer_in_bwd": "optimizer_in_backward",
     }
+    checkpointing_values = {"none": "False", "full": "True"}  # enable_activation_checkpointing: no selective
+    positive_keys = {
+        "model.lora_rank": "the LoRA rank",
+        "model.lora_alpha": "LoRA's alpha",
+        "optimizer.lr": "the learning rate",
+        "tokenizer.max_seq_len": "the sequence length",
+        "max_steps_per_epoch": "the steps per epoch",
+    }
     config_paths = (
         StartPath("checkpointer.checkpoint_dir", None, "", "dir", "the model's checkpoint folder", MODEL_FILES[:1]),
         StartPath("tokenizer.path", None, "", "file", "the tokenizer"),
@@ -277,6 +285,13 @@ class TorchtuneRecipe(Recipe):
     planner_base_settings = PLANNER_SETTINGS  # the built-in config's planner_settings go on top
     # the recipe subclass's periodic save (cookbook_tune.py); GPU configs get the planner's interval
     save_interval_key = "save_every_n_steps"
+
+    def settable(self, key: str) -> bool:
+        """A key of the built-in config, or one the recipe reads when present (``tensor_parallel_dim``: the
+        full finetune's, not LoRA's)."""
+        return key.split(".")[0] in optional_keys(self.recipe_file) or key in leaf_keys(
+            self.base_config(JobSpec(recipe=self.name))
+        )
 
     # ---------------------------------------------------------------- asked by notebooks, planner, profiler
     def profiling_overrides(

@@ -11,7 +11,7 @@ from batch_step import committed_scripts, job_view, runtime_args, unset_env
 
 from cookbook.cli import main
 from cookbook.render import generate_recipes, generated_files, quote_with_vars, render_job, write_job
-from cookbook.spec import JobSpec, make_spec
+from cookbook.spec import JobSpec, SpecError, make_spec
 from cookbook_runtime import resume, run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,6 +93,10 @@ def test_hostile_job_name_and_paths_are_never_executed(tmp_path):
         run_dir=str(tmp_path / EVIL),
         time="10",
     )
+    with pytest.raises(SpecError, match="a job name is one folder name"):  # a name is a folder: no shell in it
+        write_job(spec, tmp_path / "dir with space" / "job.sbatch")
+    assert not (tmp_path / "dir with space").exists()
+    spec.job_name = "my-job"  # the paths stay hostile
     script = write_job(spec, tmp_path / "dir with space" / "job.sbatch")
     subprocess.run(["bash", "-n", str(script)], check=True)
     # run every assignment/mkdir line before the first Slurm command, under bash, in tmp_path
@@ -100,8 +104,8 @@ def test_hostile_job_name_and_paths_are_never_executed(tmp_path):
     subprocess.run(["bash", "-c", "set -euo pipefail; SLURM_SUBMIT_DIR=.;" + lines], cwd=tmp_path, check=True)
     assert not (tmp_path / "PWNED").exists() and not (tmp_path / "PWNED2").exists()
     assert (tmp_path / EVIL).is_dir()  # RUN_DIR created with the literal name
-    sbatch_lines = [ln for ln in script.read_text().splitlines() if ln.startswith("#SBATCH --job-name")]
-    assert shlex.split(sbatch_lines[0].split("=", 1)[1]) == [EVIL]
+    output = next(ln for ln in script.read_text().splitlines() if ln.startswith("#SBATCH --output="))
+    assert shlex.split(output.split("=", 1)[1]) == [f"{tmp_path}/log s/%x-%j.out"]
 
 
 def test_hf_token_never_written(tmp_path, monkeypatch):

@@ -38,8 +38,8 @@ def test_gpu_profile_needs_gpus_and_efa_needs_exclusive():
     [
         (-1, "spare_nodes=-1: cannot be negative; use 0 for no spares"),
         (3, "spare_nodes=3 is more than nodes=2: at most one spare per training node; set --spare-nodes 2 or fewer"),
-        (1.5, "spare_nodes=1.5: give a whole number of spare nodes (e.g. 1), 0 for none"),
-        ("1", "spare_nodes='1': give a whole number of spare nodes (e.g. 1), 0 for none"),
+        (1.5, "spare_nodes=1.5: give a whole number, e.g. spare_nodes=1"),
+        ("1", "spare_nodes='1': give a whole number, e.g. spare_nodes=1"),
     ],
 )
 def test_spare_nodes_are_a_whole_number_at_most_the_training_nodes_one_line_each(spare_nodes, message):
