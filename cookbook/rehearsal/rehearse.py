@@ -2,7 +2,7 @@
 
 The script is submitted as it is (same nodes, GPUs, CPUs, partition, profile environment, head-node and
 interface logic), with four environment variables that only the launch line reads:
-``COOKBOOK_REHEARSE`` (the check program, :mod:`cookbook.rehearsal.node_check`, copied next to its report
+``COOKBOOK_REHEARSE`` (the check program, :mod:`cookbook_runtime.rehearsal`, copied next to its report
 folder), ``COOKBOOK_REHEARSE_OUT`` (where every node writes its report), ``COOKBOOK_REHEARSE_MANIFEST``
 (what to check: the recipe's start-up paths and config keys) and ``RECIPE_DIR``. The time limit becomes a
 few minutes and the log goes to the report folder, so the real run's log stays clean. Nothing trains.
@@ -21,16 +21,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import cookbook_runtime
 from cookbook.recipes import Recipe, get_recipe
 from cookbook.secure_files import make_executable
-from cookbook.slurm.client import SlurmClient, SlurmError, read_output
+from cookbook.slurm.client import SlurmClient, SlurmError, SlurmUnreachable, read_output
 from cookbook.spec import JobSpec, get_profile, profile_defaults, profiles
 from cookbook.templating import render_template, script_header
 from cookbook.versions import exact_version
 
 HOOK = "COOKBOOK_REHEARSE"  # the runtime (cookbook_runtime.run) runs this check in the launcher's place
 RUNTIME_LAUNCH = "-m cookbook_runtime.run"  # a script that can be rehearsed ends in the runtime's launch line
-NODE_CHECK = Path(__file__).with_name("node_check.py")
+NODE_CHECK = Path(cookbook_runtime.__file__).with_name("rehearsal.py")  # the runtime's; standard library only
 CHECK_TEMPLATE = "rehearse_node_check.sh.j2"  # templates/: the launcher stand-in that starts NODE_CHECK
 
 
@@ -330,6 +331,8 @@ def start_rehearsal(
             script, f"--time={time_limit}", "--signal=B:USR1@1", f"--output={out}/rehearsal-%j.out", "--no-requeue",
             cwd=script.parent,
         )  # fmt: skip
+    except SlurmUnreachable as e:
+        raise RehearsalError(e.line) from e
     except SlurmError as e:
         raise RehearsalError(f"Slurm refused the script: {' '.join((e.stderr or str(e)).split())}") from e
     return Rehearsal(script, text, job_id, out, runner, problems)

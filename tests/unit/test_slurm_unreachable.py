@@ -1,14 +1,15 @@
 """A Slurm whose controller does not answer is said as such (issue #42, item 6): one line naming the controller,
 ``SLURM_CONF`` and Slurm's own text, from every command that asks Slurm.
 
-No cluster: Debian's real Slurm commands with a ``slurm.conf`` whose controller port nobody listens on (each gives up
-connecting after about a second), so the failure is Slurm's own. (The same against a stopped controller of the local
-cluster: tests/cluster/test_cli_jobs.py, test_local_cluster.py.)
+No cluster: Debian's real Slurm commands with a ``slurm.conf`` whose controller port nobody listens on
+(``MessageTimeout=1``: each gives up at once), so the failure is Slurm's own. (The same against a stopped
+controller of the local cluster: tests/cluster/test_cli_jobs.py, test_local_cluster.py.)
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 from pathlib import Path
@@ -35,7 +36,7 @@ def down(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     conf = tmp_path_factory.mktemp("down") / "slurm.conf"
     conf.write_text(
         "ClusterName=down\n"
-        f"SlurmctldHost=ctl(127.0.0.1)\nSlurmctldPort={port}\nMessageTimeout=2\n"
+        f"SlurmctldHost=ctl(127.0.0.1)\nSlurmctldPort={port}\nMessageTimeout=1\n"
         "NodeName=n1 CPUs=1 State=UNKNOWN\nPartitionName=p Nodes=n1 Default=YES\n"
     )
     return conf, f"ctl(127.0.0.1):{port}"
@@ -84,6 +85,19 @@ def test_the_python_api_job_state_says_it(down, tmp_path):
     _said(e.value, conf, address)
 
 
+def test_the_python_api_test_only_says_it(down, tmp_path):
+    from cookbook.executor import Executor
+    from cookbook.spec import SpecError
+
+    conf, address = down
+    executor = Executor(tmp_path, "local-cpu", SlurmClient({**os.environ, "SLURM_CONF": str(conf)}))
+    with pytest.raises(
+        SpecError,
+        match="^invalid job: " + re.escape(f"Slurm unreachable: sbatch got no answer from the controller {address}"),
+    ):
+        executor.test_only("llama3_8b_c4")
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -96,6 +110,7 @@ def test_the_python_api_job_state_says_it(down, tmp_path):
         ["diagnose", "5"],
         ["goodput", "5", "--log", "/dev/null"],
         ["submit", "SCRIPT"],
+        ["render", "llama3_8b_c4", "--profile", "local-cpu", "-o", "OUT", "--test-only"],
     ],
     ids=lambda a: a[0],
 )
@@ -104,10 +119,31 @@ def test_every_command_that_asks_slurm_says_it_in_one_line(down, tmp_path, monke
     monkeypatch.setenv("SLURM_CONF", str(conf))
     script = tmp_path / "job.sbatch"
     script.write_text("#!/bin/bash\ntrue\n")
-    assert main([str(script) if a == "SCRIPT" else a for a in argv]) == 2
+    out = tmp_path / "out" / "job.sbatch"
+    assert main([{"SCRIPT": str(script), "OUT": str(out)}.get(a, a) for a in argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: Slurm unreachable: "), err
-    assert f"{address} (SlurmctldHost of SLURM_CONF={conf})" in err[0]
+    assert len(err) == 1 and err[0].startswith(
+        ("error: Slurm unreachable: ", "error: invalid job: Slurm unreachable: ")
+    )
+    assert f"{address} (SlurmctldHost of SLURM_CONF={conf})" in err[0], err
+    assert not out.exists()  # render --test-only writes nothing
+
+
+def test_rehearse_and_a_data_job_say_it_too(down, tmp_path, monkeypatch, capsys):
+    conf, address = down
+    script, data = tmp_path / "r" / "job.sbatch", tmp_path / "docs.jsonl"
+    assert main(["render", "llama3_8b_c4", "--profile", "local-cpu", "-o", str(script)]) == 0
+    data.write_text('{"text": "a document"}\n')
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    capsys.readouterr()
+    for argv in (
+        ["rehearse", str(script)],
+        ["data", "c4", str(data), "--output-dir", str(tmp_path / "c4"), "--submit"],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: Slurm unreachable: "), (argv, err)
+        assert f"{address} (SlurmctldHost of SLURM_CONF={conf})" in err[0]
 
 
 def test_the_controller_is_read_from_the_file_slurm_reads(tmp_path):
