@@ -72,7 +72,8 @@ def with_signal(spec: JobSpec, recipe: Recipe | None) -> JobSpec:
 
     if recipe is None:
         return replace(spec, signal_seconds=MIN_SIGNAL_SECONDS)
-    return replace(spec, signal_seconds=signal_seconds(recipe.stop_save_recipes(), spec.nodes, spec.overrides))
+    sized = (spec.recipe,) if recipe.run_time_sizes() else recipe.stop_save_recipes()  # a model picked at run time
+    return replace(spec, signal_seconds=signal_seconds(sized, spec.nodes, spec.overrides))
 
 
 def runtime_lines(spec: JobSpec, recipe: Recipe, names: tuple[str, ...]) -> list[str]:
@@ -80,6 +81,7 @@ def runtime_lines(spec: JobSpec, recipe: Recipe, names: tuple[str, ...]) -> list
     rendezvous, the stop-save, the resume, the gate's thresholds (from the profile, each with its source in
     ``cookbook profiles show``), the srun options of a container."""
     gate = spec.profile_info.gate()
+    sizes = None if spec.local_cpu else recipe.run_time_sizes()  # the model's, picked at run time (FSDP's MODEL)
     port = [f"--port={spec.port}"] + ([] if spec.exclusive else [f"--port-span={SHARED_PORT_SPAN}"])
     interface = spec.profile_info.interface  # a pinned one is exported by the script (NCCL_SOCKET_IFNAME)
     if interface in ("detect", None):
@@ -94,9 +96,11 @@ def runtime_lines(spec: JobSpec, recipe: Recipe, names: tuple[str, ...]) -> list
         from cookbook.planner.lead_time import save_seconds  # the planner loads every recipe
 
         seconds = 0.0 if spec.local_cpu else save_seconds(recipe.stop_save_recipes(), spec.nodes, spec.overrides)
+        save = f"--save-seconds={seconds:.0f}" if not sizes else f"--save-seconds=${{{sizes[1]}}}"
         # = #SBATCH --signal's: the ranks agree on a stop every N steps within it (local-cpu: every step)
         lead = [] if spec.local_cpu or not spec.signal_seconds else ["--lead-from-signal"]  # written once: #SBATCH
-        lines.append(["--requeue", *lead] + ([f"--save-seconds={seconds:.0f}"] if seconds else []))
+        own = ["--lead-for-save"] if sizes and lead else []  # a larger MODEL than the --signal's: the runtime's stop
+        lines.append(["--requeue", *lead, *own] + ([save] if seconds else []))
     resume = (["--once"] if recipe.trains else []) + recipe.resume(spec)  # on the stop-save's line: what resumes
     if resume and spec.requeue:
         lines[-1] += resume
@@ -118,7 +122,8 @@ def runtime_lines(spec: JobSpec, recipe: Recipe, names: tuple[str, ...]) -> list
     if recipe.trains and not spec.local_cpu:
         from cookbook.planner.lead_time import largest_save_bytes  # the planner loads every recipe
 
-        needs.append(f"--checkpoint-gb={largest_save_bytes(recipe.stop_save_recipes(), spec.overrides) / 1e9:.0f}")
+        size = f"{largest_save_bytes(recipe.stop_save_recipes(), spec.overrides) / 1e9:.0f}"
+        needs.append(f"--checkpoint-gb={f'${{{sizes[0]}}}' if sizes else size}")
     lines[0] += needs  # where the ranks meet, and what their Python must have
     if spec.container_image:
         # one import of the image per node and job: the named container is reused by every srun of the job

@@ -13,20 +13,19 @@ What a stop writes, per framework (sizes from the planner's exact parameter coun
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from cookbook.planner.estimate import lora_params
 from cookbook.planner.models import MODELS, ModelShape
 from cookbook.planner.recipes import ignorable_overrides, recipe_defaults
+from cookbook_runtime.decide import MIN_SIGNAL_SECONDS as MIN_SIGNAL_SECONDS  # render.py reads it here
+from cookbook_runtime.decide import stop_lead_seconds
 
-# The assumptions, each with its reason (unmeasured on GPUs: replace WRITE_BYTES_PER_S with the site's rate)
+# The assumptions, each with its reason (unmeasured on GPUs: replace WRITE_BYTES_PER_S with the site's rate); the
+# step, requeue and minimum seconds are the runtime's (it sizes a stop for the model picked at run time the same way)
 WRITE_BYTES_PER_S = 1e9  # one writer (a node's DCP shards, torchtune's rank 0) to the shared filesystem: 1 GB/s
 SAFETY = 2.0  # the write rate is an assumption: twice the save it gives
-STEP_SECONDS = 60  # the step in flight when the signal comes (a step of up to a minute)
-REQUEUE_SECONDS = 10  # the runtime's signal handler, the ranks' agreement on the flag, scontrol requeue
-MIN_SIGNAL_SECONDS = 120  # never less than two minutes on a GPU profile (the step and the requeue dominate)
 BYTES_PER_PARAM = {"torchtune": 6, "torchtitan": 12, "fsdp": 12}
 
 
@@ -86,7 +85,4 @@ def save_seconds(recipes: Sequence[str], nodes: int, overrides: Mapping[str, str
 def signal_seconds(recipes: Sequence[str], nodes: int, overrides: Mapping[str, str] | None = None) -> int:
     """The lead time covering the stop-save of the largest of ``recipes`` (a script that runs any of several
     models names them all) on ``nodes`` nodes: see the module's formula."""
-    longest = save_seconds(recipes, nodes, overrides)
-    if not longest:
-        return MIN_SIGNAL_SECONDS
-    return max(MIN_SIGNAL_SECONDS, 60 * math.ceil((STEP_SECONDS + REQUEUE_SECONDS + longest) / 60))
+    return stop_lead_seconds(save_seconds(recipes, nodes, overrides))

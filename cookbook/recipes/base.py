@@ -353,6 +353,12 @@ class Recipe(ABC):
         covers the largest (:func:`cookbook.planner.lead_time.signal_seconds`). Its own name."""
         return (self.name,)
 
+    def run_time_sizes(self) -> tuple[str, str] | None:
+        """The script's variables holding ``(one checkpoint's GB, the stop-save's seconds)`` when it picks its model
+        at run time (the runtime sizes its space check, stop lead and hang floor from them; the ``--signal`` lead is
+        the spec's own recipe's); None: the planner's figures for :meth:`stop_save_recipes`, written as numbers."""
+        return None
+
     def planner_defaults(self) -> dict[str, Any] | None:
         """What the planner assumes for this recipe: ``model`` (a planner model key), ``nodes``,
         ``gpus_per_node``, ``gpu``, ``settings`` ({planner Settings field: value}, as the config ships) and

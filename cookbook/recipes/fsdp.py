@@ -293,8 +293,12 @@ class FsdpAnyModel(FsdpRecipe):
         )
 
     def stop_save_recipes(self) -> tuple[str, ...]:
-        """Any model MODEL names: the lead time covers the largest one's checkpoint."""
+        """Any model MODEL names: the periodic save's interval covers the largest one's checkpoint."""
         return tuple(f"fsdp_{shape}" for shape, _, _ in FSDP_MODELS)
+
+    def run_time_sizes(self) -> tuple[str, str]:
+        """The ``MODEL`` case's sizes of the model picked at submission (``--signal``: the default model's lead)."""
+        return ("CKPT_GB", "SAVE_S")
 
     def base_args(self, spec: JobSpec) -> dict[str, str]:
         return {**super().base_args(spec), "model": "$SHAPE", "max_steps": "$MAX_STEPS"}
@@ -302,15 +306,24 @@ class FsdpAnyModel(FsdpRecipe):
     def command(self, spec: JobSpec) -> Launch:
         launch = super().command(spec)
         tiny = {"max_steps": super().base_args(spec)["max_steps"]} if spec.local_cpu else {}
-        cases: dict[tuple[str, str], list[str]] = {}  # (SHAPE, MAX_STEPS) -> the models that have them
+        from cookbook.planner.lead_time import largest_save_bytes, save_seconds  # the planner loads every recipe
+
+        cases: dict[str, list[str]] = {}  # the case's assignments -> the models that have them
         for model, _, steps in FSDP_MODELS:
             shape = ("tiny_moe" if model.startswith("mixtral") else "tiny") if spec.local_cpu else '"$MODEL"'
-            cases.setdefault((shape, tiny.get("max_steps", str(steps))), []).append(model)
+            sized = (f"fsdp_{model}",)
+            sizes = "" if spec.local_cpu else (
+                f" CKPT_GB={largest_save_bytes(sized, spec.overrides) / 1e9:.0f}"
+                f" SAVE_S={save_seconds(sized, spec.nodes, spec.overrides):.0f}"
+            )  # fmt: skip
+            cases.setdefault(f"SHAPE={shape} MAX_STEPS={tiny.get('max_steps', str(steps))}{sizes}", []).append(model)
         prelude = render_template(
             "fsdp_model.sh.j2",
             script=spec.script_name or "fsdp.sbatch",
             default=DEFAULT_MODEL,
             cases=cases,
+            sized=not spec.local_cpu,
             models=[m for m, _, _ in FSDP_MODELS],
         )
-        return replace(launch, prelude=prelude, prelude_variables=("MODEL", "SHAPE", "MAX_STEPS"))
+        names = ("MODEL", "SHAPE", "MAX_STEPS", *(() if spec.local_cpu else self.run_time_sizes()))
+        return replace(launch, prelude=prelude, prelude_variables=names)

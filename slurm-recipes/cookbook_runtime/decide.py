@@ -13,9 +13,10 @@ truth), unless the user asked for a strict gate.
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 # ---------------------------------------------------------------- head address and port
@@ -105,6 +106,7 @@ class NodeReport:
     busbw_gbps: float | None = None  # its own link, when the check measured per node
     collective_error: str | None = None  # the collective part failed here (rendezvous, NCCL init, timeout)
     seconds: float | None = None
+    unseen: tuple[str, ...] | None = None  # the peers whose run-folder probe it cannot see
 
 
 @dataclass(frozen=True)
@@ -276,9 +278,10 @@ class EnvVerdict:
 def environment_verdict(
     nodes: Sequence[str], answers: Mapping[str, Mapping[str, Any]], needs: Mapping[str, str]
 ) -> EnvVerdict:
-    """The nodes' Python against ``needs`` (``{package: tested version}``). A package missing on some node is
-    the environment's fault, named with its nodes and the fix: the job stops and no node is excluded (no
-    other node would have it either). Another version, or a node without an answer, is said; the job trains."""
+    """The nodes' Python against ``needs`` (``{package: tested version}``). A package missing on some node (or
+    whose C extension does not load there: ``broken``) is the environment's fault, named with its nodes and the
+    fix: the job stops and no node is excluded (no other node would have it either). Another version, or a node
+    without an answer, is said; the job trains."""
     missing: dict[str, list[str]] = {}
     other: dict[tuple[str, str], list[str]] = {}
     for node in nodes:
@@ -287,7 +290,7 @@ def environment_verdict(
             continue
         for package, want in needs.items():
             have = (answer.get("versions") or {}).get(package)
-            if have is None:
+            if have is None or (answer.get("broken") or {}).get(package):
                 missing.setdefault(package, []).append(node)
             elif want and have.split("+")[0] != want:
                 other.setdefault((package, have), []).append(node)
@@ -300,6 +303,7 @@ def environment_verdict(
     where = sorted({n for ns in missing.values() for n in ns}, key=list(nodes).index)
     first = answers[where[0]]
     lacks = ", ".join(f"{p} ({_few(ns)})" if len(missing) > 1 else p for p, ns in missing.items())
+    lacks += "".join(f" ({p}: {why})" for p, why in (first.get("broken") or {}).items())
     stop = (
         f"the Python environment of {_few(where)} ({first.get('python')}, {first.get('machine')}) lacks {lacks}: "
         f"not training, and no node is excluded (the environment is at fault, not a node). Fix: {ENV_FIX}"
@@ -308,14 +312,17 @@ def environment_verdict(
 
 
 def run_dir_space_problem(
-    free_bytes: int, total_bytes: int, need_bytes: int, measured_bytes: int = 0
+    free_bytes: int, total_bytes: int, need_bytes: int, measured_bytes: int = 0, quota: Quota | None = None
 ) -> tuple[str, bool]:
-    """``(one line, stop)`` when the run folder's filesystem may not hold the job's next checkpoint. Certain --
-    the newest checkpoint already there (``measured_bytes``) is larger than the free space -- stops; the planner's
-    size (``need_bytes``) is an estimate: it only warns. A filesystem that reports no size (FUSE) is not judged."""
-    if total_bytes <= 0:
-        return "", False
+    """``(one line, stop)`` when the run folder's filesystem -- or the user's ``quota`` there, when tighter -- may not
+    hold the job's next checkpoint. Certain -- the newest checkpoint already there (``measured_bytes``) is larger
+    than the room left -- stops; the planner's size (``need_bytes``) is an estimate: it only warns. A filesystem
+    that reports no size (FUSE) and no quota is not judged."""
     free = f"{free_bytes / 1e9:.1f} GB free where the checkpoints go"
+    if quota is not None and (total_bytes <= 0 or quota.room < free_bytes):
+        free_bytes, free = quota.room, f"{quota.room / 1e9:.1f} GB left of your quota where the checkpoints go"
+    elif total_bytes <= 0:
+        return "", False
     if measured_bytes and free_bytes < measured_bytes:
         return (
             f"{free}, and this run's newest checkpoint there is {measured_bytes / 1e9:.1f} GB: the next save fails. "
@@ -642,8 +649,9 @@ def kill_wait_problem(save_seconds: float, kill_wait: float | None, grace: float
         return ""
     return (
         f"this site's {' and '.join(short)} is shorter than this model's stop-save (~{save_seconds:.0f} s): a TERM "
-        "(scancel, a preemption without PreemptParameters=send_user_signal) cannot complete its save; USR1 before "
-        "the time limit (--signal) still can. Ask the admins for a KillWait/GraceTime of at least that"
+        "(scancel, a preemption) gets KILL before its save completes. Fixes: USR1 first (the --signal lead covers "
+        "the time limit; PreemptParameters=send_user_signal a preemption), a faster writer, or a KillWait/GraceTime "
+        "of at least the save"
     )  # fmt: skip
 
 
@@ -667,3 +675,108 @@ def stop_check_every(step_seconds: float | None, lead_seconds: float, save_secon
         return 1
     margin = lead_seconds - save_seconds - 2 * step_seconds
     return max(1, min(100, int(margin / 4 / step_seconds)))
+
+
+# ---------------------------------------------------------------- the user's quota, the preemption grace, the stop
+
+
+@dataclass(frozen=True)
+class Quota:
+    """The user's quota where the run folder is: bytes used, the limit (the hard one, else the soft one), the tool."""
+
+    used: int
+    limit: int
+    tool: str
+
+    @property
+    def room(self) -> int:
+        return max(0, self.limit - self.used)
+
+    def line(self) -> str:
+        return f"{self.used / 1e9:.1f} of {self.limit / 1e9:.1f} GB of your quota used ({self.tool})"
+
+
+_KIB_POWERS = {"": 1, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}  # a bare figure counts 1 KiB blocks
+
+
+def quota_bytes(cell: str) -> int | None:
+    """A space figure of ``lfs quota -h`` / ``quota -s`` in bytes: ``792.3M``, ``0k``, ``9.537T``, ``4883M``,
+    ``30.4M*`` (over the soft quota), ``[1041408]`` (Lustre: not every target answered), a bare count of KiB."""
+    m = re.fullmatch(r"\[?([\d.]+)([kKMGTPE]?)\]?\*?", cell)
+    return int(float(m.group(1)) * 1024 ** _KIB_POWERS[m.group(2).upper()]) if m else None
+
+
+def parse_quota(text: str, tool: str) -> Quota | None:
+    """The first filesystem row of ``lfs quota -u USER -h PATH`` or ``quota -s -f MOUNT`` (both: ``Filesystem``,
+    used, soft quota, hard limit, grace, files...; a long filesystem name alone on its line, the figures on the
+    next). None: no row (``...: none``), or no limit."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.split()[:1] != ["Filesystem"] or i + 1 >= len(lines):
+            continue
+        words = lines[i + 1].split()
+        if len(words) == 1 and i + 2 < len(lines):
+            words += lines[i + 2].split()
+        used, soft, hard = (quota_bytes(w) for w in (words + ["", "", ""])[1:4])
+        limit = hard or soft
+        return Quota(used, limit, tool) if used is not None and limit else None
+    return None
+
+
+def preemption_grace(preempt_type: str, partition_grace: float | None, qos_grace: float | None) -> float | None:
+    """The ``GraceTime`` a preemption leaves between TERM and KILL: the QOS's where Slurm preempts by QOS
+    (``PreemptType=preempt/qos``), else the partition's; None where Slurm preempts nothing."""
+    if preempt_type in ("", "preempt/none"):
+        return None
+    return qos_grace if preempt_type == "preempt/qos" else partition_grace
+
+
+STEP_SECONDS = 60  # the step in flight when the signal comes (a step of up to a minute)
+REQUEUE_SECONDS = 10  # the runtime's signal handler, the ranks' agreement on the flag, scontrol requeue
+MIN_SIGNAL_SECONDS = 120  # never less than two minutes on a GPU profile (the step and the requeue dominate)
+
+
+def stop_lead_seconds(save_seconds: float) -> int:
+    """The ``--signal`` lead a stop-save of ``save_seconds`` needs: the step in flight, the save and the requeue,
+    rounded up to the minute, at least :data:`MIN_SIGNAL_SECONDS` (the planner's lead time is this)."""
+    return max(MIN_SIGNAL_SECONDS, 60 * math.ceil((STEP_SECONDS + REQUEUE_SECONDS + save_seconds) / 60))
+
+
+def own_stop_in(signal_lead: float, save_seconds: float, limit: float | None, elapsed: float) -> float | None:
+    """Seconds from now until the runtime raises the stop itself: the model picked at run time (the FSDP script's
+    ``MODEL``) saves for longer than the job's ``--signal`` lead allows (it is sized for the default model). None:
+    the signal comes early enough, the time limit is unknown, or the lead would take half of it."""
+    need = stop_lead_seconds(save_seconds) if save_seconds else 0
+    if not limit or need <= signal_lead or need * 2 > limit:
+        return None
+    return max(0.0, limit - elapsed - need)
+
+
+# ---------------------------------------------------------------- the shared run folder
+
+
+def unshared_node(nodes: Sequence[str], unseen: Mapping[str, Sequence[str]]) -> str | None:
+    """The one node without the shared run folder: at least two other nodes reported, each misses that node's
+    probe file and no other (they see each other's); its own report is on its local disk, or misses its peers'.
+    ``unseen``: each reporting node's peers whose probe it cannot see. None: everyone sees everyone, or no single
+    node fits (two nodes that miss each other: either may be the one)."""
+    suspects = {y for x in nodes if x in unseen for y in unseen[x]}
+    if len(suspects) != 1:
+        return None
+    (odd,) = suspects
+    others = [x for x in nodes if x in unseen and x != odd]
+    return odd if len(others) >= 2 and all(list(unseen[x]) == [odd] for x in others) else None
+
+
+def name_unshared(nodes: Sequence[str], reports: Mapping[str, NodeReport]) -> dict[str, NodeReport]:
+    """``reports`` with the node that lacks the shared run folder (:func:`unshared_node`) failing its own check
+    and its peers' "not shared" failures -- its fault -- taken back; unchanged when no single node is it."""
+    unseen = {x: r.unseen for x, r in reports.items() if r.unseen is not None}
+    odd = unshared_node(nodes, unseen)
+    if odd is None:
+        return dict(reports)
+    out = {x: replace(r, failures=tuple(f for f in r.failures if "is not shared" not in f)) for x, r in reports.items()}
+    why = (f"run folder not shared: none of its {len(nodes) - 1} peers see its files, they see each other's (mount "
+           "the shared filesystem there; its ranks would write their checkpoint shards to its local disk)")  # fmt: skip
+    out[odd] = replace(out.get(odd, NodeReport()), failures=(*out.get(odd, NodeReport()).failures, why))
+    return out

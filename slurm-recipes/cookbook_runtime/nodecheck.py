@@ -37,7 +37,15 @@ from pathlib import Path
 from typing import Any
 
 from . import telemetry
-from .decide import GateThresholds, GateVerdict, NodeReport, devices_selected, gate_verdict, interface_matches
+from .decide import (
+    GateThresholds,
+    GateVerdict,
+    NodeReport,
+    devices_selected,
+    gate_verdict,
+    interface_matches,
+    name_unshared,
+)
 from .gpus import known_peak
 from .telemetry import node_name
 
@@ -206,6 +214,8 @@ def collective(args: argparse.Namespace, failures: list[str], measures: dict[str
     nodes = {r["node"] for r in everyone}
     out = Path(args.out)
     unseen = sorted(n for n in nodes if not (out / f"{n}.probe").exists())
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        measures["unseen"] = unseen[:4]  # the verdict names a node that none of its peers see (decide.unshared_node)
     if unseen and int(os.environ.get("LOCAL_RANK", "0")) == 0:
         failures.append(f"run folder {args.run_dir} is not shared: files of {', '.join(unseen)} not visible here")
     if any(r["failures"] for r in everyone) or dist.get_world_size() < 2:
@@ -305,6 +315,7 @@ def read_reports(out: Path, nodes: Sequence[str], procs: int) -> dict[str, NodeR
             busbw_gbps=min(busbw) if busbw else None,
             collective_error=collective_errors[0] if collective_errors else None,
             seconds=max((r.get("seconds", 0.0) for r in found), default=None),
+            unseen=next((tuple(r["measures"]["unseen"]) for r in found if "unseen" in r.get("measures", {})), None),
         )
     return reports
 
@@ -324,7 +335,7 @@ def judge(
 ) -> GateVerdict:
     """Read every node's reports, say one line per node, and return the verdict
     (:func:`cookbook_runtime.decide.gate_verdict`); matmuls are compared between peers on GPUs only."""
-    reports = read_reports(out, nodes, procs)
+    reports = name_unshared(nodes, read_reports(out, nodes, procs))
     if not (gpus > 0 and any(r.matmul_tflops is not None for r in reports.values())):
         limits = replace(limits, matmul_peer_ratio=0.0)
     verdict = gate_verdict(nodes, reports, limits)

@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--lead-seconds", type=float, default=0.0, help="the --signal lead time: how often the ranks agree on a stop")
     a("--lead-from-signal", action="store_true", help="the lead time is the job's own #SBATCH --signal's")
     a("--save-seconds", type=float, default=0.0, help="the model's stop-save time (hang floor, KillWait check)")
+    a("--lead-for-save", action="store_true", help="MODEL picked at run time: a too short --signal, our own stop")
     a("--spare-nodes", type=int, default=0, help="K of the allocation's nodes stand by; a node at fault is swapped")
     a("--max-retries", type=int, default=2, help="recoveries per --retry-window (COOKBOOK_MAX_RETRIES overrides)")
     a("--retry-window", type=float, default=3600.0, help="seconds over which --max-retries recoveries are counted")
@@ -120,6 +121,7 @@ class Job:
         self.started = time.time()
         self.launches = 0  # launches of the ranks in this run (a recovery launches again)
         self.signal: str | None = None
+        self.timer: threading.Timer | None = None  # the runtime's own stop (:func:`lead_time`)
 
     # ------------------------------------------------------------ the records
     def record(self, end: float | None = None, how: str = "") -> None:
@@ -346,9 +348,12 @@ def run_dir_space(job: Job) -> int | None:
         return None
     if os.environ.get("COOKBOOK_CHECKPOINT_GB", "").strip() in ("0", "0.0"):
         return None
+    quota = user_quota(job.run_dir)
+    if quota is not None:
+        say(f"cookbook: RUN_DIR {job.run_dir}: {quota.line()}")
     checkpoints = Path(job.args.checkpoint_dir) if job.args.checkpoint_dir else None
     measured = resume.newest_checkpoint_bytes(job.args.resume, job.run_dir, checkpoints)
-    problem, stop = decide.run_dir_space_problem(usage.free, usage.total, int(need * 1e9), measured)
+    problem, stop = decide.run_dir_space_problem(usage.free, usage.total, int(need * 1e9), measured, quota)
     if not problem:
         return None
     say(f"cookbook: RUN_DIR {job.run_dir}: {problem}" + ("; not training" if stop else ""))
@@ -358,16 +363,46 @@ def run_dir_space(job: Job) -> int | None:
     return None
 
 
+def user_quota(path: Path) -> decide.Quota | None:
+    """The user's quota where ``path`` is, where the site has ``lfs quota`` (Lustre) or ``quota`` (Linux quota
+    tools, ``-f`` the mount point); None: no tool, no quota, or no answer in 10 s."""
+    mount = path.resolve()
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    user = os.environ.get("USER") or str(os.getuid())
+    for tool in (["lfs", "quota", "-u", user, "-h", str(path)], ["quota", "-s", "-f", str(mount)]):
+        if shutil.which(tool[0]):
+            try:
+                done = subprocess.run(tool, capture_output=True, text=True, timeout=10, check=False)
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            if quota := decide.parse_quota(done.stdout, " ".join(tool[:2])) if done.returncode == 0 else None:
+                return quota
+    return None
+
+
 def lead_time(job: Job, refuse: bool = True) -> int | None:
     """The ``--signal`` lead, written once (``--lead-from-signal``: the script's own ``#SBATCH --signal``); one over
     half the time limit requeues for ever: one line, and the job ends."""
     args = job.args
     if args.lead_from_signal and not args.lead_seconds:
         args.lead_seconds = decide.signal_lead(slurm.batch_script(job.self_id)) or 0.0
-    if not (args.requeue and args.lead_seconds and refuse):  # a rehearsal runs the script under a short --time
+    if not (args.requeue and (args.lead_seconds or args.save_seconds) and refuse):  # a rehearsal: a short --time
         return None
-    limit = decide.time_limit_seconds(slurm.job_record(job.self_id).get("TimeLimit", ""))
+    record = slurm.job_record(job.self_id)
+    limit = decide.time_limit_seconds(record.get("TimeLimit", ""))
     problem = decide.lead_problem(args.lead_seconds, limit)
+    elapsed = decide.time_limit_seconds(record.get("RunTime", "")) or 0.0
+    stop_in = decide.own_stop_in(args.lead_seconds, args.save_seconds, limit, elapsed) if args.lead_for_save else None
+    if stop_in is not None and not problem:  # the model picked at run time saves for longer than the lead allows
+        lead, args.lead_seconds = args.lead_seconds, float(decide.stop_lead_seconds(args.save_seconds))
+        say(
+            f"cookbook: this model's stop-save (~{args.save_seconds:.0f} s) needs a {args.lead_seconds:.0f} s lead, "
+            f"the job's --signal gives {lead:.0f} s: the runtime raises the stop itself in {stop_in:.0f} s"
+        )
+        job.timer = threading.Timer(stop_in, os.kill, (os.getpid(), signal.SIGUSR1))
+        job.timer.daemon = True
+        job.timer.start()
     if not problem:
         return None
     say(f"cookbook: {problem}")
@@ -726,10 +761,9 @@ def main(argv: list[str] | None = None) -> int:
     say_start(job, address, port)
     nproc = args.nproc_per_node or int(os.environ.get("SLURM_GPUS_ON_NODE", "0") or 0) or 1
     if args.requeue and args.save_seconds:
-        partition = os.environ.get("SLURM_JOB_PARTITION", "")
-        problem = decide.kill_wait_problem(
-            args.save_seconds, slurm.config_seconds("KillWait"), slurm.partition_grace(partition)
-        )
+        env = os.environ
+        grace = slurm.preemption_grace(env.get("SLURM_JOB_PARTITION", ""), env.get("SLURM_JOB_QOS", ""))
+        problem = decide.kill_wait_problem(args.save_seconds, slurm.config_seconds("KillWait"), grace)
         if problem:
             say(f"cookbook: {problem}")
     if (status := lead_time(job, refuse=not rehearsal)) is not None:
@@ -751,6 +785,8 @@ def main(argv: list[str] | None = None) -> int:
     status, ended = train(job, address, port, nproc)
     if ended:
         return status
+    if job.timer is not None:
+        job.timer.cancel()
     for sig in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)  # from here on Slurm's signals are its own (a requeue ends this step)
     saved = saved_file.exists()
@@ -763,8 +799,7 @@ def main(argv: list[str] | None = None) -> int:
         say("cookbook: " + what.say.format(job=job.id, status=status, saved=detail))
     if what.action == "requeue" and args.requeue:
         ok, said = slurm.requeue(job.self_id)
-        if not ok:
-            say(f"cookbook: scontrol requeue {job.self_id} refused: {said}")
+        say(f"cookbook: scontrol requeue {job.self_id} " + ("accepted" if ok else f"refused: {said}"))
     elif status == 0 and once and not saved and job.signal != "TERM":  # trained to its end
         complete.write_text(f"job {job.id} finished it at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
     return status

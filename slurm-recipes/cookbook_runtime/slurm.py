@@ -10,15 +10,25 @@ import subprocess
 import time
 from collections.abc import Sequence
 
-from .decide import NodeState, parse_job_record
+from .decide import NodeState, parse_job_record, time_limit_seconds
+from .decide import preemption_grace as preemption_grace_of
+
+_SAID: set[str] = set()  # the failures already logged (a NodeWatch asks every 10 s)
 
 
 def _run(args: Sequence[str], timeout: float = 30) -> str:
+    """The command's output, or "" when it failed: then one log line, once per command and answer, saying so (the
+    caller acts on the empty answer: see :mod:`.decide`)."""
     try:
         done = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return done.stdout if done.returncode == 0 else ""
+        said = (done.stderr.strip() or "-").splitlines()[0]
+        failed = "" if done.returncode == 0 else f"exit {done.returncode}: {said}"
+    except (OSError, subprocess.TimeoutExpired) as e:
+        done, failed = None, f"{type(e).__name__}: {e}"
+    if failed and (line := f"cookbook: `{' '.join(args[:4])}` did not answer ({failed})") not in _SAID:
+        _SAID.add(line)
+        print(line, flush=True)
+    return done.stdout if done is not None and not failed else ""
 
 
 def hostnames(nodelist: str) -> list[str]:
@@ -75,12 +85,23 @@ def config_seconds(name: str) -> float | None:
 
 
 def partition_grace(partition: str) -> float | None:
-    """The partition's preemption ``GraceTime`` in seconds; None where Slurm preempts nothing
-    (``PreemptType=preempt/none``) or does not say."""
-    if not partition or config_value("PreemptType") in ("", "preempt/none"):
-        return None
-    m = re.search(r"GraceTime=(\d+)", _run(["scontrol", "-o", "show", "partition", partition]))
+    """The partition's preemption ``GraceTime`` in seconds; None where Slurm does not say."""
+    m = re.search(r"GraceTime=(\d+)", _run(["scontrol", "-o", "show", "partition", partition]) if partition else "")
     return float(m.group(1)) if m else None
+
+
+def qos_grace(qos: str) -> float | None:
+    """The QOS's preemption ``GraceTime`` in seconds (``sacctmgr``: ``00:05:00``); None where Slurm does not say."""
+    text = _run(["sacctmgr", "-n", "-P", "show", "qos", qos, "format=GraceTime"]) if qos else ""
+    return time_limit_seconds(text.strip().splitlines()[0]) if text.strip() else None
+
+
+def preemption_grace(partition: str, qos: str) -> float | None:
+    """The grace a preemption of this job gets: the QOS's or the partition's, as ``PreemptType`` says."""
+    kind = config_value("PreemptType")
+    if kind in ("", "preempt/none"):
+        return None
+    return preemption_grace_of(kind, partition_grace(partition), qos_grace(qos) if kind == "preempt/qos" else None)
 
 
 def scontrol(*args: str, timeout: float = 30) -> tuple[bool, str]:

@@ -13,9 +13,12 @@ for a week is ~47 MB; past :data:`MAX_BYTES`, and each time the file doubles aga
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import os
+import re
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -154,17 +157,71 @@ def run(out: Path, interval: float, stop: threading.Event, nvml: Nvml | None = N
                 return
 
 
-def gpu_faults(nvml: Nvml | None = None) -> list[str]:
-    """The gate's GPU health, one failure per fault (a node fault when its peers show none): an XID NVML reports,
-    uncorrected ECC errors, clocks held by a hardware, thermal or power-brake slowdown (power capping and idle
-    clocks are no fault). XIDs from before the check are in the kernel log only (``dmesg``), not read here."""
-    nvml, out = nvml or open_nvml()[0], []
-    for r in nvml.rows(time.time()) if nvml else []:
+# XIDs that mean the GPU or its link needs a reset, a reboot or service (NVIDIA's "XID Errors" catalogue,
+# docs.nvidia.com/deploy/xid-errors): a double-bit ECC error (48), the micro-controller halted (62), a page retirement
+# or row remap that failed (64), NVLink (74), fallen off the bus (79), too many single-bit errors (92), an
+# uncontained ECC error (95), GSP timeouts and errors (119, 120), an unrecovered ECC error (140). Application faults
+# (13, 31, 43, 45: a bad kernel, a killed process) are no node fault.
+HARDWARE_XIDS = frozenset({48, 62, 64, 74, 79, 92, 95, 119, 120, 140})
+XID_WINDOW_S = 24 * 3600.0  # a kernel-log XID older than this is history (the GPU has likely been reset since)
+_STAMP = r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)[,.]?\d*([+-]\d\d:?\d\d)?\s"  # dmesg's and the journal's ISO times
+_XID = re.compile(_STAMP + r".*NVRM: Xid \((PCI:[^)]*)\): (\d+)", re.M)
+
+
+def kernel_xids(log: str, now: float, window_s: float = XID_WINDOW_S) -> list[str]:
+    """The hardware XIDs (:data:`HARDWARE_XIDS`) of the last ``window_s`` seconds in a kernel log with ISO times
+    (``dmesg --time-format=iso``, ``journalctl -k -o short-iso``): one line each, ``XID 79 on PCI:0000:3b:00 at
+    2026-11-28T10:15:32+00:00``."""
+    out: dict[tuple[str, str], str] = {}  # the latest of each XID on each GPU
+    for stamp, zone, pci, xid in _XID.findall(log):
+        sign, digits = (zone[:1], zone[1:].replace(":", "")) if zone else ("+", "0000")
+        offset = (int(digits[:2]) * 3600 + int(digits[2:]) * 60) * (-1 if sign == "-" else 1)
+        when = calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S")) - offset
+        if int(xid) in HARDWARE_XIDS and 0 <= now - when <= window_s:
+            out[(xid, pci)] = f"XID {xid} on {pci} at {stamp}{zone}"
+    return list(out.values())
+
+
+def kernel_log() -> str:
+    """The kernel log with ISO times: ``dmesg`` (often refused to users: ``kernel.dmesg_restrict``), else the
+    journal's; "" when neither is readable (not judged)."""
+    for command in (["dmesg", "--time-format=iso"], ["journalctl", "-k", "-o", "short-iso", "--since=-1d", "-q"]):
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            done = subprocess.run(command, capture_output=True, text=True, timeout=10, check=False)
+            if done.returncode == 0 and done.stdout:
+                return done.stdout
+    return ""
+
+
+def memory_faults(index: int, pending_retired: int | None, remapped: Any) -> list[str]:
+    """NVML's persistent memory state of GPU ``index``: pages retired but pending a reset (before Ampere), a row
+    remap pending a reset or one that failed (Ampere on: ``(corrected, uncorrected, pending, failed)``)."""
+    out = [f"GPU {index} has retired pages pending a GPU reset (NVML)"] if pending_retired else []
+    if remapped is not None and len(remapped) >= 4 and remapped[3]:
+        out.append(f"GPU {index}: a row remap failed (NVML): the GPU needs service")
+    elif remapped is not None and len(remapped) >= 4 and remapped[2]:
+        out.append(f"GPU {index} has a row remap pending a GPU reset (NVML)")
+    return out
+
+
+def gpu_faults(nvml: Nvml | None = None, log: str | None = None) -> list[str]:
+    """The gate's GPU health, one failure per fault (a node fault when its peers show none): an XID NVML reports
+    now or the kernel log shows from the last day (:func:`kernel_xids`), NVML's pending page retirements and row
+    remaps, uncorrected ECC errors, clocks held by a hardware, thermal or power-brake slowdown (power capping and
+    idle clocks are no fault)."""
+    nvml, out = nvml or open_nvml()[0], list[str]()
+    if nvml is None:
+        return out
+    for r in nvml.rows(time.time()):
         i, held = r["device"], fault_names(r["throttle"])
         out += [f"GPU {i} has uncorrected ECC errors: {r['ecc_uncorrected']}"] if r["ecc_uncorrected"] else []
         out += [f"GPU {i} reported an XID: {r['xid']} (`dmesg | grep -i xid` on the node)"] if r["xid"] else []
         out += [f"GPU {i} clocks held by a slowdown: {'+'.join(held)}"] if held else []
-    return out
+        h = nvml.handles[i]
+        out += memory_faults(i, nvml._get("nvmlDeviceGetRetiredPagesPendingStatus", h),
+                             nvml._get("nvmlDeviceGetRemappedRows", h))  # fmt: skip
+    xids = kernel_xids(kernel_log() if log is None else log, time.time())  # before this check
+    return out + [f"{x} in the kernel log" for x in xids]
 
 
 def start_from_env() -> threading.Event | None:

@@ -24,7 +24,7 @@ def launch_words(text: str) -> list[str]:
     exec_at = text.index(EXEC)
     line = text[exec_at:].replace(EXEC, "printf '%s\\0'", 1)
     env = {"PATH": "/usr/bin:/bin", "SLURM_SUBMIT_DIR": "/submit", "SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "2"}
-    head = "".join(ln + "\n" for ln in text[:exec_at].splitlines() if ln.startswith(("RECIPE_DIR=", "RUN_DIR=")))
+    head = text[text.index("# --- where things are") : text.index("export PYTHONPATH=")]  # the FSDP MODEL's sizes too
     out = subprocess.run(["bash", "-c", head + line], env=env, capture_output=True, text=True, check=True).stdout
     return out.split("\0")[:-1]
 
@@ -56,13 +56,15 @@ def test_the_launch_line_states_the_profiles_gate_thresholds(name: str):
 
 
 def test_the_scripts_are_short_and_slurm_recipes_small():
-    """Issue #29: the nebius LoRA script at most 60 lines, slurm-recipes/ at most 8,600 (8,000 until issue #40's
+    """Issue #29: the nebius LoRA script at most 60 lines, slurm-recipes/ at most 8,900 (8,000 until issue #40's
     recovery inside the allocation added ~330 runtime lines: spares, the node watch, the requeue of the same job;
     then #41's ~180: the space check's certainty, the lead read from #SBATCH --signal, the gate's restart
-    shortcut; the scripts did not grow), no file twice."""
+    shortcut; the scripts did not grow; then #41's ~280 more: the quota, the model's own stop, the kernel log's
+    XIDs, the unshared node, torch's extension, Slurm's failures said, and a line per script: $VENV's python3),
+    no file twice."""
     assert len(SCRIPTS["torchtune/llama3_3_70b_lora.nebius.sbatch"].splitlines()) <= 60
     files = [p for p in ROOT.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
-    assert sum(len(p.read_text().splitlines()) for p in files) <= 8600
+    assert sum(len(p.read_text().splitlines()) for p in files) <= 8900
     digests = [hashlib.sha256(p.read_bytes()).hexdigest() for p in files]
     assert len(set(digests)) == len(digests)
 
