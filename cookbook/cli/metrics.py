@@ -232,7 +232,10 @@ def _watch(args: argparse.Namespace) -> int:
             print(f"stopped watching; job {args.job_id} is {info.state}")
             return 0
         time.sleep(args.interval)
-        info = client.state(args.job_id)
+        try:
+            info = client.state(args.job_id)
+        except SlurmError as e:  # the controller went away while watching
+            raise UserError(e.line) from e
         if info.state != state:
             print(f"job {args.job_id}: {state} -> {info.state}", flush=True)
             state = info.state

@@ -56,3 +56,28 @@ def test_a_controller_that_does_not_answer_is_said_even_when_a_record_knows_the_
     (line,) = captured.err.strip().splitlines()
     assert line.startswith("error: Slurm unreachable: squeue got no answer from the controller ") and down in line
     assert captured.out == ""
+
+
+@pytest.mark.parametrize("verb", [["watch", "5", "--interval", "0.1"], ["logs", "5", "-f", "--interval", "0.1"]])
+def test_a_controller_lost_while_following_a_job_is_one_line(tmp_path, monkeypatch, capsys, verb):
+    """`watch` and `logs -f` poll Slurm: the controller going away mid-way ends them with the one line, not a
+    traceback. (Slurm's commands as scripts: squeue answers RUNNING twice, then cannot reach the controller.)"""
+    folder, log = tmp_path / "bin", tmp_path / "job-5.out"
+    folder.mkdir()
+    log.write_text("step 1 loss 2.0\n")
+    down = "squeue: error: Unable to contact slurm controller (connect failure)"
+    count = tmp_path / "count"
+    (folder / "squeue").write_text(
+        f"#!/bin/sh\necho x >> {count}\n"
+        f"if [ $(wc -l < {count}) -le 2 ]; then echo 'RUNNING|n1'; exit 0; fi\necho '{down}' >&2\nexit 1\n"
+    )
+    (folder / "scontrol").write_text(
+        f"#!/bin/sh\necho 'JobId=5 JobName=j UserId=root(0) JobState=RUNNING Command=/x StdOut={log} RunTime=1'\n"
+    )
+    (folder / "sacct").write_text("#!/bin/sh\nexit 1\n")
+    for exe in folder.iterdir():
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+    assert main(verb) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: Slurm unreachable: squeue got no answer from the controller ") and down in line
