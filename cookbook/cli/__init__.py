@@ -9,14 +9,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import pkgutil
 import sys
 import typing
-
-# Import-time warnings about GPU kernels the login node never runs (torchao's C++ extensions built for
-# another torch, triton absent): noise on every `cookbook render` of a torchtune/torchtitan recipe.
-QUIET_LOGGERS = ("torchao", "torch._library.triton")
 
 
 class UserError(Exception):
@@ -42,8 +37,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
     argv = list(sys.argv[1:] if argv is None else argv)
     passthrough = None  # after `--`: the program's own arguments (`cookbook render script train.py -- ARGS`)
     if "--" in argv:
