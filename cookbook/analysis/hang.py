@@ -63,7 +63,8 @@ def hang_report(target: str | os.PathLike[str]) -> list[str]:
     if not folders:
         return []
     folder = folders[-1]
-    found, data = culprit(folder), load(folder)
+    found = culprit(folder)
+    data = load(folder, found["ranks"])  # the stacks of the ranks at fault only
     lines = [describe(found)]
     if found["reason"]:
         lines.append(f"  detected: {found['reason']}")

@@ -18,6 +18,8 @@ Everything the job keeps lives in ``RUN_DIR/.cookbook/``:
 ``telemetry/<job>-<restart>/``      each node's GPU and NIC samples, ``<node>.csv`` (:mod:`~cookbook_runtime.telemetry`)
 ``complete``                        the run finished its training: a new submission does nothing
 ==================================  ==========================================================
+
+Each node's ranks' output: ``RUN_DIR/torchrun-logs/<job>-<restart>/<node>.log`` (:mod:`~cookbook_runtime.launch`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ COMPLETE = "complete"
 PREFLIGHT = "preflight-"  # + <job>.<restart>
 HANG = "hang"
 TELEMETRY = "telemetry"
+RANK_LOGS = "torchrun-logs"  # under RUN_DIR: each node's ranks' output
+RANK_LOGS_ENV = "COOKBOOK_RANK_LOGS_DIR"
 STOP_FILE_ENV = "COOKBOOK_STOP_FILE"  # the ranks find the stop flag here
 HANG_DIR_ENV = "COOKBOOK_HANG_DIR"
 TELEMETRY_DIR_ENV, TELEMETRY_S_ENV = "COOKBOOK_TELEMETRY_DIR", "COOKBOOK_TELEMETRY_S"  # the sampler's folder, interval
@@ -75,6 +79,10 @@ def hang_dir(run_dir: str | os.PathLike[str], job: str, restart: int) -> Path:
 
 def telemetry_dir(run_dir: str | os.PathLike[str], job: str, restart: int) -> Path:
     return state_dir(run_dir) / TELEMETRY / f"{job}-{restart}"
+
+
+def rank_logs_dir(run_dir: str | os.PathLike[str], job: str, restart: int) -> Path:
+    return Path(run_dir) / RANK_LOGS / f"{job}-{restart}"
 
 
 # ---------------------------------------------------------------- log lines read by other processes

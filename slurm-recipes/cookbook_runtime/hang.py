@@ -7,13 +7,15 @@ The watch (a daemon thread per rank, on when the job script exports ``COOKBOOK_H
 step ended for ``COOKBOOK_HANG_K`` (default 10) x the median step time, and at least ``COOKBOOK_HANG_MIN_S``
 seconds (default 600: a long checkpoint save is no hang; the watch pauses while a rank writes its stop-save,
 :func:`pause`); an uncaught collective timeout (gloo's "Timed out waiting") counts too. The first rank that
-sees one writes ``HANG`` in that folder; every rank then writes there:
+sees one writes ``HANG`` in that folder. Until then a rank writes nothing there, and the shared folder is asked
+about ``HANG`` once a node per poll: local rank 0 looks and mirrors it into a node-local file the node's other
+ranks poll. On a hang every rank writes there:
 
-- ``stack_rank_R.txt``: every thread's Python stack (faulthandler, registered on SIGUSR2 in each rank, so
-  ``kill -USR2 PID`` dumps a rank by hand too; ``py-spy dump``'s native view appended when py-spy is installed),
+- ``stack_rank_R.txt``: every thread's Python stack (faulthandler; ``py-spy dump``'s native view appended when
+  py-spy is installed; ``kill -USR2 PID`` dumps a rank's stack to its stderr by hand),
 - ``nccl_trace_rank_R``: PyTorch's flight recorder (the last collectives with their sequence numbers; on NCCL
   torch also writes it itself on a timeout: ``TORCH_NCCL_DUMP_ON_TIMEOUT=1``, ``TORCH_FR_DUMP_TEMP_FILE``),
-- ``rank_R.json``: host, pid, last step.
+- ``rank_R.json``: host, pid, last step, the recorder's ``pg_status`` (what the verdict reads of every rank).
 
 Then the rank that wrote ``HANG`` ends itself, which ends the job (torchrun and ``srun --kill-on-bad-exit``)
 instead of burning its time limit; the batch step asks :func:`culprit` which rank and host never entered the
@@ -24,7 +26,9 @@ environment variables (``*TOKEN*``, ``*KEY*``, ``*PASSWORD*``, ``*SECRET*``) are
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
+import hashlib
 import json
 import os
 import pickle
@@ -35,6 +39,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -93,6 +98,7 @@ class HangWatch:
         folder = folder or os.environ.get(HANG_DIR_ENV)
         self.folder = Path(folder) if folder else None
         self.rank = int(os.environ.get("RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
         self.k = _env_float("COOKBOOK_HANG_K", 10.0)
@@ -105,13 +111,16 @@ class HangWatch:
         self.dumped = False
         self.paused = False  # a checkpoint is being written: no step for a while is no hang
         self._stop = threading.Event()
-        self._stack_file = None
         if self.folder is None:
             return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self._stack_file = open(self.folder / f"stack_rank_{self.rank}.txt", "a")  # noqa: SIM115 (faulthandler's fd)
+        digest = hashlib.sha256(os.path.abspath(self.folder).encode()).hexdigest()[:16]
+        self.mark = Path(tempfile.gettempdir()) / f"cookbook-hang-{digest}"  # node-local: HANG seen on this node
+        self.started = time.time() - 1  # the mark's mtime may be rounded down to the second
         if threading.current_thread() is threading.main_thread():
-            faulthandler.register(signal.SIGUSR2, file=self._stack_file, all_threads=True, chain=False)
+            try:
+                faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True, chain=False)
+            except (OSError, ValueError, AttributeError):  # a stderr without a file descriptor: no dump by hand
+                pass
         previous = sys.excepthook
 
         def on_exception(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
@@ -146,11 +155,13 @@ class HangWatch:
         if self.folder is None:
             return False
         try:
+            self.folder.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.folder / TRIGGER, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
         with os.fdopen(fd, "w") as f:
             json.dump(mask({"rank": self.rank, "host": self.host, "reason": reason, "time": time.time()}), f)
+        self._seen()
         print(
             f"cookbook: hang on rank {self.rank} ({self.host}): {mask(reason)}; dumping every rank's stack and "
             f"flight recorder to {self.folder}",
@@ -158,18 +169,33 @@ class HangWatch:
         )
         return True
 
+    def hung(self) -> bool:
+        """A rank declared a hang: the shared ``HANG`` is looked at by local rank 0 only (one look a node per poll),
+        which mirrors it into the node-local mark the node's other ranks look at (a mark older than this watch is
+        an earlier run's)."""
+        with contextlib.suppress(OSError):
+            if self.mark.stat().st_mtime >= self.started:
+                return True
+        if self.local_rank == 0 and self.folder is not None and (self.folder / TRIGGER).exists():
+            self._seen()
+            return True
+        return False
+
+    def _seen(self) -> None:
+        with contextlib.suppress(OSError):  # no node-local folder: this rank still dumps
+            self.mark.touch()
+
     def dump(self) -> None:
         """This rank's stack, flight recorder and step into the folder (once)."""
         if self.folder is None or self.dumped:
             return
         self.dumped = True
         secrets = secret_values()
-        stack_path = self.folder / f"stack_rank_{self.rank}.txt"
-        if self._stack_file is not None:
-            self._stack_file.write(f"rank {self.rank} on {self.host}, pid {os.getpid()}, after step {self.last_step}\n")
-            self._stack_file.flush()
-            faulthandler.dump_traceback(file=self._stack_file, all_threads=True)
-            self._stack_file.flush()
+        stack_path = self.folder / f"stack_rank_{self.rank}.txt"  # written on a hang only
+        with open(stack_path, "w") as f:
+            f.write(f"rank {self.rank} on {self.host}, pid {os.getpid()}, after step {self.last_step}\n")
+            f.flush()
+            faulthandler.dump_traceback(file=f, all_threads=True)
         spy = shutil.which("py-spy")
         if spy:
             try:
@@ -187,8 +213,9 @@ class HangWatch:
             _write(self.folder / f"{TRACE_PREFIX}{self.rank}", pickle.dumps(mask(trace, secrets)))
         meta = {"rank": self.rank, "world_size": self.world, "host": self.host, "pid": os.getpid(),
                 "step": self.last_step, "seconds_since_step": round(time.monotonic() - self.last_time, 1),
-                "flight_recorder": trace is not None, "time": time.time()}  # fmt: skip
-        _write(self.folder / f"rank_{self.rank}.json", json.dumps(meta).encode())
+                "flight_recorder": trace is not None, "time": time.time(),
+                "pg_status": (trace or {}).get("pg_status")}  # fmt: skip
+        _write(self.folder / f"rank_{self.rank}.json", json.dumps(meta, default=str).encode())
 
     def _await_dumps(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -204,7 +231,7 @@ class HangWatch:
                 return
             if self.paused:
                 continue
-            if not (self.folder / TRIGGER).exists():
+            if not self.hung():
                 limit, idle = self.limit(), time.monotonic() - self.last_time
                 if limit is None or idle <= limit:
                     continue
@@ -281,11 +308,11 @@ def pause() -> None:
 # ------------------------------------------------------------------------------------------ the analysis
 
 
-def load(folder: str | os.PathLike[str]) -> dict[str, Any]:
-    """Everything the ranks left in ``folder``: ``trigger`` (dict or None), ``ranks`` ({rank: rank_R.json}),
-    ``traces`` ({rank: flight recorder dump}), ``stacks`` ({rank: text})."""
+def load(folder: str | os.PathLike[str], ranks: list[int] | None = None) -> dict[str, Any]:
+    """What the ranks left in ``folder``: ``trigger`` (dict or None), ``ranks`` ({rank: rank_R.json}) and
+    ``stacks`` ({rank: text}) of ``ranks`` only (None: every rank's)."""
     path = Path(folder)
-    out: dict[str, Any] = {"trigger": None, "ranks": {}, "traces": {}, "stacks": {}}
+    out: dict[str, Any] = {"trigger": None, "ranks": {}, "stacks": {}}
     if (path / TRIGGER).is_file():
         try:
             out["trigger"] = json.loads((path / TRIGGER).read_text())
@@ -297,15 +324,28 @@ def load(folder: str | os.PathLike[str]) -> dict[str, Any]:
             out["ranks"][int(meta["rank"])] = meta
         except (ValueError, KeyError):
             continue
-    for f in path.glob(f"{TRACE_PREFIX}*"):
-        if f.name[len(TRACE_PREFIX) :].isdigit():
-            try:
-                out["traces"][int(f.name[len(TRACE_PREFIX) :])] = pickle.loads(f.read_bytes())
-            except Exception:  # noqa: BLE001 (a truncated dump: the others still tell)
-                continue
-    for f in path.glob("stack_rank_*.txt"):
-        if f.stem[len("stack_rank_") :].isdigit():
-            out["stacks"][int(f.stem[len("stack_rank_") :])] = f.read_text(errors="replace")
+    for rank in sorted(out["ranks"]) if ranks is None else ranks:
+        with contextlib.suppress(OSError):
+            out["stacks"][rank] = (path / f"stack_rank_{rank}.txt").read_text(errors="replace")
+    return out
+
+
+def _trace(folder: Path, rank: int) -> dict[str, Any]:
+    """One rank's flight recorder dump ({} when it has none, or a truncated one)."""
+    try:
+        return dict(pickle.loads((folder / f"{TRACE_PREFIX}{rank}").read_bytes()))
+    except Exception:  # noqa: BLE001 (a truncated dump: the others still tell)
+        return {}
+
+
+def _statuses(folder: Path, metas: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Every dumped rank's ``pg_status``: from its ``rank_R.json``, else (torch's own dump on an NCCL timeout)
+    from its recorder dump, the only whole dumps read."""
+    out = {r: m["pg_status"] for r, m in metas.items() if m.get("pg_status")}
+    for f in folder.glob(f"{TRACE_PREFIX}*"):
+        rank = f.name[len(TRACE_PREFIX) :]
+        if rank.isdigit() and int(rank) not in out and (status := _trace(folder, int(rank)).get("pg_status")):
+            out[int(rank)] = status
     return out
 
 
@@ -315,16 +355,17 @@ def culprit(folder: str | os.PathLike[str]) -> dict[str, Any]:
 
     From the flight recorders (as torch's fr_trace does): per process group, the first collective sequence number
     that not every member entered; the members whose last entered collective is below it never entered it (a member
-    with no dump is named too), the others wait in it. Without recorder dumps: the ranks behind the others' step."""
-    data = load(folder)
+    with no dump is named too), the others wait in it. Every rank's ``pg_status`` is read first; the entries only of
+    one waiting rank (the collective's name). Without recorder dumps: the ranks behind the others' step."""
+    path = Path(folder)
+    data = load(path, [])
+    status = _statuses(path, data["ranks"])
     hosts = {r: m.get("host", "?") for r, m in data["ranks"].items()}
-    world = max([m.get("world_size", 0) for m in data["ranks"].values()] + [len(data["traces"])])
+    world = max([m.get("world_size", 0) for m in data["ranks"].values()] + [len(status)])
     result: dict[str, Any] = {"ranks": [], "hosts": [], "seq": None, "op": None, "pg": None, "waiting": [],
                               "how": "", "reason": (data["trigger"] or {}).get("reason")}  # fmt: skip
-    traces = data["traces"]
-    for pg in sorted({pg for t in traces.values() for pg in t.get("pg_status", {})}):
-        entered = {r: t["pg_status"][pg]["last_enqueued_collective"] for r, t in traces.items()
-                   if pg in t.get("pg_status", {})}  # fmt: skip
+    for pg in sorted({pg for s in status.values() for pg in s}):
+        entered = {r: s[pg]["last_enqueued_collective"] for r, s in status.items() if pg in s}
         seq = min(entered.values()) + 1  # the first collective of this group that not every member entered
         behind = sorted(r for r in entered if entered[r] < seq)
         waiting = sorted(r for r, n in entered.items() if n >= seq)
@@ -335,7 +376,7 @@ def culprit(folder: str | os.PathLike[str]) -> dict[str, Any]:
         if not behind or not waiting:
             continue
         op = next(
-            (e.get("profiling_name") for e in traces[waiting[0]].get("entries", [])
+            (e.get("profiling_name") for e in _trace(path, waiting[0]).get("entries", [])
              if str(e.get("pg_id")) == pg and e.get("collective_seq_id") == seq and not e.get("is_p2p")),
             None,
         )  # fmt: skip

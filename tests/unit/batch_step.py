@@ -12,8 +12,11 @@
   report: the gate logs that and the job trains) and the ranks, as ``FAKE_SRUN`` says: ``ok``, ``exit:N``,
   ``save`` (rank 0's stop-save), ``signal:USR1``/``signal:TERM`` (Slurm signals the batch step; the ranks see
   the stop flag and save), ``hang`` (rank 1 on n2 stalls: the hang watch's trigger and dumps), ``crash:NODE``
-  (NODE's ranks die of SIGKILL at the first launch, as its launcher records it; later launches train);
-  ``FAKE_GATE=ok``: every node's gate check reports a pass.
+  (NODE's ranks die of SIGKILL at the first launch, as its launcher records it; later launches train),
+  ``nodes`` (the launch line run here for real, once per node side by side, ``SLURMD_NODENAME`` the node's name:
+  the real launcher, torchrun and ranks; ``FAKE_NODE_PREFIX``: tab-separated words before each node's command, a
+  timer); ``FAKE_GATE=ok``: every node's gate check reports a pass, ``real``: the
+  real gate, run as ``nodes`` runs the launch.
 """
 
 from __future__ import annotations
@@ -89,8 +92,25 @@ if "cookbook_runtime.nodecheck" in args:  # the gate: no report (FAKE_GATE=ok: e
         for node in (listed[0] if listed else os.environ["SLURM_JOB_NODELIST"]).split(","):
             report = {{"node": node, "local_rank": 0, "failures": [], "measures": {{}}, "seconds": 1.0}}
             (out / f"{{node}}.0.json").write_text(json.dumps(report))
-    sys.exit(0)
+    if os.environ.get("FAKE_GATE") != "real":
+        sys.exit(0)
 action, stop = os.environ.get("FAKE_SRUN", "ok"), os.environ["COOKBOOK_STOP_FILE"]
+if action == "nodes" or "cookbook_runtime.nodecheck" in args:  # each node's command for real, side by side
+    import subprocess
+    listed = [a.split("=", 1)[1] for a in args if a.startswith("--nodelist=")]
+    nodes = (listed[0] if listed else os.environ["SLURM_JOB_NODELIST"]).split(",")
+    command = args[next(i for i, a in enumerate(args) if not a.startswith("-")) :]
+    def on(i):  # every fake node is this machine: the first hosts torchrun's store, as the batch host does
+        if "--rdzv-backend=c10d" not in command:
+            return command
+        conf = next((a for a in command if a.startswith("--rdzv-conf=")), "--rdzv-conf=")
+        host = conf + ("," if conf[-1] != "=" else "") + f"is_host={{int(i == 0)}}"
+        rest = [a for a in command if a != conf]
+        return [*rest[: rest.index("--rdzv-backend=c10d")], host, *rest[rest.index("--rdzv-backend=c10d") :]]
+    each = [dict(os.environ, SLURMD_NODENAME=n, SLURM_NODEID=str(i), SLURM_PROCID=str(i), SLURM_LOCALID="0",
+                 SLURM_NTASKS=str(len(nodes))) for i, n in enumerate(nodes)]
+    prefix = os.environ.get("FAKE_NODE_PREFIX", "").split("\t") if os.environ.get("FAKE_NODE_PREFIX") else []
+    sys.exit(max(p.wait() for p in [subprocess.Popen([*prefix, *on(i)], env=env) for i, env in enumerate(each)]))
 if action.startswith("signal:"):
     os.kill(os.getppid(), getattr(signal, "SIG" + action.split(":")[1]))
     for _ in range(200):  # the ranks poll the stop flag at every step

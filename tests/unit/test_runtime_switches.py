@@ -64,7 +64,8 @@ def test_the_scripts_are_short_and_slurm_recipes_small():
     no file twice."""
     assert len(SCRIPTS["torchtune/llama3_3_70b_lora.nebius.sbatch"].splitlines()) <= 60
     files = [p for p in ROOT.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
-    assert sum(len(p.read_text().splitlines()) for p in files) <= 8900
+    # +80 for #41 item 6: each node's rank output in one file, one shared HANG poll a node
+    assert sum(len(p.read_text().splitlines()) for p in files) <= 8980
     digests = [hashlib.sha256(p.read_bytes()).hexdigest() for p in files]
     assert len(set(digests)) == len(digests)
 
