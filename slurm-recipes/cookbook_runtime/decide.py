@@ -99,14 +99,25 @@ def rendezvous_port(base: int, job_id: int, exclusive: bool, span: int) -> int:
 
 @dataclass(frozen=True)
 class NodeReport:
-    """What one node's gate processes reported (None fields: not measured)."""
+    """What one node's checks found, whoever ran them: the gate (its measurements, judged against its peers'),
+    the rehearsal (``cookbook_runtime.rehearsal``'s JSON as ``facts``) or ``cookbook doctor``'s probe job (its
+    lines as ``facts``). ``failures``: its own checks that failed; None fields: not measured. The one report type
+    of the repository (issue #43)."""
 
     failures: tuple[str, ...] = ()  # its own local checks (GPUs, interface, fabric device, run folder, disk)
     matmul_tflops: float | None = None  # its slowest GPU (or CPU)
-    busbw_gbps: float | None = None  # its own link, when the check measured per node
+    busbw_gbps: float | None = None  # its slowest pair (said in the log; judged per pair: PairResult)
     collective_error: str | None = None  # the collective part failed here (rendezvous, NCCL init, timeout)
     seconds: float | None = None
     unseen: tuple[str, ...] | None = None  # the peers whose run-folder probe it cannot see
+    node: str = ""  # its name (the gate keys its reports by node)
+    notes: tuple[str, ...] = ()  # worth reading, not failing (e.g. node-local storage)
+    facts: Mapping[str, Any] = field(default_factory=dict)  # what the rehearsal or the probe saw there
+
+    @property
+    def ok(self) -> bool:
+        """No check of its own failed."""
+        return not self.failures
 
 
 @dataclass(frozen=True)
@@ -115,9 +126,10 @@ class GateThresholds:
 
     matmul_peer_ratio: float = 0.7  # a node below 0.7 x the median of its peers' slowest GPU
     matmul_floor_tflops: float = 0.0  # clearly broken, whatever the peers say (0: none)
-    busbw_peer_ratio: float = 0.6  # a node below 0.6 x the median of its peers' link
+    busbw_peer_ratio: float = 0.6  # a pair below 0.6 x the median of the other pairs
     busbw_floor_gbps: float = 0.0  # clearly broken (per fabric, from published measurements; 0: none)
     strict: bool = False  # the user's choice: a problem nobody can be blamed for stops the job too
+    fabric_stop: bool = True  # a fabric that cannot serve the job stops it (COOKBOOK_FABRIC_STOP=0: trains)
 
 
 @dataclass(frozen=True)
@@ -135,14 +147,18 @@ class GateVerdict:
         return sorted(self.blame)
 
 
-def gate_verdict(nodes: Sequence[str], reports: Mapping[str, NodeReport], limits: GateThresholds) -> GateVerdict:
+def gate_verdict(
+    nodes: Sequence[str], reports: Mapping[str, NodeReport], limits: GateThresholds, pairs: Sequence[PairResult] = ()
+) -> GateVerdict:
     """Who, if anyone, the gate blames, from every node's report (a node without one is missing).
 
     - no report from more than a third of the nodes, or the collective failed: a gate or cluster problem;
     - the same local failure on at least half of the nodes: a cluster problem (a wrong setting, a shared
       filesystem), never ``n`` bad nodes;
     - a node whose own checks failed while its peers passed, or far below its peers: blamed;
-    - a missing report or a timeout is never a node's fault."""
+    - a missing report or a timeout is never a node's fault;
+    - bandwidth is judged per pair (:func:`pair_verdict`); a fabric that cannot serve the job stops it
+      (:func:`fabric_stop`), blaming no node."""
     n = len(nodes)
     missing = [x for x in nodes if x not in reports]
     have = {x: reports[x] for x in nodes if x in reports}
@@ -170,7 +186,6 @@ def gate_verdict(nodes: Sequence[str], reports: Mapping[str, NodeReport], limits
             problems.append(f"{example} on {len(where)} of {n} node(s): a cluster or setting problem, no node blamed")
     for key, ratio, floor, unit, label in (
         ("matmul_tflops", limits.matmul_peer_ratio, limits.matmul_floor_tflops, "TFLOP/s", "matmul"),
-        ("busbw_gbps", limits.busbw_peer_ratio, limits.busbw_floor_gbps, "GB/s", "link bandwidth"),
     ):
         values = {x: getattr(r, key) for x, r in have.items() if getattr(r, key) is not None}
         slow = outliers(values, ratio)
@@ -188,11 +203,132 @@ def gate_verdict(nodes: Sequence[str], reports: Mapping[str, NodeReport], limits
                 f"{label} {low:.4g} {unit} < {floor:g} {unit} on {len(broken)} of {len(values)} node(s): "
                 "the fabric or a setting, no node blamed"
             )
+    named, unclear = pair_verdict(pairs, limits)
+    problems += unclear
+    for x, reasons in named.items():
+        blame.setdefault(x, []).extend(reasons)
     if n > 1 and _many(len(blame), n):  # half the allocation bad at once: the cluster, not its nodes
         problems.append(f"{len(blame)} of {n} node(s) failed their checks: too many to blame the nodes")
         blame = {}
+    if fabric := fabric_stop(nodes, have, pairs, limits):
+        return GateVerdict({}, fabric, stop=True)
     unattributed = "; ".join(problems)
     return GateVerdict(blame, unattributed, stop=bool(unattributed) and limits.strict)
+
+
+# ---------------------------------------------------------------- the pairwise bandwidth test
+
+FABRIC_OVERRIDE = "COOKBOOK_FABRIC_STOP=0"  # train over a fabric the gate found unusable, all the same
+NO_NET_PLUGIN = "aws-ofi-nccl's NCCL plugin"  # the gate's line starts so when NCCL would not use EFA
+
+
+@dataclass(frozen=True)
+class PairResult:
+    """One all-reduce between nodes ``a`` and ``b`` (local rank ``rail`` of each, all rails at once) in round
+    ``round``: bus bandwidth in GB/s, None when it failed."""
+
+    a: str
+    b: str
+    gbps: float | None
+    round: int = 1
+    rail: int = 0
+
+
+def first_pairs(nodes: Sequence[str]) -> list[tuple[str, str]]:
+    """Round 1, a perfect matching of neighbours (0-1, 2-3, ...; nccl-tests' even-odd pairs): each node once,
+    every pair at once. An odd node out waits for round 2."""
+    return [(nodes[i], nodes[i + 1]) for i in range(0, len(nodes) - 1, 2)]
+
+
+def second_pairs(nodes: Sequence[str], first: Sequence[PairResult], limits: GateThresholds) -> list[tuple[str, str]]:
+    """Round 2: each suspect (a member of a pair under the bar) against a partner of its own: a known-good node
+    (a member of a pair above it), else the odd node out; the odd node out, when left, against a good node.
+    Every pair at once. Suspects beyond the partners are not tested: that many slow pairs is the fabric's."""
+    slow = slow_pairs(first, limits)
+    tested = {x for r in first for x in (r.a, r.b)}
+    odd = [x for x in nodes if x not in tested]
+    good = [x for pair in _pair_figures(first) if pair not in slow for x in pair]
+    pairs = list(zip([x for pair in slow for x in pair], good + odd))
+    used = {x for pair in pairs for x in pair}
+    return pairs + list(zip([x for x in odd if x not in used], [x for x in good if x not in used]))
+
+
+def _pair_figures(results: Iterable[PairResult]) -> dict[tuple[str, str], float | None]:
+    """Each pair's slowest rail (None when a rail failed)."""
+    out: dict[tuple[str, str], float | None] = {}
+    for r in results:
+        was = out.get((r.a, r.b), float("inf"))
+        out[(r.a, r.b)] = None if was is None or r.gbps is None else min(was, r.gbps)
+    return out
+
+
+def slow_pairs(results: Sequence[PairResult], limits: GateThresholds) -> dict[tuple[str, str], str]:
+    """The pairs under the bar, with why: failed, under the floor, or under ``busbw_peer_ratio`` x the
+    median of the other pairs (from three pairs on)."""
+    figures = _pair_figures(results)
+    peers = outliers({f"{a} {b}": v for (a, b), v in figures.items() if v is not None}, limits.busbw_peer_ratio)
+    floor, out = limits.busbw_floor_gbps, {}
+    for (a, b), v in figures.items():
+        if v is None:
+            out[(a, b)] = "the all-reduce failed"
+        elif floor and v < floor:
+            out[(a, b)] = f"{v:.4g} GB/s < {floor:g} GB/s"
+        elif f"{a} {b}" in peers:
+            out[(a, b)] = f"{v:.4g} GB/s < {limits.busbw_peer_ratio:g} x the pairs' median {peers[f'{a} {b}']:.4g}"
+    return out
+
+
+def pair_verdict(results: Sequence[PairResult], limits: GateThresholds) -> tuple[dict[str, list[str]], list[str]]:
+    """``(blame, problems)`` from both rounds. A node with a pair above the bar is good; a node under the bar
+    with a good node, and above it with none, is named. A slow pair of two good nodes is the path between them;
+    one with no good member cannot tell which side is slow: nobody is named."""
+    slow, figures = slow_pairs(results, limits), _pair_figures(results)
+    first = [q for q in _pair_figures(r for r in results if r.round == 1)]
+    if _many(under := sum(q in slow for q in first), len(first)):
+        e_g = next(iter(slow.values()))
+        return {}, [f"{under} of {len(first)} pairs under the bar ({e_g}): the fabric or a setting, no node blamed"]
+    fine = {x: y for q in figures if q not in slow for x, y in (q, q[::-1])}  # a good node -> a partner it passed with
+    blame: dict[str, list[str]] = {}
+    for q, why in slow.items():
+        for x, y in (q, q[::-1]):
+            if y in fine and x not in fine:
+                blame.setdefault(x, []).append(f"link bandwidth with {y}: {why} ({y} passed with {fine[y]})")
+    problems, untold = [], []
+    for q in (q for q in slow if not any(x in blame for x in q)):
+        if all(x in fine for x in q):
+            problems.append(f"the pair {'-'.join(q)}: {slow[q]}, yet each passed with another node: the path "
+                            "between them (a cable, a switch port), no node blamed")  # fmt: skip
+        else:
+            untold.append("-".join(q))
+    if untold:
+        problems.append(f"{len(untold)} slow pair(s) ({_few(untold)}) and no good node to tell which side is slow: "
+                        "no node blamed")  # fmt: skip
+    return blame, problems
+
+
+def fabric_stop(
+    nodes: Sequence[str], reports: Mapping[str, NodeReport], pairs: Sequence[PairResult], limits: GateThresholds
+) -> str:
+    """The one line that stops a run that would train at socket speed, blaming no node: the fabric profile's
+    NCCL plugin missing on every node, or every pair under a quarter of the floor. "" otherwise."""
+    if not limits.fabric_stop:
+        return ""
+    fix = f"; to train over it all the same: {FABRIC_OVERRIDE} sbatch ..."
+    if len(nodes) > 1 and all(any(f.startswith(NO_NET_PLUGIN) for f in getattr(reports.get(x), "failures", ()))
+                              for x in nodes):  # fmt: skip
+        return (f"{NO_NET_PLUGIN} is missing on all {len(nodes)} nodes: NCCL would run over TCP sockets, a fraction of "
+                "EFA's bandwidth, the whole allocation long; no node is blamed. Fix: install aws-ofi-nccl on the nodes "
+                "(the EFA installer puts it in /opt/amazon/ofi-nccl/lib) or put its folder on LD_LIBRARY_PATH (the "
+                f"aws-efa profile's){fix}")  # fmt: skip
+    figures = list(_pair_figures(pairs).values())
+    floor = limits.busbw_floor_gbps
+    if floor and figures and all(v is not None and v < floor / 4 for v in figures):
+        best = max(v for v in figures if v is not None)
+        return (f"every pair's all-reduce is under a quarter of the {floor:g} GB/s floor ({len(figures)} pair(s), "
+                f"the best {best:.3g} GB/s): the fabric is not in use, no node is blamed. Fix: with NCCL_DEBUG=INFO "
+                "check NCCL's 'Using network' line names the fabric (IB, Libfabric), not Socket; the profile's "
+                f"NCCL_IB_HCA/FI_PROVIDER and plugin path{fix}")  # fmt: skip
+    return ""
 
 
 def _many(count: int, n: int) -> bool:
@@ -250,6 +386,13 @@ def gate_shortcut(passes_tsv: str, job: str, nodes: Sequence[str], now: float, w
         return None
     oldest = min(last[x] for x in nodes)
     return now - oldest if 0 <= now - oldest <= window_s else None
+
+
+def collective_timeout(base_s: float, ranks: int) -> float:
+    """Seconds each wait of the gate's network part may take (a pair's all-reduce, a round's plan): ``base_s``
+    plus what grows with the ranks -- rank 0 reads one store key per rank between the rounds, and every rank
+    shares that one store (~10 ms a rank at worst)."""
+    return base_s + ranks / 100
 
 
 def gate_budget(base_s: float, nodes: int, startup_s: float = 120.0) -> float:

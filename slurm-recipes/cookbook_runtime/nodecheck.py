@@ -26,9 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -38,19 +40,22 @@ from typing import Any
 
 from . import telemetry
 from .decide import (
+    NO_NET_PLUGIN,
     GateThresholds,
     GateVerdict,
     NodeReport,
+    PairResult,
     devices_selected,
+    first_pairs,
     gate_verdict,
     interface_matches,
     name_unshared,
+    second_pairs,
 )
 from .gpus import known_peak
 from .telemetry import node_name
 
-COLLECTIVE = "all-reduce across"  # the failure lines of the collective part start so
-BUSBW = "allreduce_busbw_gbps"
+BUSBW = "allreduce_busbw_gbps"  # a node's slowest pair, for the log
 
 
 peak_tflops = known_peak
@@ -110,7 +115,7 @@ def local_checks(args: argparse.Namespace, local_rank: int, out: Path) -> tuple[
             measures["nccl_net_plugin"] = plugin = nccl_net_plugin()
             if plugin is None:
                 failures.append(
-                    "aws-ofi-nccl's NCCL plugin (libnccl-net*.so) not found on LD_LIBRARY_PATH, in "
+                    f"{NO_NET_PLUGIN} (libnccl-net*.so) not found on LD_LIBRARY_PATH, in "
                     "/opt/amazon/ofi-nccl/lib or the ld cache: NCCL would fall back to sockets, not EFA"
                 )
         failures += telemetry.gpu_faults()  # NVML where it is: an XID, ECC errors, a hardware slowdown
@@ -187,61 +192,143 @@ def _timed_matmul(a: Any, b: Any, seconds: float) -> float:
             return float(2 * n**3 * reps / took / 1e12)
 
 
-def collective(args: argparse.Namespace, failures: list[str], measures: dict[str, Any]) -> list[dict[str, Any]]:
-    """Share every rank's local result; when all passed, time an all-reduce. Returns every rank's result."""
-    import torch
+def collective(args: argparse.Namespace, failures: list[str], measures: dict[str, Any]) -> None:
+    """The network part, node pair by node pair: round 1 pairs every node once (:func:`.decide.first_pairs`),
+    round 2 each suspect with a known-good node (:func:`.decide.second_pairs`); in each round every pair at once,
+    local rank i of one node with local rank i of its partner (a rail each). Rank 0 reads each rank's own result
+    and round 1's figures from the store and writes each node's partner: no group spans every rank (gloo
+    connects lazily, NCCL without a device binds nothing), so the network part takes two rounds at any size."""
     import torch.distributed as dist
 
     if "RANK" not in os.environ and args.master:  # one process per node, started by srun (CPU jobs)
         addr, _, port = args.master.rpartition(":")
-        os.environ.update(
-            RANK=os.environ["SLURM_PROCID"],
-            WORLD_SIZE=os.environ["SLURM_NTASKS"],
-            LOCAL_RANK="0",
-            MASTER_ADDR=addr,
-            MASTER_PORT=port,
-        )
+        os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_NTASKS"], LOCAL_RANK="0",
+                          MASTER_ADDR=addr, MASTER_PORT=port)  # fmt: skip
     if "RANK" not in os.environ:  # run by hand: this process is the whole world
-        return []
-    backend = "nccl" if args.gpus else "gloo"
+        return
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    nproc = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    node, local = divmod(rank, nproc)
     timeout = timedelta(seconds=args.timeout)
-    kw: dict[str, Any] = {"device_id": torch.device("cuda", torch.cuda.current_device())} if args.gpus else {}
-    dist.init_process_group(backend, timeout=timeout, **kw)
-    small = dist.new_group(backend="gloo", timeout=timeout) if args.gpus else None
-    mine = {"node": node_name(), "rank": dist.get_rank(), "failures": failures, "measures": measures}
-    everyone: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, mine, group=small)
-    nodes = {r["node"] for r in everyone}
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # torchrun's agent hosts the store
+    tcp = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0 and not agent,
+                        3 * timeout, wait_for_workers=False)  # fmt: skip
+    store = dist.PrefixStore("cookbook-gate/", tcp)
+    os.environ.setdefault("TORCH_GLOO_LAZY_INIT", "1")  # gloo connects only the ranks that talk
+    nccl_log = Path(tempfile.gettempdir()) / f"cookbook-gate-nccl.{os.getpid()}.log"
+    if args.gpus:  # NCCL's own word on its network (NET/OFI, IB or Socket), on the node's own disk
+        os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET", NCCL_DEBUG_FILE=str(nccl_log))
+    dist.init_process_group("nccl" if args.gpus else "gloo", store=dist.PrefixStore("world/", tcp), rank=rank,
+                            world_size=world, timeout=timeout)  # fmt: skip
+    store.set(f"ok/{rank}", "0" if [f for f in failures if not f.startswith(NO_NET_PLUGIN)] else "1")
+    if local == 0:
+        store.set(f"name/{node}", node_name())
+    limits = GateThresholds(busbw_peer_ratio=args.busbw_peer_ratio, busbw_floor_gbps=args.min_busbw)
+    if rank == 0:
+        names = _first_round(store, world // nproc, nproc, args.timeout)
+    names = {int(i): x for i, x in json.loads(store.get("joined")).items()}
     out = Path(args.out)
-    unseen = sorted(n for n in nodes if not (out / f"{n}.probe").exists())
-    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+    unseen = sorted(n for n in names.values() if not (out / f"{n}.probe").exists())
+    if local == 0:
         measures["unseen"] = unseen[:4]  # the verdict names a node that none of its peers see (decide.unshared_node)
-    if unseen and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+    if unseen and local == 0:
         failures.append(f"run folder {args.run_dir} is not shared: files of {', '.join(unseen)} not visible here")
-    if any(r["failures"] for r in everyone) or dist.get_world_size() < 2:
-        return everyone
+    pairs = measures.setdefault("pairs", [])
+    for round_ in (1, 2):
+        if rank == 0 and round_ == 2:
+            _second_round(store, names, nproc, limits, 2 * args.timeout)
+        partner = int(store.get(f"plan{round_}/{node}"))
+        # one group a round on every rank, alone when unpaired: torch names a group by the groups made before it
+        group = dist.new_group(sorted({rank, partner * nproc + local if partner >= 0 else rank}),
+                               use_local_synchronization=True)  # fmt: skip
+        if partner >= 0:
+            gbps = _pair_allreduce(args, group)
+            pairs.append({"round": round_, "partner": names[partner], "gbps": gbps})
+            if node < partner:
+                store.set(f"res{round_}/{node}/{local}", json.dumps(gbps))
+    if measured := [p["gbps"] for p in pairs if p["gbps"] is not None]:
+        measures[BUSBW] = min(measured)
+    if args.gpus and nccl_log.exists():
+        measures["nccl_net"] = net = nccl_network(nccl_log.read_text(errors="replace"))
+        nccl_log.unlink()
+        if net and os.environ.get("FI_PROVIDER") == "efa":  # NCCL's own line outranks the search for the file
+            failures[:] = [f for f in failures if not f.startswith(NO_NET_PLUGIN)]
+            if "Libfabric" not in net:
+                failures.append(f"{NO_NET_PLUGIN} is not in use: NCCL says 'Using network {net}', not Libfabric")
+
+
+def _first_round(store: Any, nodes: int, nproc: int, timeout: float) -> dict[int, str]:
+    """Rank 0: every node whose ranks passed their own checks within ``timeout``, paired (round 1); each node's
+    partner (-1: none) and the names of the nodes that joined are written to the store."""
+    deadline, names, ok = time.monotonic() + timeout, {}, []
+    for i in range(nodes):
+        try:
+            store.wait([f"name/{i}"] + [f"ok/{i * nproc + k}" for k in range(nproc)],
+                       timedelta(seconds=max(0.1, deadline - time.monotonic())))  # fmt: skip
+        except Exception:  # noqa: BLE001  (a node that never got here: no report, not paired)
+            continue
+        names[i] = store.get(f"name/{i}").decode()
+        if all(store.get(f"ok/{i * nproc + k}") == b"1" for k in range(nproc)):
+            ok.append(names[i])
+    store.set("joined", json.dumps(names))
+    store.set("ok", json.dumps(ok))
+    _publish(store, 1, first_pairs(ok), names, nodes)
+    return names
+
+
+def _second_round(store: Any, names: dict[int, str], nproc: int, limits: GateThresholds, timeout: float) -> None:
+    """Rank 0: round 1's figures (a pair that did not answer within ``timeout``: failed), then the suspects'
+    known-good partners (round 2) written to the store."""
+    index = {x: i for i, x in names.items()}
+    deadline, first = time.monotonic() + timeout, []
+    for a, b in json.loads(store.get("pairs1")):
+        for k in range(nproc):
+            key = f"res1/{min(index[a], index[b])}/{k}"
+            try:
+                store.wait([key], timedelta(seconds=max(0.1, deadline - time.monotonic())))
+                gbps = json.loads(store.get(key))
+            except Exception:  # noqa: BLE001
+                gbps = None
+            first.append(PairResult(a, b, gbps, 1, k))
+    _publish(store, 2, second_pairs(json.loads(store.get("ok")), first, limits), names, len(names))
+
+
+def _publish(store: Any, round_: int, pairs: list[tuple[str, str]], names: dict[int, str], nodes: int) -> None:
+    index = {x: i for i, x in names.items()}
+    partner = {index[a]: index[b] for a, b in pairs} | {index[b]: index[a] for a, b in pairs}
+    store.set(f"pairs{round_}", json.dumps(pairs))
+    for i in range(nodes):
+        store.set(f"plan{round_}/{i}", str(partner.get(i, -1)))
+
+
+def _pair_allreduce(args: argparse.Namespace, group: Any) -> float | None:
+    """GB/s of a 2-rank all-reduce of ``--allreduce-mb`` (nccl-tests' bus bandwidth: size / time at 2 ranks),
+    after a warm-up that makes the connections; None when it failed or timed out."""
+    import torch
+    import torch.distributed as dist
+
     device = torch.device("cuda", torch.cuda.current_device()) if args.gpus else torch.device("cpu")
-    numel = (args.allreduce_mb * 2**20) // 4
-    x = torch.ones(numel, dtype=torch.float32, device=device)
-    dist.all_reduce(x)  # warm-up: connections
-    if args.gpus:
-        torch.cuda.synchronize()
-    reps = 5
-    start = time.perf_counter()
-    for _ in range(reps):
-        dist.all_reduce(x)
-    if args.gpus:
-        torch.cuda.synchronize()
-    dist.barrier(group=small)
-    seconds = (time.perf_counter() - start) / reps
-    n = dist.get_world_size()
-    busbw = numel * 4 * 2 * (n - 1) / n / seconds / 1e9
-    measures["allreduce_busbw_gbps"] = round(busbw, 3)
-    if busbw < args.min_busbw:
-        failures.append(
-            f"all-reduce across {len(nodes)} node(s): bus bandwidth {busbw:.3g} GB/s < {args.min_busbw:g} GB/s"
-        )
-    return everyone
+    numel, reps = (args.allreduce_mb * 2**20) // 4, 5
+    try:
+        x = torch.ones(numel, dtype=torch.float32, device=device)
+        dist.all_reduce(x, group=group)
+        if args.gpus:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(reps):
+            dist.all_reduce(x, group=group)
+        if args.gpus:
+            torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001  (the pair's figure says it failed; the verdict decides whom to blame)
+        return None
+    return round(numel * 4 * reps / (time.perf_counter() - start) / 1e9, 3)
+
+
+def nccl_network(log: str) -> str | None:
+    """The network NCCL chose, from its INFO lines (``Using network Libfabric|IB|Socket``); aws-ofi-nccl's
+    ``NET/OFI`` init line alone says Libfabric. None: NCCL said neither."""
+    said = re.findall(r"Using network (.+)$", log, re.M)
+    return said[-1].strip() if said else ("Libfabric" if "NET/OFI" in log else None)
 
 
 def _write_report(out: Path, local_rank: int, report: dict[str, Any]) -> None:
@@ -287,10 +374,12 @@ def check(args: argparse.Namespace) -> int:
     return 0  # never fail the step: srun would stop the other nodes' checks
 
 
-def read_reports(out: Path, nodes: Sequence[str], procs: int) -> dict[str, NodeReport]:
+def read_reports(out: Path, nodes: Sequence[str], procs: int) -> tuple[dict[str, NodeReport], list[PairResult]]:
     """Every node's reports folded into one :class:`NodeReport` (a node with no report at all is left out:
-    missing). Failures of the collective part (the bandwidth floor) count as the collective's, not the node's."""
+    missing), and every pair's figures (each pair's two sides: the slower)."""
     reports: dict[str, NodeReport] = {}
+    pairs: dict[tuple[int, str, str, int], float | None] = {}
+    order = {x: i for i, x in enumerate(nodes)}
     for node in nodes:
         found = []
         for rank in range(procs):
@@ -300,9 +389,13 @@ def read_reports(out: Path, nodes: Sequence[str], procs: int) -> dict[str, NodeR
                 continue
         if not found:
             continue
-        failures = [f for r in found for f in r.get("failures", []) if not f.startswith(COLLECTIVE)]
+        failures = [f for r in found for f in r.get("failures", [])]
         collective_errors = [r["collective_error"] for r in found if r.get("collective_error")]
-        collective_errors += [f for r in found for f in r.get("failures", []) if f.startswith(COLLECTIVE)]
+        for r in found:
+            for p in r.get("measures", {}).get("pairs", []):
+                a, b = sorted((node, p["partner"]), key=lambda x: order.get(x, len(order)))
+                key, gbps = (p["round"], a, b, r.get("local_rank", 0)), p["gbps"]
+                pairs[key] = None if gbps is None or pairs.get(key, 0.0) is None else min(gbps, pairs.get(key, gbps))
         if len(found) < procs:
             collective_errors.append(f"{procs - len(found)} of {procs} local rank(s) of {node} did not report")
         matmuls = [r["measures"]["matmul_tflops"] for r in found if "matmul_tflops" in r.get("measures", {})]
@@ -317,7 +410,7 @@ def read_reports(out: Path, nodes: Sequence[str], procs: int) -> dict[str, NodeR
             seconds=max((r.get("seconds", 0.0) for r in found), default=None),
             unseen=next((tuple(r["measures"]["unseen"]) for r in found if "unseen" in r.get("measures", {})), None),
         )
-    return reports
+    return reports, [PairResult(a, b, gbps, round_, rail) for (round_, a, b, rail), gbps in pairs.items()]
 
 
 def describe(report: NodeReport) -> str:
@@ -335,10 +428,11 @@ def judge(
 ) -> GateVerdict:
     """Read every node's reports, say one line per node, and return the verdict
     (:func:`cookbook_runtime.decide.gate_verdict`); matmuls are compared between peers on GPUs only."""
-    reports = name_unshared(nodes, read_reports(out, nodes, procs))
+    found, pairs = read_reports(out, nodes, procs)
+    reports = name_unshared(nodes, found)
     if not (gpus > 0 and any(r.matmul_tflops is not None for r in reports.values())):
         limits = replace(limits, matmul_peer_ratio=0.0)
-    verdict = gate_verdict(nodes, reports, limits)
+    verdict = gate_verdict(nodes, reports, limits, pairs)
     for node in nodes:
         report = reports.get(node)
         if report is not None and node not in verdict.blame and not report.failures:
@@ -357,7 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--matmul-fraction", type=float, default=0.0, help="GPU: clearly broken below this x the peak")
     c.add_argument("--matmul-min-tflops", type=float, default=0.0, help="CPU: absolute floor")
     c.add_argument("--matmul-seconds", type=float, default=1.0, help="time the matmul this long after warm-up")
-    c.add_argument("--min-busbw", type=float, default=0.0, help="all-reduce bus bandwidth floor, GB/s")
+    c.add_argument("--min-busbw", type=float, default=0.0, help="a pair's all-reduce bus bandwidth floor, GB/s")
+    c.add_argument("--busbw-peer-ratio", type=float, default=0.6, help="a pair below R x the pairs' median: slow")
     c.add_argument("--allreduce-mb", type=int, default=64)
     c.add_argument("--interface", default="")
     c.add_argument("--run-dir", default="")

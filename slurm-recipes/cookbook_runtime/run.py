@@ -255,7 +255,8 @@ def gate(job: Job, address: str, port: int, nproc: int) -> int | None:
         f"--matmul-min-tflops={args.gate_matmul_min_tflops}", f"--min-busbw={args.gate_busbw_floor}",
         f"--allreduce-mb={args.gate_allreduce_mb}", f"--min-free-gb={args.gate_min_free_gb}",
         f"--local-disk={os.environ.get('TMPDIR', '/tmp')}", f"--interface={os.environ.get('NCCL_SOCKET_IFNAME', '')}",
-        f"--run-dir={job.run_dir}", f"--timeout={max(30.0, args.gate_seconds / 2):g}",
+        f"--run-dir={job.run_dir}", f"--busbw-peer-ratio={args.gate_busbw_peer_ratio}",
+        f"--timeout={decide.collective_timeout(max(15.0, args.gate_seconds / 4), len(checked) * max(nproc, 1)):g}",
     ]  # fmt: skip
     if since is not None:
         program = ["python3", "-m", "cookbook_runtime.nodecheck", "check", "--local-only", *check]
@@ -283,6 +284,7 @@ def gate(job: Job, address: str, port: int, nproc: int) -> int | None:
     limits = decide.GateThresholds(
         matmul_peer_ratio=args.gate_matmul_peer_ratio, busbw_peer_ratio=args.gate_busbw_peer_ratio,
         busbw_floor_gbps=args.gate_busbw_floor, strict=args.gate_strict,
+        fabric_stop=os.environ.get(decide.FABRIC_OVERRIDE.split("=")[0]) != "0",
     )  # fmt: skip
     verdict = judge(out, checked, 1 if since is not None else max(nproc, 1), gpus, limits, say)
     took = time.time() - started
@@ -304,6 +306,9 @@ def gate(job: Job, address: str, port: int, nproc: int) -> int | None:
         training = [x for x in verdict.exclude if x in job.nodes]
         if training and (status := recover(job, training, reason, at_gate=True)) is not None:
             return status
+    if verdict.stop and not args.gate_strict:  # a fabric that cannot serve the job: one line, nobody blamed
+        say(f"cookbook: pre-flight: {problems}; not training")
+        return 1
     if problems and (verdict.stop or args.gate_strict):
         say(f"cookbook: pre-flight failed across the nodes (no single node to blame): {problems}; not training "
             "(--gate-strict)")  # fmt: skip
@@ -441,10 +446,11 @@ def launch_command(job: Job, address: str, port: int, nproc: int, extra: list[st
     k = launcher_words(argv)
     launcher, program = argv[:k], argv[k:]
     rdzv = job.id if not job.launches else f"{job.id}-{job.launches}"
-    # each node's first rank in the job log; every rank's output in one file a node (launch.keep_rank_logs)
+    # every rank's output in its own file (--log-dir); each node's first rank's in the job log too
     flags = [
         f"--nnodes={len(job.nodes)}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
-        f"--rdzv-id={rdzv}", f"--rdzv-endpoint={address}:{port}", "--role=rank", "--tee=3", "--local-ranks-filter=0",
+        f"--rdzv-id={rdzv}", f"--rdzv-endpoint={address}:{port}",
+        "--role=rank", "--tee=3", "--local-ranks-filter=0", f"--log-dir={job.run_dir}/torchrun-logs",
     ]  # fmt: skip
     hook = os.environ.get("COOKBOOK_REHEARSE")
     if hook:  # cookbook rehearse: a check runs in the launcher's place with its arguments
@@ -659,13 +665,10 @@ def recover(
     return 1
 
 
-def set_launch_env(job: Job, hang_dir: Path, exits: Path, telemetry: Path, save_seconds: float, suffix: str) -> None:
-    """What the launchers and the ranks read from the environment (hang dumps, exits, telemetry, rank output,
-    stop times)."""
+def set_launch_env(job: Job, hang_dir: Path, exits: Path, telemetry: Path, save_seconds: float) -> None:
+    """What the launchers and the ranks read from the environment (hang dumps, exits, telemetry, stop times)."""
     env = os.environ
     env[files.HANG_DIR_ENV] = str(hang_dir)
-    logs = files.rank_logs_dir(job.run_dir, job.id, job.restart)
-    env[files.RANK_LOGS_ENV] = str(logs.with_name(logs.name + suffix))
     env[files.EXITS_DIR_ENV] = str(exits)
     every = env.setdefault(files.TELEMETRY_S_ENV, "10")  # the nodes' GPU/NIC sampler (launch), 0: none
     env[files.TELEMETRY_DIR_ENV] = str(telemetry)
@@ -689,10 +692,10 @@ def launch(job: Job, address: str, port: int, nproc: int) -> tuple[int, list[str
     suffix = f".{job.launches}" if job.launches else ""
     hang_dir = files.hang_dir(job.run_dir, job.id, job.restart)
     hang_dir = hang_dir.with_name(hang_dir.name + suffix)
-    hang_dir.mkdir(parents=True, exist_ok=True)  # torch's own dump on an NCCL timeout makes no folder
+    hang_dir.mkdir(parents=True, exist_ok=True)
     telemetry = files.telemetry_dir(job.run_dir, job.id, job.restart)
     exits = files.exits_dir(job.run_dir, job.id, job.restart, job.launches)
-    set_launch_env(job, hang_dir, exits, telemetry.with_name(telemetry.name + suffix), job.args.save_seconds, suffix)
+    set_launch_env(job, hang_dir, exits, telemetry.with_name(telemetry.name + suffix), job.args.save_seconds)
     command = launch_command(job, address, port, nproc, extra)
     say(f"cookbook: launching {shlex.join(job.args.launcher[: launcher_words(job.args.launcher)])} on "
         f"{len(job.nodes)} node(s), {nproc} process(es) each")  # fmt: skip

@@ -56,13 +56,71 @@ def test_summary_blames_the_node_whose_own_checks_failed_never_one_that_did_not_
     assert list(verdict.blame) == ["n2"] and verdict.exclude == ["n2"]
 
 
-def test_a_slow_all_reduce_blames_no_single_node(tmp_path: Path):
-    slow = "all-reduce across 2 node(s): bus bandwidth 1 GB/s < 100 GB/s"
-    _report(tmp_path, "n1", 0, [slow])
-    _report(tmp_path, "n2", 0, [slow])
-    verdict, _ = _judge(tmp_path, "n1 n2")
-    assert not verdict.blame and not verdict.stop  # the fabric, not a node: logged, and the job trains
-    assert slow in verdict.unattributed
+def _pairs(*found: tuple[int, str, float | None]) -> list[dict]:
+    return [{"round": r, "partner": x, "gbps": g} for r, x, g in found]
+
+
+def test_the_judge_names_the_node_slow_with_a_partner_that_passed_with_another(tmp_path: Path):
+    """Issue #41 item 3, from the report files: round 1 n1-n2 and n3-n4, n3-n4 slow; round 2 n3 with the
+    known-good n1 (slow), n4 with n2 (fine): n3 is named, n4 is not. Each side reports; the slower counts."""
+    _report(tmp_path, "n1", 0, [], pairs=_pairs((1, "n2", 40.0), (2, "n3", 3.0)))
+    _report(tmp_path, "n2", 0, [], pairs=_pairs((1, "n1", 41.0), (2, "n4", 39.0)))
+    _report(tmp_path, "n3", 0, [], pairs=_pairs((1, "n4", 3.1), (2, "n1", 3.2)))
+    _report(tmp_path, "n4", 0, [], pairs=_pairs((1, "n3", 2.9), (2, "n2", 40.0)))
+    lines: list[str] = []
+    verdict = preflight.judge(tmp_path, ["n1", "n2", "n3", "n4"], 1, 0, GateThresholds(busbw_floor_gbps=10.0),
+                              lines.append)  # fmt: skip
+    assert verdict.exclude == ["n3"] and not verdict.stop, verdict
+    said = "cookbook: pre-flight failed on n3: link bandwidth with n1: 3 GB/s < 10 GB/s (n1 passed with n2); link "
+    assert any(line.startswith(said + "bandwidth with n4: 2.9 GB/s") for line in lines), lines
+
+
+def test_a_fabric_at_socket_speed_on_every_pair_stops_in_one_line_naming_no_node(tmp_path: Path):
+    for x, y in (("n1", "n2"), ("n2", "n1")):
+        _report(tmp_path, x, 0, [], pairs=_pairs((1, y, 1.2)))
+    lines: list[str] = []
+    verdict = preflight.judge(tmp_path, ["n1", "n2"], 1, 0, GateThresholds(busbw_floor_gbps=35.0), lines.append)
+    assert not any("failed on" in line for line in lines)
+    assert verdict.stop and not verdict.blame and "COOKBOOK_FABRIC_STOP=0" in verdict.unattributed
+
+
+@pytest.mark.parametrize(
+    ("log", "net"),
+    [("NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.9.1-aws\nNCCL INFO Using network Libfabric", "Libfabric"),
+     ("NCCL INFO NET/Plugin: Could not find: libnccl-net.so\nNCCL INFO Using network Socket", "Socket"),
+     ("NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.7.4-aws", "Libfabric"), ("nothing", None)],
+)  # fmt: skip
+def test_the_gate_reads_nccls_own_network_line(log: str, net: str | None):
+    assert preflight.nccl_network(log) == net
+
+
+@pytest.mark.slow
+def test_three_cpu_processes_pair_in_two_rounds_and_the_odd_node_meets_a_good_one(tmp_path: Path):
+    """The network part for real (gloo, one process per node as srun starts them): round 1 pairs n1-n2, round 2
+    the odd n3 with a node of a pair that passed; every report holds its pairs and the judge blames nobody."""
+    out, port = tmp_path / "pf", 29000 + os.getpid() % 1000
+    cmd = [*MODULE, "check", f"--out={out}", f"--master=127.0.0.1:{port}", "--allreduce-mb=1", "--timeout=60",
+           "--matmul-seconds=0.05", "--min-busbw=0.0001"]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            cmd,
+            env={
+                **os.environ,
+                "SLURMD_NODENAME": f"n{i + 1}",
+                "SLURM_PROCID": str(i),
+                "SLURM_NTASKS": "3",
+                "OMP_NUM_THREADS": "1",
+            },
+        )  # fmt: skip
+        for i in range(3)
+    ]
+    assert [p.wait(timeout=240) for p in procs] == [0, 0, 0]
+    pairs = {x: json.loads((out / f"{x}.0.json").read_text())["measures"]["pairs"] for x in ("n1", "n2", "n3")}
+    assert [(p["round"], p["partner"]) for p in pairs["n2"]] == [(1, "n1")], pairs
+    assert [(p["round"], p["partner"]) for p in pairs["n3"]] in ([(2, "n1")], [(2, "n2")]), pairs
+    assert all(p["gbps"] and p["gbps"] > 0 for ps in pairs.values() for p in ps), pairs
+    verdict, said = _judge(out, "n1 n2 n3")
+    assert not verdict.blame and not verdict.unattributed and said.count("pre-flight ok") == 3, said
 
 
 @pytest.mark.parametrize(
@@ -243,7 +301,8 @@ def test_diagnose_keeps_the_node_fail_advice_when_the_job_did_not_exclude(tmp_pa
 
 
 def test_the_efa_plugin_is_found_where_aws_installs_it_and_its_absence_blames_no_node(tmp_path, monkeypatch):
-    """#30 item 4: without aws-ofi-nccl NCCL quietly uses sockets. The gate names it; every node alike blames none."""
+    """#30 item 4: without aws-ofi-nccl NCCL quietly uses sockets. The gate names it; every node alike blames none
+    and (#41 item 4) stops the job in one line with the fix and the override: it would train at socket speed."""
     monkeypatch.setattr(preflight, "PLUGIN_DIRS", ())
     monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path / "lib"))
     assert preflight.nccl_net_plugin() is None  # this machine: no plugin anywhere
@@ -254,7 +313,8 @@ def test_the_efa_plugin_is_found_where_aws_installs_it_and_its_absence_blames_no
     for node in ("n1", "n2", "n3"):
         _report(tmp_path, node, 0, [missing], matmul_tflops=700.0)
     verdict, _ = _judge(tmp_path, "n1 n2 n3")
-    assert not verdict.blame and "NCCL would fall back" in verdict.unattributed
+    assert not verdict.blame and verdict.stop and "missing on all 3 nodes" in verdict.unattributed
+    assert "Fix: install aws-ofi-nccl" in verdict.unattributed and "COOKBOOK_FABRIC_STOP=0" in verdict.unattributed
     _report(tmp_path, "n1", 0, [], matmul_tflops=700.0)
     _report(tmp_path, "n2", 0, [], matmul_tflops=700.0)
     verdict, _ = _judge(tmp_path, "n1 n2 n3")
