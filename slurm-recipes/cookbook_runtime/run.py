@@ -446,11 +446,10 @@ def launch_command(job: Job, address: str, port: int, nproc: int, extra: list[st
     k = launcher_words(argv)
     launcher, program = argv[:k], argv[k:]
     rdzv = job.id if not job.launches else f"{job.id}-{job.launches}"
-    # every rank's output in its own file (--log-dir); each node's first rank's in the job log too
+    # each node's first rank in the job log; every rank's output in one file a node (launch.keep_rank_logs)
     flags = [
         f"--nnodes={len(job.nodes)}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
-        f"--rdzv-id={rdzv}", f"--rdzv-endpoint={address}:{port}",
-        "--role=rank", "--tee=3", "--local-ranks-filter=0", f"--log-dir={job.run_dir}/torchrun-logs",
+        f"--rdzv-id={rdzv}", f"--rdzv-endpoint={address}:{port}", "--role=rank", "--tee=3", "--local-ranks-filter=0",
     ]  # fmt: skip
     hook = os.environ.get("COOKBOOK_REHEARSE")
     if hook:  # cookbook rehearse: a check runs in the launcher's place with its arguments
@@ -665,10 +664,13 @@ def recover(
     return 1
 
 
-def set_launch_env(job: Job, hang_dir: Path, exits: Path, telemetry: Path, save_seconds: float) -> None:
-    """What the launchers and the ranks read from the environment (hang dumps, exits, telemetry, stop times)."""
+def set_launch_env(job: Job, hang_dir: Path, exits: Path, telemetry: Path, save_seconds: float, suffix: str) -> None:
+    """What the launchers and the ranks read from the environment (hang dumps, exits, telemetry, rank output,
+    stop times)."""
     env = os.environ
     env[files.HANG_DIR_ENV] = str(hang_dir)
+    logs = files.rank_logs_dir(job.run_dir, job.id, job.restart)
+    env[files.RANK_LOGS_ENV] = str(logs.with_name(logs.name + suffix))
     env[files.EXITS_DIR_ENV] = str(exits)
     every = env.setdefault(files.TELEMETRY_S_ENV, "10")  # the nodes' GPU/NIC sampler (launch), 0: none
     env[files.TELEMETRY_DIR_ENV] = str(telemetry)
@@ -692,10 +694,10 @@ def launch(job: Job, address: str, port: int, nproc: int) -> tuple[int, list[str
     suffix = f".{job.launches}" if job.launches else ""
     hang_dir = files.hang_dir(job.run_dir, job.id, job.restart)
     hang_dir = hang_dir.with_name(hang_dir.name + suffix)
-    hang_dir.mkdir(parents=True, exist_ok=True)
+    hang_dir.mkdir(parents=True, exist_ok=True)  # torch's own dump on an NCCL timeout makes no folder
     telemetry = files.telemetry_dir(job.run_dir, job.id, job.restart)
     exits = files.exits_dir(job.run_dir, job.id, job.restart, job.launches)
-    set_launch_env(job, hang_dir, exits, telemetry.with_name(telemetry.name + suffix), job.args.save_seconds)
+    set_launch_env(job, hang_dir, exits, telemetry.with_name(telemetry.name + suffix), job.args.save_seconds, suffix)
     command = launch_command(job, address, port, nproc, extra)
     say(f"cookbook: launching {shlex.join(job.args.launcher[: launcher_words(job.args.launcher)])} on "
         f"{len(job.nodes)} node(s), {nproc} process(es) each")  # fmt: skip

@@ -56,16 +56,17 @@ def test_the_launch_line_states_the_profiles_gate_thresholds(name: str):
 
 
 def test_the_scripts_are_short_and_slurm_recipes_small():
-    """Issue #29: the nebius LoRA script at most 60 lines, slurm-recipes/ at most 9,160 (8,000 until issue #40's
+    """Issue #29: the nebius LoRA script at most 60 lines, slurm-recipes/ at most 8,900 (8,000 until issue #40's
     recovery inside the allocation added ~330 runtime lines: spares, the node watch, the requeue of the same job;
     then #41's ~180: the space check's certainty, the lead read from #SBATCH --signal, the gate's restart
     shortcut; the scripts did not grow; then #41's ~280 more: the quota, the model's own stop, the kernel log's
-    XIDs, the unshared node, torch's extension, Slurm's failures said, and a line per script: $VENV's python3;
-    then #41's pairwise bandwidth gate, ~250: two rounds of node pairs through the store, the verdict naming a node
-    from them, the fabric stop), no file twice."""
+    XIDs, the unshared node, torch's extension, Slurm's failures said, and a line per script: $VENV's python3),
+    no file twice."""
     assert len(SCRIPTS["torchtune/llama3_3_70b_lora.nebius.sbatch"].splitlines()) <= 60
     files = [p for p in ROOT.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
-    assert sum(len(p.read_text().splitlines()) for p in files) <= 9160
+    # +80 for #41 item 6: each node's rank output in one file, one shared HANG poll a node; +260 for #41 item 3's
+    # pairwise bandwidth gate: two rounds of node pairs through the store, the verdict naming a node, the fabric stop
+    assert sum(len(p.read_text().splitlines()) for p in files) <= 9240
     digests = [hashlib.sha256(p.read_bytes()).hexdigest() for p in files]
     assert len(set(digests)) == len(digests)
 
