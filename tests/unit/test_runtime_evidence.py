@@ -315,6 +315,25 @@ def test_problem_9_the_qos_grace_is_read_from_sacctmgr(tmp_path, monkeypatch):
     assert slurm.qos_grace("") is None
 
 
+def test_problem_9_the_batch_step_says_the_qos_grace_and_killwait_at_its_start(tmp_path):
+    from batch_step import FakeSlurm
+
+    fake = FakeSlurm(tmp_path)
+    (fake.bin / "scontrol").rename(fake.bin / "scontrol-standin")
+    config = "KillWait                = 30 sec\nPreemptType             = preempt/qos\n"  # `scontrol show config`
+    for name, text in (
+        ("scontrol", f'#!/bin/sh\n[ "$1 $2" = "show config" ] && {{ printf \'{config}\'; exit 0; }}\n'
+                     f'exec {fake.bin}/scontrol-standin "$@"\n'),
+        ("sacctmgr", "#!/bin/sh\necho 00:00:45\n"),  # the QOS's GraceTime; the partition says none
+    ):  # fmt: skip
+        (fake.bin / name).write_text(text)
+        (fake.bin / name).chmod(0o755)
+    argv = ["--requeue", "--save-seconds=847", "--", "torchrun", "-m", "train"]
+    ran = fake.run_step(argv, SLURM_JOB_QOS="normal", SLURM_JOB_PARTITION="gpu")
+    assert "cookbook: this site's KillWait=30 s and GraceTime=45 s is shorter than this model's stop-save" in ran.out
+    assert ran.status == 0 and ran.launches(), ran.out  # said, and the job trains
+
+
 def test_the_kernel_log_reader_never_raises():
     assert isinstance(telemetry.kernel_log(), str)
     assert time.time() > NOW - 10**9  # the fixed clock of these cases is a real date
