@@ -192,7 +192,7 @@ class Paths:
 def base_env(mode: str, run_dir: Path, tiny: Path) -> dict[str, str]:
     """What the job runtime (``cookbook_runtime.run``) and the recipes' scripts export, for one run."""
     state = run_dir / ".cookbook"
-    path = [str(ROOT), str(RECIPES_DIR), str(RECIPES_DIR / "torchtune"), str(RECIPES_DIR / "torchtitan"), str(BENCH)]
+    path = [str(ROOT), str(RECIPES_DIR), str(BENCH)]  # the runtime and its programs, as the job's $RUNTIME_DIR
     env = {
         "PYTHONPATH": os.pathsep.join(path + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
         "TINY_DIR": str(tiny),
@@ -260,7 +260,7 @@ def _tune(program: Program, mode: str, paths: Paths, run_dir: Path, steps: int, 
     config.write_text(yaml.safe_dump(tune_config(program, mode, paths, run_dir, steps, s), sort_keys=False))
     if mode == "cpu" and s.compile:
         env["TORCH_COMPILE_BACKEND"] = "eager"  # torchtune's own switch (training/_compile.py); no triton here
-    head = ["cpu", "torchtune", "cookbook_tune"] if mode == "cpu" else ["tune"]
+    head = ["cpu", "torchtune", "cookbook_runtime.programs.cookbook_tune"] if mode == "cpu" else ["tune"]
     return Launch(head + [recipe, "--config", str(config)], env, run_dir, ("logs/log_*.txt",), "torchtune")
 
 
@@ -318,7 +318,8 @@ def _fsdp(program: Program, mode: str, paths: Paths, run_dir: Path, steps: int, 
         "backend": "nccl" if mode == "gpu" else "gloo", "shuffle_buffer": 64,
     }  # fmt: skip
     flags = [f"--{k}={v}" for k, v in args.items()]
-    return Launch(["fsdp", str(RECIPES_DIR / "fsdp" / "train.py"), *flags], env, run_dir, framework="fsdp")
+    program = RECIPES_DIR / "cookbook_runtime" / "programs" / "fsdp_train.py"
+    return Launch(["fsdp", str(program), *flags], env, run_dir, framework="fsdp")
 
 
 def wrapper_command(nproc: int) -> list[str]:

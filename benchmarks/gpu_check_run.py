@@ -4,9 +4,10 @@
 
 KIND is one of
 
-- ``fsdp PATH ARGS``: the FSDP ``train.py`` at PATH, imported as a module so that ``GPU_CHECK_FSDP_SHAPE``
+- ``fsdp PATH ARGS``: the FSDP ``fsdp_train.py`` at PATH, imported as a module so that ``GPU_CHECK_FSDP_SHAPE``
   (``{"model": "llama3_1_8b", "layers": 4}``) can give a shape of its table fewer layers, then its ``main(ARGS)``;
-- ``tune RECIPE ARGS``: ``cookbook_tune`` (what ``tune run cookbook_tune RECIPE ARGS`` runs on a GPU cluster);
+- ``tune RECIPE ARGS``: the runtime's ``cookbook_tune`` (what ``tune run cookbook_runtime.programs.cookbook_tune
+  RECIPE ARGS`` runs on a GPU cluster);
 - ``titan ARGS``: ``torchtitan.train`` as ``__main__`` (``-m torchtitan.train ARGS``);
 - ``cpu FRAMEWORK ARGS``: the local bench's CPU entry point (``python -m cookbook.local.compat.cpu FRAMEWORK ARGS``,
   the only place with CPU shims): CPU mode only;
@@ -71,7 +72,7 @@ def patch_stop_request() -> None:
 
 
 def run_fsdp(path: str, args: list[str]) -> int:
-    """``train.py`` with the shape of ``GPU_CHECK_FSDP_SHAPE``; ``GPU_CHECK_FSDP_NO_SAVE=1`` skips its final save."""
+    """``fsdp_train.py`` with the shape of ``GPU_CHECK_FSDP_SHAPE``; ``GPU_CHECK_FSDP_NO_SAVE=1``: no final save."""
     spec = importlib.util.spec_from_file_location("gpu_check_fsdp_train", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -92,7 +93,7 @@ def run_fsdp(path: str, args: list[str]) -> int:
 
 
 def run_tune(args: list[str]) -> int:
-    import cookbook_tune  # slurm-recipes/torchtune on PYTHONPATH, as the job puts $RECIPE_DIR there
+    from cookbook_runtime.programs import cookbook_tune  # slurm-recipes/ on PYTHONPATH, as the job's $RUNTIME_DIR
 
     return int(cookbook_tune.main(args) or 0)
 

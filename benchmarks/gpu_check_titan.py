@@ -5,7 +5,7 @@
     ... cookbook.local.compat.cpu torchtitan --module gpu_check_titan --config llama3_tiny | flux_tiny   (CPU mode)
 
 torchtitan 0.3.0 configs are Python functions whose model sizes no command-line flag changes, so each function here
-calls the recipe's own (``slurm-recipes/torchtitan/cookbook_titan.py``; CPU: the local bench's tiny configs, which
+calls the recipe's own (the runtime's ``programs/cookbook_titan.py``; CPU: the local bench's tiny configs, which
 use the same stop-save trainer) and then applies ``GPU_CHECK_TITAN`` (JSON): ``layers`` (llama3: the first N
 blocks), ``double_blocks``/``single_blocks`` (FLUX), ``local_batch_size``, ``seq_len``, ``steps``, ``ac``
 (``none``/``selective``/``full``), ``compile`` (and ``compile_backend``), ``checkpoint`` (on/off; interval past the
@@ -82,23 +82,22 @@ def _apply(cfg: Any) -> Any:
 
 def llama3() -> Any:
     """The ``llama3_8b_c4`` recipe's config (Llama 3.1 8B widths), its first ``layers`` blocks."""
-    from cookbook_titan import llama3_8b_c4
+    from cookbook_runtime.programs.cookbook_titan import llama3_8b_c4
 
     return _apply(llama3_8b_c4())
 
 
 def flux() -> Any:
     """The ``flux_schnell`` recipe's config (FLUX.1-schnell widths), its first double and single blocks."""
-    from cookbook_titan import flux_schnell
+    from cookbook_runtime.programs.cookbook_titan import flux_schnell
 
     return _apply(flux_schnell())
 
 
 def llama3_tiny() -> Any:
     """CPU mode: the local bench's tiny Llama 3 (``cookbook/local/assets/tiny_llama.DIMS``), the recipe's trainer."""
-    from cookbook_titan import checkpointed
-
     from cookbook.local.compat.titan_tiny_configs import tiny_llama3
+    from cookbook_runtime.programs.cookbook_titan import checkpointed
 
     return _apply(checkpointed(tiny_llama3()))
 

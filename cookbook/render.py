@@ -39,9 +39,11 @@ RUNTIME_NAME = RUNTIME.name
 
 
 def runtime_files() -> dict[str, str]:
-    """``{cookbook_runtime/NAME.py: text}``: the job runtime (the gate's node checks, the stop protocol, the hang
-    watch), written into a rendered job's folder; ``slurm-recipes/`` holds it once, beside the recipe folders."""
-    return {f"{RUNTIME_NAME}/{f.name}": f.read_text() for f in sorted(RUNTIME.glob("*.py"))}
+    """``{cookbook_runtime/PATH.py: text}``: the job runtime (the gate's node checks, the stop protocol, the hang
+    watch, the rehearsal's check, the programs the ranks run), written into a rendered job's folder;
+    ``slurm-recipes/`` holds it once, beside the recipe folders."""
+    files = sorted(RUNTIME.rglob("*.py"))
+    return {f"{RUNTIME_NAME}/{f.relative_to(RUNTIME).as_posix()}": f.read_text() for f in files}
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+import cookbook_runtime
 from cookbook.spec import LOCAL_CPU as LOCAL_CPU  # re-exported (notebook_runner imports it here)
 from cookbook.spec import JobSpec
 
@@ -132,6 +133,23 @@ class HubFetch:
     def local(self, root: str) -> str:
         """The value of :attr:`key` once staged."""
         return self.folder(root) + (f"/{self.subdir}" if self.subdir else "")
+
+
+#: The runtime's programs package (``slurm-recipes/cookbook_runtime/programs/``): a job reaches it through
+#: ``$RUNTIME_DIR``, which the script puts on ``PYTHONPATH``; nothing of it is copied beside a script.
+PROGRAMS = "cookbook_runtime.programs"
+#: The folder holding ``cookbook_runtime/`` here (``slurm-recipes/``): what a job's ``RUNTIME_DIR`` is on the nodes.
+RUNTIME_PARENT = Path(cookbook_runtime.__file__).resolve().parents[1]
+
+
+def program_source(module: str) -> Path:
+    """The source file, on this machine, of the runtime's module ``module`` (``cookbook_runtime.programs.X``)."""
+    return RUNTIME_PARENT.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def program_file(name: str) -> str:
+    """The launch-line path of the runtime's program ``name`` (e.g. ``fsdp_train.py``) in a job."""
+    return f"$RUNTIME_DIR/{PROGRAMS.replace('.', '/')}/{name}"
 
 
 @dataclass(frozen=True)

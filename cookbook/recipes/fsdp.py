@@ -1,7 +1,7 @@
 """Plain PyTorch FSDP2 recipes ``fsdp_<model>``: the AWS FSDP test case's models, our training script.
 
-The program is :mod:`cookbook.training.fsdp_train`, written next to the sbatch script as ``train.py``
-(self-contained: torch, transformers, datasets) and started by torchrun on every node. Overrides are
+The program is the runtime's :mod:`cookbook_runtime.programs.fsdp_train` (self-contained: torch, transformers,
+datasets), started by torchrun on every node from ``$RUNTIME_DIR``. Overrides are
 the script's own flags (``--set max_steps=500`` -> ``--max_steps=500``), checked by its own argparse
 parser. Resuming needs no arguments: the script loads the newest complete ``step-N`` checkpoint from
 ``--checkpoint_dir`` (default ``$RUN_DIR/checkpoints``).
@@ -17,17 +17,15 @@ import difflib
 import functools
 import io
 from dataclasses import replace
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from cookbook.profiling.enable import schedule
-from cookbook.recipes.base import HubFetch, Launch, Recipe, StartPath, is_hub_id, register_recipe
+from cookbook.recipes.base import HubFetch, Launch, Recipe, StartPath, is_hub_id, program_file, register_recipe
 from cookbook.spec import JobSpec
 from cookbook.templating import render_template
 
-TRAIN_FILE = Path(__file__).resolve().parent.parent / "training" / "fsdp_train.py"
-SCRIPT_NAME = "train.py"
+SCRIPT_NAME = "fsdp_train.py"  # in the runtime's programs
 
 # (shape in fsdp_train.SHAPES, display name, max_steps default as in the AWS sbatch files)
 FSDP_MODELS: tuple[tuple[str, str, int], ...] = (
@@ -55,14 +53,9 @@ _GATED = ("meta-llama/", "mistralai/")
 @functools.cache
 def _train_module() -> ModuleType:
     """The training script as a module (imported lazily: it imports torch)."""
-    from cookbook.training import fsdp_train
+    from cookbook_runtime.programs import fsdp_train
 
     return fsdp_train
-
-
-def train_script_text() -> str:
-    """The text written as ``train.py`` next to every fsdp sbatch script."""
-    return TRAIN_FILE.read_text()
 
 
 def parse_train_args(args: list[str]) -> tuple[argparse.Namespace | None, str]:
@@ -247,13 +240,10 @@ class FsdpRecipe(Recipe):
             )
         if spec.container_image and not spec.container_mounts:
             out.append(
-                "container: train.py ($RECIPE_DIR) and the checkpoints ($RUN_DIR) must be visible inside "
+                "container: the runtime ($RUNTIME_DIR) and the checkpoints ($RUN_DIR) must be visible inside "
                 "the container: add --container-mount /shared:/shared"
             )
         return out
-
-    def files(self, spec: JobSpec) -> dict[str, str]:
-        return {SCRIPT_NAME: train_script_text()}
 
     def command(self, spec: JobSpec) -> Launch:
         args = tuple(f"--{k}={v}" for k, v in self.train_args(spec).items())
@@ -262,10 +252,10 @@ class FsdpRecipe(Recipe):
             from cookbook.paths import cache_dir
 
             variables["TINY_DIR"] = spec.assets_dir or str(cache_dir() / "tiny")
-        return Launch("torchrun", (f"$RECIPE_DIR/{SCRIPT_NAME}", *args), variables)
+        return Launch("torchrun", (program_file(SCRIPT_NAME), *args), variables)
 
     def resume(self, spec: JobSpec) -> list[str]:
-        """train.py resumes by itself; the runtime says which checkpoint it will pick."""
+        """fsdp_train.py resumes by itself; the runtime says which checkpoint it will pick."""
         return ["--resume=fsdp", f"--checkpoint-dir={self.train_args(spec)['checkpoint_dir']}"]
 
 

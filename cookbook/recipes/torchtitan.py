@@ -1,10 +1,11 @@
 """torchtitan 0.3.0 recipes: Llama-3.1-8B on C4 and FLUX.1-schnell.
 
-Configs are Python functions in ``configs/cookbook_titan.py`` (copied next to the script and passed
-as ``--module cookbook_titan --config NAME``). Overrides are ``section.key=value`` and become
-``--section.key value``; they are checked by torchtitan's own parser (``ConfigManager`` + tyro)
-against the real config dataclasses, in a child process (:mod:`cookbook.recipes.titan_parse`): torchtitan
-imports triton at module level, and the validating process (login node, notebook kernel) imports neither.
+Configs are Python functions in the runtime's ``cookbook_runtime/programs/cookbook_titan.py`` (passed as
+``--module cookbook_runtime.programs.cookbook_titan --config NAME``; the job has the runtime on its path).
+Overrides are ``section.key=value`` and become ``--section.key value``; they are checked by torchtitan's own
+parser (``ConfigManager`` + tyro) against the real config dataclasses, in a child process
+(:mod:`cookbook.recipes.titan_parse`): torchtitan imports triton at module level, and the validating process
+(login node, notebook kernel) imports neither.
 """
 
 from __future__ import annotations
@@ -26,22 +27,23 @@ from typing import Any
 from cookbook.paths import cache_dir
 from cookbook.profiling.enable import schedule
 from cookbook.recipes.base import (
+    PROGRAMS,
+    RUNTIME_PARENT,
     HubFetch,
     Launch,
     Recipe,
     StartPath,
     is_hub_id,
     path_problem,
+    program_source,
     register_factory,
     register_recipe,
 )
 from cookbook.spec import JobSpec
 from cookbook.versions import tested_version
 
-CONFIG_MODULE = "cookbook_titan"
-_MODULE_FILE = Path(__file__).parent / "configs" / f"{CONFIG_MODULE}.py"
-# the trainer subclass that saves on a stop request (imported by the config functions of CONFIG_MODULE)
-_TRAINER_FILE = _MODULE_FILE.parent / "cookbook_titan_trainer.py"
+CONFIG_MODULE = f"{PROGRAMS}.cookbook_titan"  # its trainer, cookbook_titan_trainer, saves on a stop request
+_MODULE_FILE = program_source(CONFIG_MODULE)
 
 # torchtitan 0.3.0 fields naming files or folders the job reads at start-up (checked when on this
 # filesystem, and by `cookbook rehearse` on every node). FLUX's encoders/tokenizers take a folder or a Hub id.
@@ -75,7 +77,7 @@ class _ParserProcess:
 
     def _start(self) -> subprocess.Popen[str]:
         package_root = str(Path(__file__).resolve().parents[2])
-        path = os.pathsep.join(filter(None, [str(_MODULE_FILE.parent), package_root, os.environ.get("PYTHONPATH")]))
+        path = os.pathsep.join(filter(None, [str(RUNTIME_PARENT), package_root, os.environ.get("PYTHONPATH")]))
         return subprocess.Popen(
             [sys.executable, "-m", "cookbook.recipes.titan_parse"],
             stdin=subprocess.PIPE,
@@ -250,7 +252,7 @@ def _known_fields(config: str, module: str = CONFIG_MODULE, path: tuple[str, ...
     return tuple(_parsed(("--module", module, "--config", config), path)["fields"])
 
 
-# why the GPU configs in cookbook_titan.py depart from torchtitan's defaults (values: the config functions)
+# why the GPU configs in the runtime's cookbook_titan.py depart from torchtitan's defaults (values: its functions)
 INTENT = {
     "profiler.enable_profiling": "profile on request only (torchtitan's llama3_8b traces all ranks every 100 steps)",
     "comm.train_timeout_seconds": "the 100 s default is shorter than a checkpoint save to a shared filesystem",
@@ -412,7 +414,7 @@ class TorchtitanRecipe(Recipe):
         return self.config_fn + ("_tiny" if spec.local_cpu else "")
 
     def module_name(self, spec: JobSpec) -> str:
-        """``--module``: the shipped ``cookbook_titan`` (a config function of one's own: its module)."""
+        """``--module``: the runtime's ``cookbook_titan`` (a config function of one's own: its module)."""
         return self.config_module
 
     def validate(self, spec: JobSpec) -> list[str]:
@@ -476,9 +478,6 @@ class TorchtitanRecipe(Recipe):
             ):
                 problems.append(p)
         return problems
-
-    def files(self, spec: JobSpec) -> dict[str, str]:
-        return {f"{CONFIG_MODULE}.py": _MODULE_FILE.read_text(), _TRAINER_FILE.name: _TRAINER_FILE.read_text()}
 
     def command(self, spec: JobSpec) -> Launch:
         args = ["--module", self.module_name(spec), "--config", self.config_name(spec), "--dump_folder", "$RUN_DIR"]
@@ -544,7 +543,7 @@ class FluxSchnell(TorchtitanRecipe):
     # local-cpu: a FLUX sized to the tiny assets, a config of the local bench (the shipped module imports none)
     tiny_module = "cookbook.local.compat.titan_tiny_configs"
     planner_model = "flux_schnell"
-    # the Nebius guide's flux_schnell_model.toml; configs/cookbook_titan.py keeps a copy (tests/unit/test_facts.py)
+    # the Nebius guide's flux_schnell_model.toml; the runtime's cookbook_titan.py keeps a copy (tests/unit/test_facts)
     images_per_gpu = 32
     planner_settings = {
         "micro_batch": images_per_gpu,
@@ -685,7 +684,7 @@ def own_module(rest: str) -> TitanModule:
     path = Path(module).expanduser().resolve()
     if not path.is_file():
         raise KeyError(f"titan:{rest}: no such config module {module}")
-    if not path.stem.isidentifier() or path.stem in (CONFIG_MODULE, "torchtitan", "torch"):
+    if not path.stem.isidentifier() or path.stem in (PROGRAMS.partition(".")[0], "torchtitan", "torch"):
         raise KeyError(f"titan:{rest}: rename {path.name}: its name must be a Python module name of its own")
     return TitanModule(path.stem, config, path)
 

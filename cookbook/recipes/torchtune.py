@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from cookbook.profiling.enable import schedule
 from cookbook.recipes.base import (
+    PROGRAMS,
     HubFetch,
     Launch,
     Recipe,
     StartPath,
     is_hub_id,
     path_problem,
+    program_source,
     register_factory,
     register_recipe,
 )
@@ -30,11 +32,10 @@ from cookbook.spec import JobSpec, SpecError
 from cookbook.versions import requirement, tested_version
 
 _CONFIGS = Path(__file__).parent / "configs"
-_TRAINING = Path(__file__).resolve().parent.parent / "training"
-# the recipe subclass that saves on preemption and resumes mid-epoch, shipped beside the scripts (run as a module:
-# `tune run ... cookbook_tune RECIPE --config ...`; the stop protocol it imports is shipped by render_job)
-SUBCLASS_MODULE = "cookbook_tune"
-SUBCLASS_FILE = _TRAINING / f"{SUBCLASS_MODULE}.py"
+# the recipe subclass that saves on preemption and resumes mid-epoch, a program of the runtime (run as a module:
+# `tune run ... cookbook_runtime.programs.cookbook_tune RECIPE --config ...`)
+SUBCLASS_MODULE = f"{PROGRAMS}.cookbook_tune"
+SUBCLASS_FILE = program_source(SUBCLASS_MODULE)
 # omegaconf is imported inside the functions that use it, for start-up speed (`cookbook --help`, `recipes`)
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -468,7 +469,7 @@ class TorchtuneRecipe(Recipe):
         if spec.requeue and str(OmegaConf.select(cfg, "epochs")) == "1" and not cfg.get("save_every_n_steps"):
             out.append(
                 f"epochs=1: torchtune {tested_version('torchtune')} saves only at epoch ends; a preemption still "
-                f"saves at the step it reaches ({SUBCLASS_MODULE}.py), but a job killed without warning (node "
+                f"saves at the step it reaches ({SUBCLASS_MODULE}), but a job killed without warning (node "
                 "failure, scontrol requeue) starts over: set --set save_every_n_steps=N"
             )
         return out
@@ -486,10 +487,7 @@ class TorchtuneRecipe(Recipe):
             f"# {self.name}: torchtune {self.config_name if not spec.local_cpu else self.tiny_config} + overrides, "
             f"{owner}# output_dir is set on the command line (the job's run folder).\n"
         )
-        return {
-            self.config_file(spec): header + OmegaConf.to_yaml(self.config(spec)),
-            f"{SUBCLASS_MODULE}.py": SUBCLASS_FILE.read_text(),
-        }
+        return {self.config_file(spec): header + OmegaConf.to_yaml(self.config(spec))}
 
     def command(self, spec: JobSpec) -> Launch:
         config = f"$RECIPE_DIR/{self.config_file(spec)}"

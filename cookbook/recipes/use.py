@@ -1,7 +1,7 @@
 """Jobs that use what a training recipe produced, rendered and submitted like training (no second launcher).
 
-- ``llama3_3_70b_full_use`` / ``llama3_3_70b_lora_use``: :mod:`cookbook.use.lm_job` (written next to the script as
-  ``use_lm.py``) on one node: the base and the fine-tuned model side by side on held-out prompts with the
+- ``llama3_3_70b_full_use`` / ``llama3_3_70b_lora_use``: the runtime's :mod:`cookbook_runtime.programs.use_lm`
+  on one node: the base and the fine-tuned model side by side on held-out prompts with the
   training's chat template, held-out loss/perplexity before vs after, and for LoRA ``--set merge=DIR`` writes the
   merged model in HF layout. Overrides are the program's flags, checked by its own parser. ``TRAINED_DIR`` is the
   training run folder (default: where the ``slurm-recipes/torchtune`` script of the same profile writes it),
@@ -30,12 +30,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from cookbook.recipes.base import Launch, Recipe, StartPath, path_problem, register_recipe, resolve_here
+from cookbook.recipes.base import Launch, Recipe, StartPath, path_problem, program_file, register_recipe, resolve_here
 from cookbook.recipes.torchtitan import FluxSchnell, cli_args
 from cookbook.spec import JobSpec
 
-PROGRAM_FILE = Path(__file__).resolve().parent.parent / "use" / "lm_job.py"
-PROGRAM = "use_lm.py"
+PROGRAM = "use_lm.py"  # in the runtime's programs
 FLUX_INFER = "torchtitan.models.flux.inference.infer"
 FLUX_PROMPTS = "flux_prompts.txt"
 # eight captions: torchtitan's sampling gives every rank at least one prompt (a node of 8 GPUs)
@@ -58,10 +57,6 @@ FLUX_NO_CHECKPOINT = (
     "no checkpoint in {folder} (no step-N/ with .metadata): torchtitan would sample from random weights; "
     "point TRAINED_DIR (--set dump_folder=) at a flux_schnell run folder that saved one"
 )
-
-
-def program_text() -> str:
-    return PROGRAM_FILE.read_text()
 
 
 def here(recipe: Recipe, spec: JobSpec, value: str | None) -> Path | None:
@@ -130,7 +125,7 @@ class TorchtuneUse(Recipe):
         return {**self.start_args(spec), "out": "$RUN_DIR", **user}
 
     def validate(self, spec: JobSpec) -> list[str]:
-        from cookbook.use.lm_job import build_parser
+        from cookbook_runtime.programs.use_lm import build_parser
 
         parser = build_parser()
         known = [a.dest for a in parser._actions if a.dest != "help"]
@@ -167,7 +162,7 @@ class TorchtuneUse(Recipe):
 
     def parsed(self, spec: JobSpec) -> argparse.Namespace | str:
         """The program's flags as its own parser reads them, or the one line it rejects them with."""
-        from cookbook.use.lm_job import build_parser
+        from cookbook_runtime.programs.use_lm import build_parser
 
         err = io.StringIO()
         try:
@@ -177,10 +172,10 @@ class TorchtuneUse(Recipe):
             return f"{PROGRAM} rejects the overrides: {(err.getvalue().strip().splitlines() or ['?'])[-1]}"
 
     def input_problems(self, spec: JobSpec, ns: argparse.Namespace) -> list[str]:
-        """What the job would refuse, found here with the job's own checks (:mod:`cookbook.use.lm_job`): the
-        checkpoint it loads and its files, the training config, a LoRA adapter's shapes against the base model's
+        """What the job would refuse, found here with the job's own checks (:mod:`cookbook_runtime.programs.use_lm`):
+        the checkpoint it loads and its files, the training config, a LoRA adapter's shapes against the base model's
         (safetensors headers only), the prompt file's text. Paths this machine cannot see are skipped."""
-        from cookbook.use import lm_job
+        from cookbook_runtime.programs import use_lm as lm_job
 
         problems: list[str] = []
 
@@ -207,9 +202,6 @@ class TorchtuneUse(Recipe):
             check(lm_job.check_lora, ckpt, visible["base"])
         return problems
 
-    def files(self, spec: JobSpec) -> dict[str, str]:
-        return {PROGRAM: program_text()}
-
     def command(self, spec: JobSpec) -> Launch:
         variables = {}
         if spec.local_cpu:
@@ -218,7 +210,7 @@ class TorchtuneUse(Recipe):
             variables["TINY_DIR"] = spec.assets_dir or str(cache_dir() / "tiny")
         variables.update(self.start_variables(spec))
         args = tuple(f"--{k}={v}" for k, v in self.program_args(spec).items())
-        return Launch("torchrun", (f"$RECIPE_DIR/{PROGRAM}", *args), variables)
+        return Launch("torchrun", (program_file(PROGRAM), *args), variables)
 
 
 class FluxSchnellUse(FluxSchnell):
@@ -261,7 +253,7 @@ class FluxSchnellUse(FluxSchnell):
 
     def input_problems(self, spec: JobSpec) -> list[str]:
         """A run folder (seen here) without a complete checkpoint, a prompt file that is not UTF-8 text."""
-        from cookbook.use import lm_job
+        from cookbook_runtime.programs import use_lm as lm_job
 
         problems = []
         run = here(self, spec, self.start_path_values(spec)["dump_folder"])

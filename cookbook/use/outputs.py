@@ -155,8 +155,8 @@ def describe(target: str | os.PathLike[str]) -> Outputs:
                     "TGI": f"text-generation-launcher --model-id {b} --lora-adapters tuned={q}",
                     "transformers": f"PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({base!r}, "
                     f"torch_dtype='auto', device_map='auto'), {str(ckpt)!r})",
-                    "merge": "cookbook.use.lm_job.merge_lora(base, adapter, dest) or the *_lora_use job with "
-                    "--set merge=$RUN_DIR/merged: one HF folder, served like a full fine-tune",
+                    "merge": "cookbook_runtime.programs.use_lm.merge_lora(base, adapter, dest) or the *_lora_use job "
+                    "with --set merge=$RUN_DIR/merged: one HF folder, served like a full fine-tune",
                     # the base with the adapter on it (PEFT installed), or the merged folder as pretrained=
                     "lm-eval": f"lm_eval --model hf --model_args pretrained={b},peft={q},dtype=bfloat16,"
                     "parallelize=True --tasks hellaswag,mmlu (where the cluster reaches the Hub)",

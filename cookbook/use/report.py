@@ -13,13 +13,13 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-RESULT = "use.json"  # written by cookbook.use.lm_job (its RESULT)
+RESULT = "use.json"  # written by cookbook_runtime.programs.use_lm (its RESULT)
 IMAGES = "images"  # the flux_schnell_use job's folder of samples, under its run folder
 
 
 @dataclass
 class UseResult:
-    """The ``use.json`` of a ``*_use`` job (see :func:`cookbook.use.lm_job.run`)."""
+    """The ``use.json`` of a ``*_use`` job (see :func:`cookbook_runtime.programs.use_lm.run`)."""
 
     data: dict[str, Any]
     path: Path

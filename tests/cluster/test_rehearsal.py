@@ -182,7 +182,7 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
     jobs: dict[str, tuple[Path, dict[str, str]]] = {}
 
     def broken(key: str, name: str) -> Path:
-        script = _copy(name, tmp_path / key)
+        script = _copy(name, tmp_path / key / Path(name).parent.name)  # a runtime of its own: one is edited
         jobs[key] = (script, job_env(staged, name))
         return script
 
@@ -203,9 +203,8 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
     # 5, 6, 7: profiling on (torchtitan's default, as the config had it), plain FSDP at batch 64, the 100 s
     # collective timeout
     s = broken("titan-defaults", "torchtitan/flux_schnell.crusoe.sbatch")
-    _edit(
-        s.parent / "cookbook_titan.py", "cfg.profiler.enable_profiling = False", "cfg.profiler.enable_profiling = True"
-    )
+    titan = s.parent.parent / "cookbook_runtime" / "programs" / "cookbook_titan.py"  # its copy's runtime
+    _edit(titan, "cfg.profiler.enable_profiling = False", "cfg.profiler.enable_profiling = True")
     _edit(
         s,
         '  --parallelism.data_parallel_replicate_degree "${SLURM_JOB_NUM_NODES}" \\\n',

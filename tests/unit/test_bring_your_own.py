@@ -66,8 +66,9 @@ def test_a_torchtune_yaml_of_ones_own_with_its_recipe(tmp_path):
     shutil.copy(ROOT / "cookbook" / "recipes" / "configs" / "tiny_full.yaml", own)
     spec = make_spec(f"tune:full_finetune_distributed:{own}", "local-cpu", overrides={"epochs": "2"})
     text = write_job(spec, tmp_path / "out" / "mine.sbatch").read_text()
-    assert "-m cookbook.local.compat.cpu torchtune cookbook_tune full_finetune_distributed" in " ".join(
-        text.split(" \\\n  ")
+    assert (
+        "-m cookbook.local.compat.cpu torchtune cookbook_runtime.programs.cookbook_tune full_finetune_distributed"
+        in " ".join(text.split(" \\\n  "))
     )
     assert "epochs: 2" in (tmp_path / "out" / "mine.yaml").read_text()
     with pytest.raises(SpecError, match="not in the config"):

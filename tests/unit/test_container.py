@@ -156,7 +156,7 @@ def test_the_base_image_is_pinned_by_tag_and_its_cuda_is_the_one_described():
 
 def test_the_image_leaves_pythonpath_to_the_job():
     """Under pyxis the image's variables win over the job's: a PYTHONPATH here would hide cookbook_runtime and the
-    recipe folder (cookbook_tune.py, cookbook_titan.py) that the job script exports."""
+    recipe folder that the job script exports."""
     env = " ".join(_args("ENV"))
     assert "PYTHONPATH" not in env
     venv = next(a.split()[-1] for a in _args("RUN") if re.search(r"-m venv \S+$", a))

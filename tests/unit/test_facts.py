@@ -22,8 +22,8 @@ from cookbook.metrics import peak_tflops as metrics_peak
 from cookbook.paths import project_root
 from cookbook.planner import GPUS, get_model
 from cookbook.planner.estimate import Settings, flops_per_token
-from cookbook.training import fsdp_train as ft
 from cookbook_runtime import nodecheck as preflight
+from cookbook_runtime.programs import fsdp_train as ft
 
 FSDP_MODELS = [name for name in ft.SHAPES if not name.startswith("tiny")]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cookbook.training import fsdp_train as ft
+from cookbook_runtime.programs import fsdp_train as ft
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -250,7 +250,7 @@ def _torchrun(args: list[str], cwd: Path, nproc: int = 2) -> str:
             "torch.distributed.run",
             "--standalone",
             f"--nproc-per-node={nproc}",
-            str(ROOT / "cookbook" / "training" / "fsdp_train.py"),
+            str(ROOT / "slurm-recipes" / "cookbook_runtime" / "programs" / "fsdp_train.py"),
             *args,
         ],
         cwd=cwd,
@@ -329,7 +329,7 @@ def test_a_missing_tokenizer_fails_with_what_to_do():
     r = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "cookbook" / "training" / "fsdp_train.py"),
+            str(ROOT / "slurm-recipes" / "cookbook_runtime" / "programs" / "fsdp_train.py"),
             "--model=llama2_7b",
             "--tokenizer=/nonexistent/tokenizer",
             "--dataset=x",
@@ -382,10 +382,12 @@ def test_rendered_script_runs_train_py_with_the_recipe_arguments():
 
     job = render_job(_spec(profile="aws-efa", container_image="/fsx/pytorch-fsdp.sqsh", container_mounts=["/fsx:/fsx"]))
     assert job.files == {
-        "train.py": (ROOT / "cookbook" / "training" / "fsdp_train.py").read_text(),
+        "cookbook_runtime/programs/fsdp_train.py": Path(ft.__file__).read_text(),
         **runtime_files(),  # the job runtime, once per job folder
     }
-    assert '"${RECIPE_DIR}"/train.py' in job.script and "--model=llama3_1_8b" in job.script
+    assert (
+        '"${RUNTIME_DIR}"/cookbook_runtime/programs/fsdp_train.py' in job.script and "--model=llama3_1_8b" in job.script
+    )
     assert "--container-image=/fsx/pytorch-fsdp.sqsh" in job.script and "FI_PROVIDER=efa" in job.script
     assert '--checkpoint_dir="${RUN_DIR}"/checkpoints' in job.script
     assert any("gated" in w for w in job.warnings)

@@ -132,8 +132,9 @@ def test_every_rendered_job_ships_the_runtime_and_saves_on_usr1_or_term(name, tm
     assert "cookbook: got TERM: not requeueing" in term.out
     assert term.status == 0 and not [a for a in term.argv("scontrol") if a[0] == "requeue"]
     if name == "llama3_8b_c4":
-        assert "cookbook_titan_trainer.py" in job.files
-        assert "from cookbook_titan_trainer import stoppable" in job.files["cookbook_titan.py"]
+        assert "cookbook_runtime/programs/cookbook_titan_trainer.py" in job.files
+        titan = job.files["cookbook_runtime/programs/cookbook_titan.py"]
+        assert "from cookbook_runtime.programs.cookbook_titan_trainer import stoppable" in titan
 
 
 def test_the_launcher_on_every_node_is_shielded_from_usr1_and_term(monkeypatch):

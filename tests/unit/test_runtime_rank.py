@@ -70,7 +70,7 @@ def test_a_slow_save_for_tests_delays_the_saved_marker(tmp_path: Path, monkeypat
 def test_problem_9_torchtunes_collective_timeout_covers_the_stop_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """cookbook_tune gives torchtune's process group a timeout of 1.5 x the model's stop-save (at least torch's 10
     minutes): the ranks waiting while rank 0 writes a 70B full save (~846 s) are not a collective timeout."""
-    from cookbook.training import cookbook_tune
+    from cookbook_runtime.programs import cookbook_tune
 
     recipe = tmp_path / "lora_finetune_distributed.py"
     recipe.write_text(

@@ -344,7 +344,7 @@ def test_container_mounts_must_cover_what_the_job_reads(tmp_path):
 
 def test_container_mounts_must_cover_the_dataset(tmp_path):
     """Problem 10 for a dataset: render names a dataset path no mount covers; so does the node check."""
-    from cookbook.rehearsal.node_check import path_check
+    from cookbook_runtime.rehearsal import path_check
 
     spec = make_spec(
         "llama3_8b_c4",
@@ -369,7 +369,7 @@ def test_container_mounts_must_cover_the_dataset(tmp_path):
 
 def test_node_check_fails_on_changed_intent_profile_settings_and_untagged_logs(monkeypatch):
     """Problems 5/6/7, 9 and 13 fail the rehearsal (not notes); profiling the user asked for is a note."""
-    from cookbook.rehearsal.node_check import config_problems, env_problems, log_tag_problems
+    from cookbook_runtime.rehearsal import config_problems, env_problems, log_tag_problems
 
     m = manifest(GPU_SCRIPTS["torchtitan/flux_schnell.nebius.sbatch"])
     expected = m["expect_config"]["torchtitan"]
@@ -412,8 +412,8 @@ def test_node_check_fails_on_changed_intent_profile_settings_and_untagged_logs(m
 def test_node_check_looks_for_the_efa_or_infiniband_device(tmp_path, monkeypatch):
     """Problem 9: the fabric the profile names must have a device under /sys/class/infiniband; a problem on a
     GPU node, a note on a node without nvidia-smi (the CPU bench)."""
-    from cookbook.rehearsal.node_check import rdma_check
     from cookbook_runtime import nodecheck
+    from cookbook_runtime.rehearsal import rdma_check
 
     sysfs = tmp_path / "infiniband"
     monkeypatch.delenv("NCCL_IB_HCA", raising=False)
@@ -557,7 +557,7 @@ def test_manifest_names_the_recipe_paths_and_intent():
 
 
 def test_node_check_masks_secrets_and_knows_secret_names():
-    from cookbook.rehearsal import node_check
+    from cookbook_runtime import rehearsal as node_check
 
     for name in (
         "HF_TOKEN",
@@ -573,7 +573,7 @@ def test_node_check_masks_secrets_and_knows_secret_names():
 
 
 def test_node_check_splits_launcher_arguments():
-    from cookbook.rehearsal.node_check import launcher_split, program_of
+    from cookbook_runtime.rehearsal import launcher_split, program_of
 
     words, flags, args = launcher_split(
         [
@@ -641,7 +641,7 @@ def test_node_check_names_a_python_without_the_framework_and_one_that_cannot_run
     run on the node (a venv built on an x86 login node does not run on an aarch64 GB200 node)."""
     import platform
 
-    from cookbook.rehearsal.node_check import python_environment
+    from cookbook_runtime.rehearsal import python_environment
 
     answer, problems = python_environment(sys.executable, {"torch": "2.13.0", "nosuchframework": ""}, "x86_64")
     assert answer["versions"]["torch"].startswith("2.13.0") and answer["machine"] == platform.machine()

@@ -38,8 +38,8 @@ def test_render_torchtitan_recipes_without_triton_and_without_any_variable(tmp_p
     assert exits == ["exit llama3_8b_c4 0", "exit flux_schnell 0"], r.stdout + r.stderr
     for recipe in ("llama3_8b_c4", "flux_schnell"):
         script = (tmp_path / recipe / "job.sbatch").read_text()
-        assert "--module cookbook_titan" in script and f"--config {recipe}" in script, recipe
-        assert (tmp_path / recipe / "cookbook_titan.py").is_file()
+        assert "--module cookbook_runtime.programs.cookbook_titan" in script and f"--config {recipe}" in script
+        assert (tmp_path / recipe / "cookbook_runtime" / "programs" / "cookbook_titan.py").is_file()
 
 
 def test_nothing_is_patched_where_triton_is_installed(tmp_path, monkeypatch):

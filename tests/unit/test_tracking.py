@@ -44,7 +44,9 @@ def test_torchtitan_switches_its_metrics_and_its_trainer_logs_to_mlflow(tmp_path
     assert words[i : i + 3] == ["--metrics.enable_tensorboard", "--metrics.save_tb_folder", "tensorboard/tt-7"]
     assert "--metrics.enable_wandb" in render_job(make_spec("llama3_8b_c4", "local-cpu", tracker="wandb")).script
     job = render_job(make_spec("llama3_8b_c4", "local-cpu", tracker="mlflow"))  # the cookbook's trainer logs
-    assert "COOKBOOK_TRACKER=mlflow" in job.script and "cookbook_titan_trainer.py" in job.files
+    assert (
+        "COOKBOOK_TRACKER=mlflow" in job.script and "cookbook_runtime/programs/cookbook_titan_trainer.py" in job.files
+    )
     own = tmp_path / "my_titan.py"
     own.write_text(
         "def tiny():\n    from torchtitan.models.llama3.config_registry import llama3_debugmodel\n\n"
@@ -98,15 +100,15 @@ def test_mlflow_gets_one_run_in_a_local_file_store(tmp_path, monkeypatch):
 
 
 def test_torchtitans_mlflow_logger_continues_the_scripts_run_after_a_requeue(tmp_path, monkeypatch):
-    """The MLflow logger of the cookbook's torchtitan trainer (cookbook_titan_trainer.py, shipped beside the
-    script) against the local file store the script's tracker block sets up, as two starts of one job log."""
+    """The MLflow logger of the cookbook's torchtitan trainer (the runtime's cookbook_titan_trainer.py) against the
+    local file store the script's tracker block sets up, as two starts of one job log."""
     script = render_job(make_spec("llama3_8b_c4", "local-cpu", tracker="mlflow")).script
     env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NAME": "tt", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     env["PATH"] = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
     for line in _run_block(script, tmp_path, env).stdout.splitlines():  # the job's environment, as the ranks get it
         name, _, value = line.partition("=")
         monkeypatch.setenv(name, value)
-    path = ROOT / "cookbook" / "recipes" / "configs" / "cookbook_titan_trainer.py"
+    path = ROOT / "slurm-recipes" / "cookbook_runtime" / "programs" / "cookbook_titan_trainer.py"
     module_spec = importlib.util.spec_from_file_location("cookbook_titan_trainer", path)
     assert module_spec and module_spec.loader
     trainer = importlib.util.module_from_spec(module_spec)

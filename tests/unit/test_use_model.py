@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from cookbook.recipes.use import FLUX_NO_CHECKPOINT
-from cookbook.use import lm_job
 from cookbook.use.outputs import NoOutputs, describe
+from cookbook_runtime.programs import use_lm as lm_job
 
 
 def _config(run: Path, base: Path) -> None:
@@ -158,9 +158,9 @@ def test_use_recipes_validate_their_overrides_and_render_one_node_scripts():
 
     spec = make_spec("llama3_3_70b_lora_use", "generic", nodes=1, overrides={"merge": "$RUN_DIR/merged"})
     job = render_job(spec)
-    assert "#SBATCH --nodes=1" in job.script and '"${RECIPE_DIR}"/use_lm.py' in job.script
+    assert "#SBATCH --nodes=1" in job.script and '"${RUNTIME_DIR}"/cookbook_runtime/programs/use_lm.py' in job.script
     assert '--trained="${TRAINED_DIR}"' in job.script and '--merge="${RUN_DIR}"/merged' in job.script
-    assert job.files["use_lm.py"] == Path(lm_job.__file__).read_text()
+    assert job.files["cookbook_runtime/programs/use_lm.py"] == Path(lm_job.__file__).read_text()
     for recipe, overrides, said in (
         ("llama3_3_70b_lora_use", {"prompt": "x"}, "did you mean prompts"),
         ("llama3_3_70b_full_use", {"merge": "/tmp/m"}, "merge is for LoRA"),
@@ -174,7 +174,7 @@ def test_use_recipes_validate_their_overrides_and_render_one_node_scripts():
 def test_the_rehearsal_knows_the_use_program_by_the_name_the_recipe_writes():
     """node_check.py (standard library only, runs on the nodes) names the program file: the same as the recipe's."""
     from cookbook.recipes.use import FLUX_INFER, PROGRAM
-    from cookbook.rehearsal import node_check
+    from cookbook_runtime import rehearsal as node_check
 
     assert node_check.program_of(["torchrun"], [f"/x/{PROGRAM}", "--trained=/r"]) == (
         "use",

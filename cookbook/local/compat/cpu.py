@@ -3,7 +3,7 @@
 Used only by ``local-cpu`` jobs (the local Slurm cluster has no GPU). Entry points::
 
     python -m cookbook.local.compat.cpu torchtune RECIPE [--config FILE key=value ...]
-    python -m cookbook.local.compat.cpu torchtune MODULE RECIPE [--config FILE key=value ...]  (e.g. cookbook_tune)
+    python -m cookbook.local.compat.cpu torchtune MODULE RECIPE [--config FILE key=value ...]  (cookbook_tune)
     python -m cookbook.local.compat.cpu torchtitan [torchtitan.train args: --module M --config F --a.b v ...]
 
 both also under ``torchrun ... -m cookbook.local.compat.cpu ...``. Each applies its framework's shims, then runs
@@ -439,8 +439,9 @@ def with_torchtitan_defaults(args: Sequence[str]) -> list[str]:
 
 def run_torchtune(recipe: str, args: Sequence[str]) -> int:
     """Apply the torchtune shims and run ``recipe`` as ``__main__`` with ``args``: a built-in recipe's file, or
-    (as ``tune run`` does for a name it does not know) a module on the path, e.g. ``cookbook_tune``, the
-    cookbook's recipe subclass shipped beside the scripts. Returns the module's exit code."""
+    (as ``tune run`` does for a name it does not know) a module on the path, e.g.
+    ``cookbook_runtime.programs.cookbook_tune``, the cookbook's recipe subclass in the job runtime. Returns the
+    module's exit code."""
     apply_shims("torchtune")
     if recipe in torchtune_recipe_names():
         path = torchtune_recipe_path(recipe)

@@ -220,9 +220,10 @@ def tiny_flux() -> Any:  # FluxTrainer.Config (torchtitan imported inside)
 
 def flux_schnell_tiny() -> Any:
     """local-cpu ``flux_schnell``: :func:`tiny_flux` (torchtitan's flux_debugmodel expects the real autoencoder's
-    widths) for a few steps, with the shipped module's checkpointing and stop-save trainer (``cookbook_titan``,
-    beside the script: ``--module cookbook.local.compat.titan_tiny_configs --config flux_schnell_tiny``)."""
-    from cookbook_titan import checkpointed  # the recipe folder (the shipped module), on PYTHONPATH
+    widths) for a few steps, with the runtime's checkpointing and stop-save trainer
+    (``cookbook_runtime.programs.cookbook_titan``, on the job's path:
+    ``--module cookbook.local.compat.titan_tiny_configs --config flux_schnell_tiny``)."""
+    from cookbook_runtime.programs.cookbook_titan import checkpointed  # the runtime's, on PYTHONPATH
 
     cfg = tiny_flux()
     cfg.training.steps = 4

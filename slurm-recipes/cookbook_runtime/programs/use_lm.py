@@ -1,10 +1,11 @@
 """Use a torchtune fine-tune: generations of the base and the fine-tuned model side by side, held-out loss and
 perplexity before vs after, and (LoRA) the adapter merged into an HF folder that ``transformers`` loads.
 
-Self-contained (torch, transformers, safetensors, omegaconf, torchtune; PEFT when installed): written next to the
-sbatch script of the ``*_use`` recipes as ``use_lm.py`` and started by torchrun (see
-:mod:`cookbook.recipes.use`); the notebooks' local runs import it. Only global rank 0 works (one process with
-every GPU of its node, ``device_map="auto"``: a 70B model in bf16 spans several GPUs); the other ranks exit.
+Self-contained (torch, transformers, safetensors, omegaconf, torchtune; PEFT when installed): part of the job
+runtime (``cookbook_runtime/programs/use_lm.py``), started by torchrun from the sbatch script of the ``*_use``
+recipes (see :mod:`cookbook.recipes.use`); the engine's render checks and the notebooks' local runs import it.
+Only global rank 0 works (one process with every GPU of its node, ``device_map="auto"``: a 70B model in bf16 spans
+several GPUs); the other ranks exit.
 
 The chat template is the training's own: the run's ``torchtune_config.yaml`` names the tokenizer and the dataset
 (its message transform), so prompts and the loss are built exactly as in training. Prompts default to the held-out

@@ -30,6 +30,7 @@ Standard library only: it runs under any ``python3`` on the node; framework code
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import platform
@@ -96,11 +97,11 @@ def torchtitan_without_triton() -> bool:
     stand-in (:mod:`cookbook.recipes.titan_import`), as the engine's parser and local-cpu jobs do. True when it
     was used; False where triton is installed, or where the cookbook is not (torchtitan's own import then
     reports the missing triton)."""
-    try:
-        from cookbook.recipes.titan_import import import_torchtitan_without_triton
+    try:  # the engine's, where the cookbook is installed (a CPU bench); a GPU node has triton and needs none
+        stand_in = importlib.import_module("cookbook.recipes.titan_import")
     except ImportError:
         return False
-    return import_torchtitan_without_triton()
+    return bool(stand_in.import_torchtitan_without_triton())
 
 
 def parse_in_training_env(framework: str, args: list[str], keys: list[str]) -> dict:
@@ -474,9 +475,9 @@ def rdma_check(
             )
     hca = os.environ.get("NCCL_IB_HCA", "")
     if hca and not hca.startswith("^"):
-        wanted = [w.split(":")[0] for w in hca.split(",") if w]
-        ok = [d for d in devices for w in wanted if (d == w[1:] if w.startswith("=") else d.startswith(w))]
-        info["NCCL_IB_HCA"] = ok
+        from cookbook_runtime.decide import devices_selected  # the one NCCL_IB_HCA parser (the gate's too)
+
+        info["NCCL_IB_HCA"] = ok = devices_selected(hca, devices)
         if not ok:
             missing.append(f"NCCL_IB_HCA={hca} matches no device under {root} (has: {', '.join(devices) or 'none'})")
     fix = "; check `ibv_devices`, load the driver, or unset the variable on a cluster without that fabric"

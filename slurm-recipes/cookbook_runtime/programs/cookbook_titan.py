@@ -1,4 +1,5 @@
-"""torchtitan 0.3.0 config functions for the cookbook's recipes (``--module cookbook_titan --config NAME``).
+"""torchtitan 0.3.0 config functions for the cookbook's recipes
+(``--module cookbook_runtime.programs.cookbook_titan --config NAME``).
 
 torchtitan 0.3.0 has no TOML: a config is a Python function returning its Trainer.Config. These
 start from torchtitan's own registry functions and change only what the recipe needs; everything
@@ -13,7 +14,7 @@ from typing import Any  # torchtitan's Trainer.Config (the module loads without 
 def checkpointed(cfg: Any) -> Any:
     """Checkpoints on, and the trainer that saves a full step-N on a stop request (the local bench's tiny configs
     use it too)."""
-    from cookbook_titan_trainer import stoppable  # shipped beside this file
+    from cookbook_runtime.programs.cookbook_titan_trainer import stoppable
 
     cfg.checkpoint.enable = True  # resume from the newest step-N after a requeue
     return stoppable(cfg)  # and save a full step-N on a stop request (preemption, time limit)

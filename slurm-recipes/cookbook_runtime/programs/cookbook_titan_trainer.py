@@ -1,6 +1,6 @@
 """Save on preemption for torchtitan 0.3.0: its Trainer (llama3) or FluxTrainer, stoppable at any step.
 
-The cookbook's one change to torchtitan's training, shipped beside the scripts with ``cookbook_titan.py``
+The cookbook's one change to torchtitan's training, in the job runtime beside ``cookbook_titan.py``
 (whose config functions pass their config through :func:`stoppable`) and used by the GPU and the
 ``local-cpu`` scripts alike: ``config.build()`` then makes a subclass of the config's own trainer that
 

@@ -1,11 +1,11 @@
 """torchtune 0.6.1's full_finetune_distributed and lora_finetune_distributed, saving on preemption and
 resuming mid-epoch: the cookbook's one change to torchtune (a subclass, not a fork).
 
-Shipped beside the generated scripts as ``slurm-recipes/torchtune/cookbook_tune.py`` (``$RECIPE_DIR`` is on
-``PYTHONPATH``), with ``cookbook_runtime`` on PYTHONPATH; needs torchtune, torch and nothing of the cookbook::
+Part of the job runtime (``cookbook_runtime.programs``; the script puts ``$RUNTIME_DIR`` on ``PYTHONPATH``);
+needs torchtune, torch and nothing of the cookbook::
 
-    tune run [torchrun flags] cookbook_tune RECIPE --config FILE key=value ...        # GPU clusters
-    python -m cookbook.local.compat.cpu torchtune cookbook_tune RECIPE --config ...  # local-cpu (CPU shims)
+    tune run [torchrun flags] cookbook_runtime.programs.cookbook_tune RECIPE --config FILE key=value ...  # GPUs
+    python -m cookbook.local.compat.cpu torchtune cookbook_runtime.programs.cookbook_tune RECIPE ...      # local-cpu
 
 It loads torchtune's own recipe file (``recipes/RECIPE.py``) with runpy, subclasses its recipe class, puts the
 subclass in the class's place and runs the file's own ``recipe_main``. What the subclass changes:

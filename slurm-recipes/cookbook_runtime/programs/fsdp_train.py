@@ -1,11 +1,11 @@
 """Pre-train a Llama / Mistral / Mixtral shape with plain PyTorch FSDP2 (``fully_shard``), under torchrun.
 
     torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d --rdzv-endpoint=HEAD:29500 \\
-        train.py --model=llama3_1_8b --dataset=allenai/c4 --dataset_config=en \\
+        fsdp_train.py --model=llama3_1_8b --dataset=allenai/c4 --dataset_config=en \\
                  --checkpoint_dir=./checkpoints --max_steps=100
 
 This file is self-contained (torch, transformers, datasets; and the cookbook's stop protocol,
-``cookbook_runtime.rank``, on PYTHONPATH) so it can be copied next to an sbatch script. Compared with
+``cookbook_runtime.rank``, on PYTHONPATH): it is part of the job runtime, ``cookbook_runtime/programs/``. Compared with
 the AWS FSDP test case it follows, it fixes three known flaws:
 
 - data: every rank reads a disjoint part of the stream (whole files per rank when there are enough,
