@@ -25,6 +25,7 @@ from cookbook.hub import token_status
 from cookbook.paths import output_dir
 from cookbook.slurm.client import JobTimeout, SlurmClient, SlurmError, read_output
 from cookbook.templating import render_template
+from cookbook_runtime.decide import NodeReport  # one report type: the gate's, the rehearsal's, the probe's
 from cookbook_runtime.telemetry import NVML_PACKAGE
 
 Status = Literal["pass", "warn", "fail"]
@@ -211,27 +212,33 @@ PROBE_SH = "doctor_probe.sh"  # templates/: one task per node writes node-<host>
 PROBE_SBATCH = "doctor_probe.sbatch.j2"  # templates/: the job that runs it on every usable node
 
 
-@dataclass(frozen=True)
-class NodeReport:
-    """What one node saw in the probe job."""
+def probe_report(
+    host: str,
+    *,
+    gpus: int = -1,
+    gpu_names: str = "",
+    nccl: str = "",
+    efa: str = "",
+    efa_devices: str = "",
+    marker_ok: bool = False,
+    python_ok: bool = False,
+    free_bytes: dict[str, int] | None = None,
+    pyenv: str = "",
+    nccl_net: str = "",
+) -> NodeReport:
+    """What one node saw in the probe job, as the runtime's one :class:`NodeReport` (its ``facts``): ``gpus`` -1
+    without nvidia-smi; ``pyenv`` the venv's answer (``cookbook_runtime.pyenv``) or its error (Exec format
+    error...); ``nccl_net`` aws-ofi-nccl's NCCL plugin (libnccl-net*.so), where found."""
+    facts = dict(gpus=gpus, gpu_names=gpu_names, nccl=nccl, efa=efa, efa_devices=efa_devices, marker_ok=marker_ok,
+                 python_ok=python_ok, free_bytes=free_bytes or {}, pyenv=pyenv, nccl_net=nccl_net)  # fmt: skip
+    return NodeReport(node=host, facts=facts)
 
-    host: str
-    gpus: int  # -1: no nvidia-smi
-    gpu_names: str
-    nccl: str
-    efa: str
-    efa_devices: str
-    marker_ok: bool
-    python_ok: bool
-    free_bytes: dict[str, int]
-    pyenv: str = ""  # the venv's answer on the node (cookbook_runtime.pyenv), or its error (Exec format error...)
-    nccl_net: str = ""  # aws-ofi-nccl's NCCL plugin (libnccl-net*.so), where found
 
-    def venv_answer(self) -> dict | None:
-        """The venv's answer on the node (interpreter, machine, package versions); None where it did not run."""
-        from cookbook_runtime import pyenv
+def venv_answer(report: NodeReport) -> dict | None:
+    """The venv's answer on the node (interpreter, machine, package versions); None where it did not run."""
+    from cookbook_runtime import pyenv
 
-        return next(iter(pyenv.read_answers(self.pyenv).values()), None)
+    return next(iter(pyenv.read_answers(report.facts["pyenv"]).values()), None)
 
 
 def probe_nodes(
@@ -283,18 +290,18 @@ def probe_nodes(
             else:
                 d[key] = value.strip()
         reports.append(
-            NodeReport(
+            probe_report(
                 d.get("host", f.stem[5:]),
-                int(d.get("gpus") or -1),
-                d.get("gpu_names", ""),
-                d.get("nccl", ""),
-                d.get("efa", ""),
-                d.get("efa_devices", ""),
-                d.get("marker") == token,
-                d.get("python") == "yes",
-                free,
-                d.get("pyenv", ""),
-                d.get("nccl_net", ""),
+                gpus=int(d.get("gpus") or -1),
+                gpu_names=d.get("gpu_names", ""),
+                nccl=d.get("nccl", ""),
+                efa=d.get("efa", ""),
+                efa_devices=d.get("efa_devices", ""),
+                marker_ok=d.get("marker") == token,
+                python_ok=d.get("python") == "yes",
+                free_bytes=free,
+                pyenv=d.get("pyenv", ""),
+                nccl_net=d.get("nccl_net", ""),
             )
         )
     if info.state != "COMPLETED" and not reports:
@@ -312,15 +319,15 @@ def stack_on_nodes(reports: Sequence[NodeReport]) -> Check:
     machine (a venv made on an x86 login node does not run on aarch64 nodes: Exec format error)."""
     problems = []
     for r in reports:
-        answer = r.venv_answer()
+        answer = venv_answer(r)
         if answer is None:
-            problems.append(f"{r.host}: the venv does not run there ({r.pyenv or 'no answer'})")
+            problems.append(f"{r.node}: the venv does not run there ({r.facts['pyenv'] or 'no answer'})")
             continue
         for package in versions.FRAMEWORKS:
             version = answer["versions"].get(package)
             if version is None or not versions.accepts(package, version):
                 have = "missing" if version is None else version
-                problems.append(f"{r.host}: {package} {have}, tested {versions.tested_version(package)}")
+                problems.append(f"{r.node}: {package} {have}, tested {versions.tested_version(package)}")
     fix = "build the venv on a node of the cluster's architecture (`make setup` run there), on shared storage"
     if problems:
         return Check("stack on nodes", "fail", "; ".join(problems[:4]) + ("; ..." if len(problems) > 4 else ""), fix)
@@ -330,7 +337,7 @@ def stack_on_nodes(reports: Sequence[NodeReport]) -> Check:
 def gpu_telemetry_on_nodes(reports: Sequence[NodeReport]) -> Check:
     """nvidia-ml-py in the venv, on each node: without it a job trains, but writes no GPU telemetry (clocks, power,
     XIDs, ECC) and its pre-flight gate cannot read a GPU's own faults."""
-    answers = [(r.host, r.venv_answer()) for r in reports]
+    answers = [(r.node, venv_answer(r)) for r in reports]
     missing = [host for host, a in answers if a is not None and not a["versions"].get(NVML_PACKAGE)]
     if not missing:
         return Check("gpu telemetry", "pass", f"{NVML_PACKAGE} on every node")
@@ -352,10 +359,10 @@ def probe_checks(
     want_gpus: bool | None = None,
 ) -> list[Check]:
     """Turn the probe's node reports into checks."""
-    got = {r.host for r in reports}
+    got = {r.node for r in reports}
     missing = [n for n in expected if n not in got]
-    no_fs = [r.host for r in reports if not r.marker_ok]
-    no_py = [r.host for r in reports if not r.python_ok]
+    no_fs = [r.node for r in reports if not r.facts["marker_ok"]]
+    no_py = [r.node for r in reports if not r.facts["python_ok"]]
     out = [
         Check(
             "probe",
@@ -376,15 +383,15 @@ def probe_checks(
             f"{sys.executable} missing on {', '.join(no_py)}" if no_py else f"{sys.executable} on every node",
             "create the venv on the shared filesystem" if no_py else "",
         ),
-        stack_on_nodes([r for r in reports if r.python_ok]),
+        stack_on_nodes([r for r in reports if r.facts["python_ok"]]),
     ]
-    gpus = {r.host: r.gpus for r in reports}
+    gpus = {r.node: r.facts["gpus"] for r in reports}
     has_gpus = any(g > 0 for g in gpus.values())
     if has_gpus or want_gpus:
         uneven = len(set(gpus.values())) > 1
-        no_nccl = [r.host for r in reports if not r.nccl]
+        no_nccl = [r.node for r in reports if not r.facts["nccl"]]
         out += [
-            gpu_telemetry_on_nodes([r for r in reports if r.python_ok]),
+            gpu_telemetry_on_nodes([r for r in reports if r.facts["python_ok"]]),
             Check(
                 "gpus visible",
                 "warn" if uneven or not has_gpus else "pass",
@@ -396,7 +403,7 @@ def probe_checks(
                 "warn" if no_nccl else "pass",
                 f"no libnccl on {', '.join(no_nccl)} (torch wheels bundle their own)"
                 if no_nccl
-                else ", ".join(sorted({r.nccl for r in reports})),
+                else ", ".join(sorted({r.facts["nccl"] for r in reports})),
             ),
         ]
     else:
@@ -408,8 +415,8 @@ def probe_checks(
                 "expected on the local CPU cluster; on a GPU cluster check the drivers",
             )
         )
-    efa = [r.host for r in reports if r.efa or r.efa_devices]
-    no_plugin = [r.host for r in reports if "/opt/amazon/efa" in r.efa and not r.nccl_net]
+    efa = [r.node for r in reports if r.facts["efa"] or r.facts["efa_devices"]]
+    no_plugin = [r.node for r in reports if "/opt/amazon/efa" in r.facts["efa"] and not r.facts["nccl_net"]]
     if no_plugin:
         out.append(
             Check(
@@ -430,11 +437,11 @@ def probe_checks(
         )
     )
     for r in reports:
-        for path, free in r.free_bytes.items():
+        for path, free in r.facts["free_bytes"].items():
             status: Status = "fail" if need_bytes and free < need_bytes else "pass"
             out.append(
                 Check(
-                    f"disk {r.host}",
+                    f"disk {r.node}",
                     status,
                     f"{_size(free)} free at {path}" + (f" (model {_size(need_bytes)})" if need_bytes else ""),
                     "choose a bigger filesystem" if status == "fail" else "",

@@ -47,7 +47,7 @@ def _rehearse(args: argparse.Namespace) -> int:
         data = {"ok": report.ok, "job_id": report.job_id, "problems": report.problems}
         try:
             with open(args.json, "w") as f:
-                json.dump({**data, "nodes": [n.data for n in report.nodes]}, f, indent=1)
+                json.dump({**data, "nodes": [dict(n.facts) for n in report.nodes]}, f, indent=1)
         except OSError as e:
             raise UserError(f"--json {args.json}: cannot write it ({e.strerror})") from None
     return 0 if report.ok else 1

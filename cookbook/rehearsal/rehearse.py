@@ -28,6 +28,7 @@ from cookbook.slurm.client import SlurmClient, SlurmError, SlurmUnreachable, rea
 from cookbook.spec import JobSpec, get_profile, profile_defaults, profiles
 from cookbook.templating import render_template, script_header
 from cookbook.versions import exact_version
+from cookbook_runtime.decide import NodeReport  # one report type: the gate's, the rehearsal's, the probe's
 
 HOOK = "COOKBOOK_REHEARSE"  # the runtime (cookbook_runtime.run) runs this check in the launcher's place
 RUNTIME_LAUNCH = "-m cookbook_runtime.run"  # a script that can be rehearsed ends in the runtime's launch line
@@ -37,20 +38,6 @@ CHECK_TEMPLATE = "rehearse_node_check.sh.j2"  # templates/: the launcher stand-i
 
 class RehearsalError(ValueError):
     """The script cannot be rehearsed (missing, not a cookbook script, Slurm refused it): one line for the user."""
-
-
-@dataclass
-class NodeReport:
-    """One node's result, as its check wrote it (``problems`` empty = passed)."""
-
-    node: str
-    data: dict = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # worth reading, not failing (e.g. node-local storage)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
 
 
 @dataclass
@@ -72,7 +59,7 @@ class RehearsalReport:
         """One row per node: the columns of :meth:`table`."""
         out = []
         for n in self.nodes:
-            d = n.data
+            d = n.facts
             g, c, net = d.get("gpus", {}), d.get("cpus", {}), d.get("network", {})
             rdzv = d.get("rendezvous", {})
             out.append(
@@ -92,7 +79,7 @@ class RehearsalReport:
                     "config": str(d.get("config", "-")),
                     "paths": str(len(d.get("paths", {}))),
                     "interface": str(net.get("NCCL_SOCKET_IFNAME") or "-"),
-                    "result": "ok" if n.ok else f"{len(n.problems)} problem(s)",
+                    "result": "ok" if n.ok else f"{len(n.failures)} problem(s)",
                 }
             )
         return out
@@ -107,7 +94,7 @@ class RehearsalReport:
             lines.append("  ".join(c.ljust(width[c]) for c in cols))
             lines += ["  ".join(r[c].ljust(width[c]) for c in cols) for r in rows]
         lines += [f"problem: {p}" for p in self.problems]
-        lines += [f"problem on {n.node}: {p}" for n in self.nodes for p in n.problems]
+        lines += [f"problem on {n.node}: {p}" for n in self.nodes for p in n.failures]
         lines += [f"note on {n.node}: {x}" for n in self.nodes for x in n.notes]
         lines.append("PASSED: every node can run this job" if self.ok else "FAILED: fix the problems above")
         return "\n".join(lines)
@@ -374,7 +361,6 @@ def collect(reports: Path) -> list[NodeReport]:
     nodes = []
     for path in sorted(reports.glob("node-*.json"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0)):
         data = json.loads(path.read_text())
-        nodes.append(
-            NodeReport(str(data.get("node")), data, list(data.get("problems", [])), list(data.get("notes", [])))
-        )
+        problems, notes = tuple(data.get("problems", [])), tuple(data.get("notes", []))
+        nodes.append(NodeReport(node=str(data.get("node")), facts=data, failures=problems, notes=notes))
     return nodes

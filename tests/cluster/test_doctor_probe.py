@@ -21,9 +21,9 @@ def test_probe_reaches_every_node(slurm, job_dir, tiny_assets):
     job, reports, expected = doctor.probe_nodes(
         slurm, "debug", shared_dir=job_dir, disk_paths=[tiny_assets.llama_dir], timeout=240
     )
-    assert expected == nodes and sorted(r.host for r in reports) == sorted(nodes)
-    assert all(r.marker_ok and r.python_ok for r in reports)
-    assert all(r.free_bytes[str(tiny_assets.llama_dir)] > 0 for r in reports)
+    assert expected == nodes and sorted(r.node for r in reports) == sorted(nodes)
+    assert all(r.facts["marker_ok"] and r.facts["python_ok"] for r in reports)
+    assert all(r.facts["free_bytes"][str(tiny_assets.llama_dir)] > 0 for r in reports)
     checks = {c.name: c for c in doctor.probe_checks(job, reports, expected)}
     assert checks["probe"].status == "pass" and checks["shared fs"].status == "pass"
     assert checks["stack on nodes"].status == "pass", checks["stack on nodes"]  # the venv, run on each node
@@ -31,9 +31,9 @@ def test_probe_reaches_every_node(slurm, job_dir, tiny_assets):
 
 def test_probe_checks_flag_silent_nodes_and_unshared_fs():
     """A node that did not answer and one that could not read the marker fail their checks."""
-    from cookbook.doctor import NodeReport
+    from cookbook.doctor import probe_report
 
-    r = NodeReport("n1", -1, "", "", "", "", False, True, {})
+    r = probe_report("n1", python_ok=True)
     checks = {c.name: c for c in doctor.probe_checks("1", [r], ["n1", "n2"])}
     assert checks["probe"].status == "fail" and "n2" in checks["probe"].detail
     assert checks["shared fs"].status == "fail"

@@ -123,18 +123,18 @@ def test_every_committed_gpu_script_passes_its_rehearsal(gpu, staged):
         nodes = 1 if "_use." in name else 2  # a job using a trained model runs on one node
         assert len(report.nodes) == nodes and len({n.node for n in report.nodes}) == nodes, name
         for node in report.nodes:
-            d = node.data
+            d = node.facts
             assert d["gpus"]["visible"] == 8 and d["gpus"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7", name
             assert d["cpus"]["step"] == d["cpus"]["job_on_node"] == 192, (name, d["cpus"])
             assert d["config"].startswith("parsed by"), name
             assert d["launcher"].endswith(("/torchrun", "/tune")), name
             assert "(hidden)" in d["env"]["HF_TOKEN"]
             assert d["env"]["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]:", name
-        assert report.nodes[0].data["rendezvous"]["reached_by"] == [n.data["host"] for n in report.nodes[1:]], name
+        assert report.nodes[0].facts["rendezvous"]["reached_by"] == [n.facts["host"] for n in report.nodes[1:]], name
         if ".nebius." in name or ".crusoe." in name:
-            assert {n.data["network"]["NCCL_SOCKET_IFNAME"] for n in report.nodes} == {"eth0"}, name
+            assert {n.facts["network"]["NCCL_SOCKET_IFNAME"] for n in report.nodes} == {"eth0"}, name
         if "flux_schnell" in name:
-            paths = report.nodes[-1].data["paths"]
+            paths = report.nodes[-1].facts["paths"]
             assert paths["encoder.autoencoder_path"].endswith("FLUX.1-schnell/ae.safetensors")
     # a secret in the environment is in no report, log or manifest
     hits = [p for p in (staged / "reh").rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
@@ -248,14 +248,14 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
         rep = r[key]
         if node is None and any(text in p for p in rep.problems):
             return True
-        return any(text in x for n in rep.nodes if node in (None, n.node) for x in (n.notes if note else n.problems))
+        return any(text in x for n in rep.nodes if node in (None, n.node) for x in (n.notes if note else n.failures))
 
     assert not r["array"].ok and said("array", "bash before 4.4")
     assert not r["head"].ok and said("head", "SIGPIPE")
     assert not r["config"].ok and said("config", "was written for other.sbatch")
     flux = r["flux"]
     assert not flux.ok and all(
-        any("encoder.autoencoder_path" in p and "relative path" in p for p in n.problems) for n in flux.nodes
+        any("encoder.autoencoder_path" in p and "relative path" in p for p in n.failures) for n in flux.nodes
     )
     assert not said("flux", "hf_assets_path")  # the folder itself is there
     assert not r["titan-defaults"].ok
@@ -265,18 +265,18 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
         ("comm.train_timeout_seconds=100", "shared filesystem"),
         ("training.local_batch_size=64", "32 images"),
     ):
-        assert all(any(key in x and text in x for x in n.problems) for n in r["titan-defaults"].nodes), key
+        assert all(any(key in x and text in x for x in n.failures) for n in r["titan-defaults"].nodes), key
     asked = r["profiling-asked"]
     assert asked.ok and all(any("profiling was asked for" in x for x in n.notes) for n in asked.nodes), asked.table()
     cpus = r["cpus"]
-    assert cpus.ok and all(n.data["cpus"]["step"] == n.data["cpus"]["job_on_node"] == 16 for n in cpus.nodes), cpus
+    assert cpus.ok and all(n.facts["cpus"]["step"] == n.facts["cpus"]["job_on_node"] == 16 for n in cpus.nodes), cpus
     for key, text in (
         ("iface", "NCCL_SOCKET_IFNAME=ib-nope: no such interface"),
         ("iface", "FI_EFA_USE_HUGE_PAGE=None where the profile sets '0'"),
         ("untagged-tp", "tensor_parallel_dim=3 does not divide the 8 processes per node"),
     ):
         assert not r[key].ok and len(r[key].nodes) == 2, (key, r[key].table())
-        assert all(any(text in x for x in n.problems) for n in r[key].nodes), (key, text, r[key].table())
+        assert all(any(text in x for x in n.failures) for n in r[key].nodes), (key, text, r[key].table())
     assert (
         not r["mounts"].ok
         and said("mounts", "has no such option (the pyxis plugin")
@@ -286,7 +286,7 @@ def test_each_problem_is_caught_on_a_deliberately_broken_script(gpu, staged, tmp
     one = r["one-node"]
     assert not one.ok and [n.node for n in one.nodes] == ["n1", "n2"], one.table()
     assert [n.node for n in one.nodes if not n.ok] == ["n2"], one.table()
-    assert any("checkpointer.checkpoint_dir" in p and "lacks config.json" in p for p in one.nodes[1].problems)
+    assert any("checkpointer.checkpoint_dir" in p and "lacks config.json" in p for p in one.nodes[1].failures)
     hits = [p for p in tmp_path.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert hits == []
 
@@ -351,6 +351,6 @@ def test_rehearse_with_a_missing_model_names_it_before_training(gpu, staged, tmp
     report = rehearse(RECIPES / "torchtitan/llama3_8b_c4.crusoe.sbatch", gpu, folder=tmp_path / "r", env=env)
     assert not report.ok
     assert all(
-        any("hf_assets_path" in p and "does not exist on this node" in p for p in n.problems) for n in report.nodes
+        any("hf_assets_path" in p and "does not exist on this node" in p for p in n.failures) for n in report.nodes
     )
     assert "FAILED" in report.table()

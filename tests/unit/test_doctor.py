@@ -70,10 +70,10 @@ def test_disk_check(tmp_path):
 
 def test_the_stack_on_nodes_fails_naming_a_node_without_torch_or_whose_venv_does_not_run_there():
     """#30 items 1 and 6: the venv made on the login node, run on each node by the probe job."""
-    from cookbook.doctor import NodeReport, stack_on_nodes
+    from cookbook.doctor import NodeReport, probe_report, stack_on_nodes
 
     def node(host: str, pyenv: str) -> NodeReport:
-        return NodeReport(host, 8, "", "", "", "", True, True, {}, pyenv)
+        return probe_report(host, gpus=8, marker_ok=True, python_ok=True, pyenv=pyenv)
 
     ok = 'cookbook-pyenv {"node": "n1", "python": "/v/bin/python3", "machine": "x86_64", "versions": ' + (
         '{"torch": "2.13.0+cu130", "torchtune": "0.6.1", "torchao": "0.15.0", "torchtitan": "0.3.0"}}'
@@ -89,13 +89,14 @@ def test_the_stack_on_nodes_fails_naming_a_node_without_torch_or_whose_venv_does
 
 def test_a_gpu_node_without_nvidia_ml_py_is_a_warning_naming_it_and_the_pin():
     """The probe asks each node for nvidia-ml-py too: without it the job trains, blind to its GPUs' faults."""
-    from cookbook.doctor import NodeReport, gpu_telemetry_on_nodes, stack_on_nodes
+    from cookbook.doctor import NodeReport, gpu_telemetry_on_nodes, probe_report, stack_on_nodes
 
     def node(host: str, nvml: str | None) -> NodeReport:
         have = {"torch": "2.13.0", "torchtune": "0.6.1", "torchao": "0.15.0", "torchtitan": "0.3.0"}
         answer = {"node": host, "python": "/v/bin/python3", "machine": "x86_64", "versions": {**have}}
         answer["versions"]["nvidia-ml-py"] = nvml
-        return NodeReport(host, 8, "", "", "", "", True, True, {}, "cookbook-pyenv " + json.dumps(answer))
+        pyenv = "cookbook-pyenv " + json.dumps(answer)
+        return probe_report(host, gpus=8, marker_ok=True, python_ok=True, pyenv=pyenv)
 
     both = [node("n1", "12.575.51"), node("n2", None)]
     assert stack_on_nodes(both).status == "pass"  # the frameworks decide the stack, not the optional NVML

@@ -52,3 +52,28 @@ def test_the_copy_finder_finds_a_copy(tmp_path):
 
 def test_slurm_recipes_holds_no_copy_of_another_file():
     assert copies_under("slurm-recipes", repository_files(ROOT), ROOT) == {}
+
+
+def _python_files() -> list[Path]:
+    return [p for p in repository_files(ROOT) if p.suffix == ".py"]
+
+
+def test_one_node_report_type_in_the_repository():
+    """The gate, the rehearsal and doctor's probe report a node in one type: the runtime's."""
+    import ast
+
+    defined = [
+        p.relative_to(ROOT).as_posix()
+        for p in _python_files()
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.ClassDef) and node.name == "NodeReport"
+    ]
+    assert defined == ["slurm-recipes/cookbook_runtime/decide.py"]
+
+
+def test_one_nccl_ib_hca_parser_in_the_repository():
+    """Every program that reads ``NCCL_IB_HCA`` selects the devices with the runtime's one parser."""
+    import re
+
+    readers = [p for p in _python_files() if re.search(r"environ\.get\(\s*\"NCCL_IB_HCA\"", p.read_text())]
+    assert readers and [p.name for p in readers if "devices_selected" not in p.read_text()] == []
