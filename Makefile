@@ -45,7 +45,7 @@ cluster-down:
 	@test -x $(BIN)/cookbook && $(BIN)/cookbook cluster down --name gpu || true
 
 demo: setup deps-debian
-	$(BIN)/python -m cookbook.local.demo
+	$(BIN)/python -m cookbook.demo
 
 test: setup deps-debian lint
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)

@@ -41,14 +41,24 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 import cookbook_runtime
 from cookbook.spec import LOCAL_CPU as LOCAL_CPU  # re-exported (notebook_runner imports it here)
 from cookbook.spec import JobSpec
 
-if TYPE_CHECKING:
-    from cookbook.data.formats import DatasetSpec
+
+class Dataset(Protocol):
+    """What a recipe reads of a dataset it plugs in (:class:`cookbook.data.DatasetSpec` is one: the data layer
+    imports the recipes, never the reverse)."""
+
+    @property
+    def style(self) -> str: ...
+
+    @property
+    def component(self) -> str: ...
+
+    def builder_kwargs(self) -> dict[str, Any]: ...
 
 
 def path_problem(label: str, value: str, fix: str) -> str | None:
@@ -347,7 +357,7 @@ class Recipe(ABC):
         return {}
 
     def dataset_overrides(
-        self, dataset: DatasetSpec, *, packed: bool = False, max_seq_len: int | None = None
+        self, dataset: Dataset, *, packed: bool = False, max_seq_len: int | None = None
     ) -> dict[str, str]:
         """Overrides that plug ``dataset`` in (the framework's dataset block)."""
         raise ValueError(

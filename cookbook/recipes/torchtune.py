@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from cookbook.profiling.enable import schedule
 from cookbook.recipes.base import (
     PROGRAMS,
+    Dataset,
     HubFetch,
     Launch,
     Recipe,
@@ -39,8 +40,6 @@ SUBCLASS_FILE = program_source(SUBCLASS_MODULE)
 # omegaconf is imported inside the functions that use it, for start-up speed (`cookbook --help`, `recipes`)
 if TYPE_CHECKING:
     from omegaconf import DictConfig
-
-    from cookbook.data.formats import DatasetSpec
 
 TP_PLAN = "torchtune.models.llama3.base_llama_tp_plan"
 # what a Hugging Face download of a Llama 3.x model holds that torchtune's HF checkpointer reads
@@ -189,7 +188,7 @@ def check_override_keys(cfg: DictConfig, overrides: dict[str, str], recipe_file:
     return problems
 
 
-def dataset_block(dataset: DatasetSpec, *, packed: bool = False, train_on_input: bool | None = None) -> dict[str, Any]:
+def dataset_block(dataset: Dataset, *, packed: bool = False, train_on_input: bool | None = None) -> dict[str, Any]:
     """The ``dataset:`` mapping a torchtune recipe config takes for ``dataset``."""
     block: dict[str, Any] = {"_component_": dataset.component, **dataset.builder_kwargs(), "packed": packed}
     if train_on_input is not None and dataset.style != "text":
@@ -328,7 +327,7 @@ class TorchtuneRecipe(Recipe):
         return {"checkpointer.checkpoint_dir": d, "tokenizer.path": f"{d}/{MODEL_FILES[1]}"}
 
     def dataset_overrides(
-        self, dataset: DatasetSpec, *, packed: bool = False, max_seq_len: int | None = None
+        self, dataset: Dataset, *, packed: bool = False, max_seq_len: int | None = None
     ) -> dict[str, str]:
         """The ``dataset:`` block as dotted keys, plus ``tokenizer.max_seq_len`` if given (packing needs it)."""
         out: dict[str, str] = {}

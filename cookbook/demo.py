@@ -1,4 +1,4 @@
-"""``python -m cookbook.local.demo`` (``make demo``): the whole walkthrough on the embedded local cluster.
+"""``python -m cookbook.demo`` (``make demo``): the whole walkthrough on the embedded local cluster.
 
 1. starts the local Slurm cluster (2 nodes) unless it is up;
 2. builds the tiny assets (a Llama-3-architecture model, tokenizers, datasets, FLUX encoders);
@@ -41,7 +41,7 @@ def _keep_previous(out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     from cookbook import notebook_runner as nr
 
-    ap = argparse.ArgumentParser(prog="python -m cookbook.local.demo", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m cookbook.demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None, help="output folder (default: out/demo)")
     ap.add_argument(
         "--notebooks", nargs="*", default=list(nr.QUICKSTART), help="notebooks to run (default: the quickstart path)"
