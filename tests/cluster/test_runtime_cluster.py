@@ -91,7 +91,7 @@ def test_rehearse_names_each_node_whose_python_lacks_torch(slurm, tiny_assets, j
     report = rehearse(script, slurm, timeout=180, folder=job_dir / "rehearsal", env={"VENV": str(bare)})
     assert not report.ok and [n.node for n in report.nodes] == ["n1", "n2"], report.table()
     for node in report.nodes:
-        said = [p for p in node.problems if p.startswith(f"torch is not installed for {bare}/bin/python3")]
+        said = [p for p in node.failures if p.startswith(f"torch is not installed for {bare}/bin/python3")]
         assert said and "VENV=" in said[0], report.table()
 
 
