@@ -6,6 +6,7 @@
 - a TERM (``scancel``) whose stop-save is slowed to 40 s completes that save on a cluster whose ``KillWait``
   gives it the time (the private ``nodes3`` cluster: 60 s), and a job whose save is longer than the site's
   ``KillWait`` (the shared cluster: 5 s) says so plainly at its start;
+- a ``VENV`` without ``bin/python3`` stops the script in one line, exit 2, before it writes anything (#41 item 7);
 - nodes whose Python lacks torch stop the job in one line (the nodes, the fix) and no node is excluded; on
   ``nodes3`` NodeNames do not resolve (host names ip-10-83-0-N) and the rendezvous is an address;
 - a recipe folder copied with the runtime trains in a Python environment that holds torch and the
@@ -78,6 +79,19 @@ def test_nodes_whose_python_lacks_torch_stop_the_job_in_one_line_and_no_node_is_
     assert re.match(rf"cookbook: the Python environment of n1,n2 \({bare}/bin/python3, \w+\) lacks torch", stop), log
     assert "no node is excluded" in stop and "VENV=" in stop
     assert "pre-flight" not in log and "excluding" not in log and "launching" not in log, log
+
+
+def test_a_venv_without_python3_stops_the_job_in_one_line_before_it_writes(slurm, tiny_assets, job_dir):
+    """#41 item 7: VENV=/nowhere (a typo, a venv of another machine not mounted here): the script's own check."""
+    script = write_job(_spec(job_dir, tiny_assets, "no-venv", 20), job_dir / "job.sbatch")
+    (job_dir / "logs").mkdir()
+    job = SlurmClient({**slurm.env, "VENV": str(job_dir / "nowhere")}).submit(script)
+    info = slurm.wait(job, timeout=120)
+    log = read_output(job_dir / "logs" / f"no-venv-{job}.out")
+    assert info.state == "FAILED" and info.exit_code.startswith("2"), f"{info}\n{log}"
+    assert log.strip() == log.strip().splitlines()[0], log  # one line
+    assert log.startswith(f"VENV={job_dir}/nowhere has no bin/python3: "), log
+    assert not (job_dir / "run").exists(), "nothing written: the script stopped before mkdir -p RUN_DIR"
 
 
 def test_rehearse_names_each_node_whose_python_lacks_torch(slurm, tiny_assets, job_dir):
