@@ -94,7 +94,8 @@ def keep_rank_logs(local: Path) -> None:
                     out.write(f"==> {path.relative_to(local)} <==\n".encode())
                     with open(path, "rb") as f:
                         shutil.copyfileobj(f, out)
-        shutil.rmtree(local, ignore_errors=True)
+        if folder:  # kept: the node-local copy goes
+            shutil.rmtree(local, ignore_errors=True)
     except OSError as e:
         print(f"cookbook: could not keep the ranks' output of {local} in {folder}: {e}", file=sys.stderr, flush=True)
 
