@@ -246,6 +246,10 @@ def collective(args: argparse.Namespace, failures: list[str], measures: dict[str
             pairs.append({"round": round_, "partner": names[partner], "gbps": gbps})
             if node < partner:
                 store.set(f"res{round_}/{node}/{local}", json.dumps(gbps))
+    store.add("done", 1)
+    deadline = time.monotonic() + args.timeout
+    while rank == 0 and store.add("done", 0) < world and time.monotonic() < deadline:
+        time.sleep(0.2)  # the store lives in this process (srun): it stays until every rank is through with it
     if measured := [p["gbps"] for p in pairs if p["gbps"] is not None]:
         measures[BUSBW] = min(measured)
     if args.gpus and nccl_log.exists():

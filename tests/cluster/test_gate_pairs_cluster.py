@@ -44,4 +44,5 @@ def test_a_throttled_link_is_named_by_node_by_the_pairwise_gate(nodes3_cluster, 
     assert [node for node, _ in named] == ["n2"], text[-3000:]
     assert re.match(r"link bandwidth with n1: [\d.e-]+ GB/s < 0.005 GB/s \(n1 passed with n3\)", named[0][1]), named
     assert "cookbook: pre-flight ok on n1" in text and "cookbook: pre-flight ok on n3" in text, text[-3000:]
+    assert "collective part failed" not in text, text[-3000:]  # every rank got through both rounds
     print("gate:", re.findall(r"cookbook: pre-flight took .*", text))
