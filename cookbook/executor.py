@@ -227,20 +227,24 @@ class Executor:
 
     def spec(self, recipe: str, **overrides: Any) -> JobSpec:
         """The validated job ``submit`` would run (:class:`cookbook.spec.SpecError` names what is wrong)."""
-        spec = make_spec(
-            recipe, self.profile, **self.parameters, overrides={str(k): str(v) for k, v in overrides.items()}
-        )
+        spec = self._spec(recipe, **overrides)
         validate(spec)
         return spec
+
+    def _spec(self, recipe: str, **overrides: Any) -> JobSpec:
+        """The job ``submit`` would run, not yet validated: rendering it validates it, once."""
+        return make_spec(
+            recipe, self.profile, **self.parameters, overrides={str(k): str(v) for k, v in overrides.items()}
+        )
 
     def test_only(self, recipe: str, **overrides: Any) -> str:
         """Slurm's answer to ``sbatch --test-only`` of the job ``submit`` would run (nothing queued);
         :class:`cookbook.spec.SpecError` with Slurm's own message when it refuses."""
-        return test_only(self.spec(recipe, **overrides), self.client)
+        return test_only(self._spec(recipe, **overrides), self.client)
 
     def submit(self, recipe: str, **overrides: Any) -> Job:
         """Render ``recipe`` with its config ``overrides`` into ``folder/<name>-<time>/`` and sbatch it."""
-        return self.submit_spec(self.spec(recipe, **overrides))
+        return self.submit_spec(self._spec(recipe, **overrides))
 
     def map_array(
         self, recipe: str, overrides: list[dict[str, Any]], parallelism: int | None = None, array: bool = True
@@ -278,7 +282,8 @@ class Executor:
         return jobs
 
     def submit_spec(self, spec: JobSpec) -> Job:
-        """Render and sbatch a ready :class:`JobSpec`; :class:`SlurmError` with Slurm's text if refused."""
+        """Render and sbatch a :class:`JobSpec` (validated and resolved once, as it is rendered:
+        :class:`cookbook.spec.SpecError` names what is wrong); :class:`SlurmError` with Slurm's text if refused."""
         folder = (self.folder / f"{spec.name}-{_stamp()}").resolve()
         script = write_job(spec, folder / "job.sbatch")
         log_dir = Path(spec.log_dir)

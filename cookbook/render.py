@@ -15,22 +15,13 @@ from pathlib import Path
 import cookbook_runtime
 from cookbook.recipes import LOCAL_CPU, get_recipe
 from cookbook.recipes.base import Launch, Recipe, resolve_here
+from cookbook.resolve import ResolvedJob, resolve, with_signal
 from cookbook.secure_files import make_executable
 from cookbook.slurm.client import SlurmClient, SlurmError
-from cookbook.spec import (
-    LOCAL_CPU_DEFAULTS,
-    SHARED_PORT_SPAN,
-    JobSpec,
-    ProfileError,
-    SpecError,
-    check_spec,
-    profile_defaults,
-    profiles,
-    type_problems,
-)
+from cookbook.spec import SHARED_PORT_SPAN, JobSpec, SpecError, check_spec, profile_defaults, profiles
 from cookbook.templating import quote, quote_with_vars, render_template, template_env
 from cookbook.tracking import VARIABLES as TRACKER_VARIABLES
-from cookbook.tracking import tracker_block, tracker_problems
+from cookbook.tracking import tracker_block
 from cookbook.versions import exact_version
 
 _BUILTIN_VARS = ("RECIPE_DIR", "RUNTIME_DIR", "RUN_DIR", "SLURM_JOB_NUM_NODES")
@@ -61,29 +52,13 @@ def log_file(spec: JobSpec) -> str:
     return "%x-%j.out" if folder in ("", ".") else f"{folder}/%x-%j.out"
 
 
-def with_signal(spec: JobSpec, recipe: Recipe | None) -> JobSpec:
-    """``spec`` resolved, once, before it is checked and rendered: ``signal_seconds`` the user's, else on a GPU
-    profile the lead time ``recipe``'s stop-save needs (:func:`cookbook.planner.lead_time.signal_seconds`, from
-    the size of its :meth:`~Recipe.stop_save_recipes` models and ``spec.nodes``; at least two minutes; no
-    recipe: two minutes), on ``local-cpu`` 30 s."""
-    if spec.signal_seconds is not None:
-        return spec
-    if spec.local_cpu:
-        return replace(spec, signal_seconds=LOCAL_CPU_DEFAULTS.signal_seconds)
-    from cookbook.planner.lead_time import MIN_SIGNAL_SECONDS, signal_seconds  # the planner loads every recipe
-
-    if recipe is None:
-        return replace(spec, signal_seconds=MIN_SIGNAL_SECONDS)
-    sized = (spec.recipe,) if recipe.run_time_sizes() else recipe.stop_save_recipes()  # a model picked at run time
-    return replace(spec, signal_seconds=signal_seconds(sized, spec.nodes, spec.overrides))
-
-
-def runtime_lines(spec: JobSpec, recipe: Recipe, names: tuple[str, ...]) -> list[str]:
-    """The switches of ``python3 -m cookbook_runtime.run`` for ``spec``, one group a line, shell-quoted: the
+def runtime_lines(job: ResolvedJob, names: tuple[str, ...]) -> list[str]:
+    """The switches of ``python3 -m cookbook_runtime.run`` for ``job``, one group a line, shell-quoted: the
     rendezvous, the stop-save, the resume, the gate's thresholds (from the profile, each with its source in
     ``cookbook profiles show``), the srun options of a container."""
+    spec, recipe = job.spec, job.recipe
     gate = spec.profile_info.gate()
-    sizes = None if spec.local_cpu else recipe.run_time_sizes()  # the model's, picked at run time (FSDP's MODEL)
+    sizes = job.run_time_sizes  # the model's, picked at run time (FSDP's MODEL)
     port = [f"--port={spec.port}"] + ([] if spec.exclusive else [f"--port-span={SHARED_PORT_SPAN}"])
     interface = spec.profile_info.interface  # a pinned one is exported by the script (NCCL_SOCKET_IFNAME)
     if interface in ("detect", None):
@@ -95,12 +70,10 @@ def runtime_lines(spec: JobSpec, recipe: Recipe, names: tuple[str, ...]) -> list
         port.append(f"--spare-nodes={spec.spare_nodes}")  # trains on the allocation's nodes less these
     lines = [port]
     if spec.requeue:
-        from cookbook.planner.lead_time import save_seconds  # the planner loads every recipe
-
-        seconds = 0.0 if spec.local_cpu else save_seconds(recipe.stop_save_recipes(), spec.nodes, spec.overrides)
+        seconds = job.save_seconds or 0.0
         save = f"--save-seconds={seconds:.0f}" if not sizes else f"--save-seconds=${{{sizes[1]}}}"
-        # = #SBATCH --signal's: the ranks agree on a stop every N steps within it (local-cpu: every step)
-        lead = [] if spec.local_cpu or not spec.signal_seconds else ["--lead-from-signal"]  # written once: #SBATCH
+        # = #SBATCH --signal's: the ranks agree on a stop every N steps within it (else: every step)
+        lead = ["--lead-from-signal"] if job.lead_from_signal else []  # written once: #SBATCH
         own = ["--lead-for-save"] if sizes and lead else []  # a larger MODEL than the --signal's: the runtime's stop
         lines.append(["--requeue", *lead, *own] + ([save] if seconds else []))
     resume = (["--once"] if recipe.trains else []) + recipe.resume(spec)  # on the stop-save's line: what resumes
@@ -121,10 +94,8 @@ def runtime_lines(spec: JobSpec, recipe: Recipe, names: tuple[str, ...]) -> list
     lines.append(checks)
     pins = [f"{p}=={v}" if (v := exact_version(p)) else p for p in recipe.packages]  # the tested versions
     needs = [f"--needs={','.join(pins)}"]
-    if recipe.trains and not spec.local_cpu:
-        from cookbook.planner.lead_time import largest_save_bytes  # the planner loads every recipe
-
-        size = f"{largest_save_bytes(recipe.stop_save_recipes(), spec.overrides) / 1e9:.0f}"
+    if recipe.trains and job.checkpoint_bytes is not None:
+        size = f"{job.checkpoint_bytes / 1e9:.0f}"
         needs.append(f"--checkpoint-gb={f'${{{sizes[0]}}}' if sizes else size}")
     lines[0] += needs  # where the ranks meet, and what their Python must have
     if spec.container_image:
@@ -160,55 +131,21 @@ def program_lines(args: tuple[str, ...], names: tuple[str, ...]) -> list[str]:
 
 
 def validate(spec: JobSpec) -> Recipe:
-    """The spec's recipe, once the spec and the recipe both accept it; SpecError with every problem."""
-    return _validated(spec)[0]
-
-
-def _validated(spec: JobSpec) -> tuple[Recipe, JobSpec]:
-    """The spec's recipe and the spec it resolves (:func:`with_signal`, once), both checked: the values' types
-    first (the rest assumes them), then the Slurm/profile side (:func:`check_spec`), the recipe's value rules
-    (:meth:`Recipe.value_problems`: a LoRA rank, a learning rate > 0) and the recipe's own checks."""
-    if typed := type_problems(spec):
-        raise SpecError(typed)
-    try:
-        recipe: Recipe | None = get_recipe(spec.recipe)
-        missing = None
-    except KeyError as e:
-        recipe, missing = None, str(e.args[0])
-    source = "" if spec.signal_seconds is not None else " (the recipe's lead time for its stop-save)"
-    resolved = with_signal(spec, recipe)
-    problems = check_spec(resolved, signal_source=source)
-    if recipe is None:
-        raise SpecError(problems + [str(missing)])
-    try:
-        known = spec.profile in profiles()
-    except ProfileError:  # a profile file with a mistake: check_spec reported it
-        known = False
-    values = recipe.value_problems(spec)
-    problems += values
-    if known and not problems:  # recipe checks assume a known profile and a job the checks above accept
-        problems += recipe.validate(spec)
-    problems += tracker_problems(spec)
-    if spec.program_args and recipe.framework != "script":
-        problems.append(
-            f"program arguments ({' '.join(spec.program_args)}) are for the script recipe; {spec.recipe} takes --set "
-            "KEY=VALUE"
-        )
-    if problems:
-        raise SpecError(problems)
-    return recipe, resolved
+    """The spec's recipe, once the spec and the recipe both accept it; SpecError with every problem
+    (:func:`cookbook.resolve.resolve`)."""
+    return resolve(spec).recipe
 
 
 def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
     """Validate ``spec`` and render its sbatch script and config files (nothing written). ``recipe``: render
     with this one instead of the spec's (validated all the same), e.g. the FSDP script for any model, whose
-    lead time is its largest model's. The spec is resolved once (:func:`with_signal`) and rendered as such."""
-    if recipe is None:
-        recipe, spec = _validated(spec)
-    else:
-        spec = with_signal(spec, recipe)
-        if recipe.name != spec.recipe:
-            _validated(spec)
+    lead time is its largest model's."""
+    return render(resolve(spec, recipe))
+
+
+def render(job: ResolvedJob) -> RenderedJob:
+    """The sbatch script, config files and warnings of a resolved job (nothing checked or sized again)."""
+    spec, recipe = job.spec, job.recipe
     launch = with_training_nodes(recipe.command(spec), spec)
     names = (*_BUILTIN_VARS, *launch.prelude_variables, *launch.variables)
     if spec.tracker != "none":
@@ -230,7 +167,7 @@ def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
         tracker=tracker_block(spec, recipe.wandb_offline_runs(spec)),
         launcher="tune run" if launch.launcher == "tune" else "torchrun",
         program_lines=program_lines(launch.args, names),
-        runtime_lines=runtime_lines(spec, recipe, names),
+        runtime_lines=runtime_lines(job, names),
         offline=offline_reason(spec, recipe),
         shell_names=names,
     )
@@ -343,8 +280,7 @@ def write_job(spec: JobSpec, script_path: str | Path, job: RenderedJob | None = 
     ``job``: the rendering of ``placed(spec, script_path)`` the caller already made (its warnings shown).
     """
     script_path = Path(script_path)
-    spec = placed(spec, script_path)
-    job = job or render_job(spec)
+    job = job or render(resolve(placed(spec, script_path)))
     script_path.parent.mkdir(parents=True, exist_ok=True)
     for name, text in job.files.items():
         (script_path.parent / name).parent.mkdir(parents=True, exist_ok=True)  # cookbook_runtime/
@@ -558,6 +494,7 @@ def generate_recipes(root: Path) -> list[Path]:
 __all__ = [
     "LOCAL_CPU",
     "RenderedJob",
+    "ResolvedJob",
     "generate_recipes",
     "generated_files",
     "generated_specs",
@@ -567,7 +504,9 @@ __all__ = [
     "placed",
     "quote",
     "quote_with_vars",
+    "render",
     "render_job",
+    "resolve",
     "render_template",
     "resolve_here",
     "start_path_warnings",

@@ -1,0 +1,109 @@
+"""JobSpec + recipe -> :class:`ResolvedJob`: the job validated once, its lead time and stop-save sizes computed once.
+
+Everything downstream (the script, its configs, the Hub and path warnings, the runtime's switches) reads the
+resolved job; :mod:`cookbook.render` asks neither the checks nor the planner again. The checks are the one
+validation layer: :func:`cookbook.spec.type_problems` and :func:`cookbook.spec.check_spec` (the Slurm/profile
+side), then the recipe's value rules and its own checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from cookbook.planner.lead_time import MIN_SIGNAL_SECONDS, largest_save_bytes, save_seconds
+from cookbook.recipes import get_recipe
+from cookbook.recipes.base import Recipe
+from cookbook.spec import LOCAL_CPU_DEFAULTS, JobSpec, ProfileError, SpecError, check_spec, profiles, type_problems
+from cookbook.tracking import tracker_problems
+from cookbook_runtime.decide import stop_lead_seconds
+
+
+@dataclass(frozen=True)
+class ResolvedJob:
+    """A job ready to render: ``spec`` with its ``signal_seconds`` set, the ``recipe`` that renders it, and what
+    its stop-save writes, each None where the profile has nothing to size (no GPUs: small models that save at
+    once): ``save_seconds`` (the largest stop-save's, safety included), ``checkpoint_bytes`` (the largest save a
+    run writes), ``run_time_sizes`` (the script's variables holding them when it picks its model at run time,
+    :meth:`Recipe.run_time_sizes`; None: written as numbers)."""
+
+    spec: JobSpec
+    recipe: Recipe
+    save_seconds: float | None = None
+    checkpoint_bytes: int | None = None
+    run_time_sizes: tuple[str, str] | None = None
+
+    @property
+    def lead_from_signal(self) -> bool:
+        """Whether the ranks agree on a stop every N steps within ``#SBATCH --signal``'s lead (else every step)."""
+        return self.save_seconds is not None and bool(self.spec.signal_seconds)
+
+
+def resolve(spec: JobSpec, recipe: Recipe | None = None) -> ResolvedJob:
+    """``spec`` validated (:class:`SpecError` with every problem) and resolved. ``recipe``: render with this one
+    instead of the spec's (e.g. the FSDP script for any model, whose lead time is its largest model's); the spec
+    is still checked against its own recipe when the two differ."""
+    if recipe is not None and recipe.name == spec.recipe:
+        return _sized(spec, recipe)
+    if typed := type_problems(spec):
+        raise SpecError(typed)
+    try:
+        own: Recipe | None = get_recipe(spec.recipe)
+        missing = ""
+    except KeyError as e:
+        own, missing = None, str(e.args[0])
+    job = _sized(spec, own) if own is not None and recipe is None else None
+    own = _check(spec, job.spec if job else with_signal(spec, recipe or own), own, missing)
+    return job or _sized(spec, recipe or own)
+
+
+def _sized(spec: JobSpec, recipe: Recipe) -> ResolvedJob:
+    """The lead time and save sizes of ``recipe``'s stop-save, computed once (none on a profile without GPUs)."""
+    if spec.local_cpu:
+        return ResolvedJob(with_signal(spec, recipe), recipe)
+    seconds = save_seconds(recipe.stop_save_recipes(), spec.nodes, spec.overrides)
+    biggest = largest_save_bytes(recipe.stop_save_recipes(), spec.overrides) if recipe.trains else 0
+    at_run_time = recipe.run_time_sizes()
+    if spec.signal_seconds is None and not at_run_time:
+        spec = replace(spec, signal_seconds=stop_lead_seconds(seconds))
+    return ResolvedJob(with_signal(spec, recipe), recipe, seconds, biggest, at_run_time)
+
+
+def with_signal(spec: JobSpec, recipe: Recipe | None) -> JobSpec:
+    """``spec`` with ``signal_seconds`` set: the user's, else on a GPU profile the lead time ``recipe``'s stop-save
+    needs (:func:`cookbook_runtime.decide.stop_lead_seconds` of its size on ``spec.nodes``; a script that picks
+    its model at run time: the spec's own recipe's; no recipe: two minutes), on ``local-cpu`` 30 s."""
+    if spec.signal_seconds is not None:
+        return spec
+    if spec.local_cpu:
+        return replace(spec, signal_seconds=LOCAL_CPU_DEFAULTS.signal_seconds)
+    if recipe is None:
+        return replace(spec, signal_seconds=MIN_SIGNAL_SECONDS)
+    sized = (spec.recipe,) if recipe.run_time_sizes() else recipe.stop_save_recipes()
+    return replace(spec, signal_seconds=stop_lead_seconds(save_seconds(sized, spec.nodes, spec.overrides)))
+
+
+def _check(spec: JobSpec, lead: JobSpec, recipe: Recipe | None, missing: str) -> Recipe:
+    """``recipe``, or :class:`SpecError` with every problem of ``spec`` (``lead``: it with its lead time;
+    ``recipe``: its own, None when ``missing`` says why): the Slurm/profile side (:func:`check_spec`, the lead
+    time held against ``--time``), the recipe's value rules (:meth:`Recipe.value_problems`: a LoRA rank, a
+    learning rate > 0) and its own checks, the tracker's."""
+    source = "" if spec.signal_seconds is not None else " (the recipe's lead time for its stop-save)"
+    problems = check_spec(lead, signal_source=source)
+    if recipe is None:
+        raise SpecError(problems + [missing])
+    try:
+        known = spec.profile in profiles()
+    except ProfileError:  # a profile file with a mistake: check_spec reported it
+        known = False
+    problems += recipe.value_problems(spec)
+    if known and not problems:  # recipe checks assume a known profile and a job the checks above accept
+        problems += recipe.validate(spec)
+    problems += tracker_problems(spec)
+    if spec.program_args and recipe.framework != "script":
+        problems.append(
+            f"program arguments ({' '.join(spec.program_args)}) are for the script recipe; {spec.recipe} takes --set "
+            "KEY=VALUE"
+        )
+    if problems:
+        raise SpecError(problems)
+    return recipe
