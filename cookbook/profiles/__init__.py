@@ -97,6 +97,9 @@ class Profile:
     names none; ``price_per_gpu_hour``: the site's price (None: ``gpu``'s list price in :mod:`cookbook.gpus`);
     ``fabric``: the inter-node network NCCL should use (``"ib"``, ``"efa"``; None: TCP is all there is).
     ``preflight``: the pre-flight gate's thresholds (:class:`Preflight`), each with its source.
+    ``shims``: the module every framework launch runs through (``torchrun -m SHIMS ENTRY ARGS``: the local bench's
+    CPU shims, ``cookbook/local/compat/cpu.py``); the jobs then train the small models of the assets in
+    ``$TINY_DIR``. None: the frameworks' own entry points, the recipes' real models.
     """
 
     name: str
@@ -110,6 +113,7 @@ class Profile:
     price_per_gpu_hour: float | None = None
     fabric: Literal["ib", "efa"] | None = None
     preflight: Preflight | None = None  # None: the built-in ``generic`` profile's (see :meth:`gate`)
+    shims: str | None = None
 
     def gate(self) -> Preflight:
         """The pre-flight thresholds: the profile's own, else those of the built-in ``generic`` profile."""

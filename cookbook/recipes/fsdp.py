@@ -22,6 +22,7 @@ from typing import Any
 
 from cookbook.profiling.enable import schedule
 from cookbook.recipes.base import HubFetch, Launch, Recipe, StartPath, is_hub_id, program_file, register_recipe
+from cookbook.recipes.shims import assets_variables
 from cookbook.spec import JobSpec
 from cookbook.templating import render_template
 
@@ -247,12 +248,7 @@ class FsdpRecipe(Recipe):
 
     def command(self, spec: JobSpec) -> Launch:
         args = tuple(f"--{k}={v}" for k, v in self.train_args(spec).items())
-        variables = {}
-        if spec.local_cpu:
-            from cookbook.paths import cache_dir
-
-            variables["TINY_DIR"] = spec.assets_dir or str(cache_dir() / "tiny")
-        return Launch("torchrun", (program_file(SCRIPT_NAME), *args), variables)
+        return Launch("torchrun", (program_file(SCRIPT_NAME), *args), assets_variables(spec))
 
     def resume(self, spec: JobSpec) -> list[str]:
         """fsdp_train.py resumes by itself; the runtime says which checkpoint it will pick."""

@@ -17,6 +17,7 @@ import functools
 from pathlib import Path
 
 from cookbook.recipes.base import Launch, Recipe, register_factory
+from cookbook.recipes.shims import assets_variables
 from cookbook.spec import JobSpec
 
 
@@ -51,12 +52,8 @@ class ScriptRecipe(Recipe):
         return {self.path.name: self.path.read_text()}
 
     def command(self, spec: JobSpec) -> Launch:
-        variables = {}
-        if spec.local_cpu:  # the tiny assets, for a program that wants them (as the framework recipes have)
-            from cookbook.paths import cache_dir
-
-            variables["TINY_DIR"] = spec.assets_dir or str(cache_dir() / "tiny")
-        return Launch("torchrun", (f"$RECIPE_DIR/{self.path.name}", *spec.program_args), variables)
+        # the small models' assets, for a program that wants them (as the framework recipes have)
+        return Launch("torchrun", (f"$RECIPE_DIR/{self.path.name}", *spec.program_args), assets_variables(spec))
 
     def warnings(self, spec: JobSpec) -> list[str]:
         if (

@@ -39,6 +39,7 @@ from cookbook.recipes.base import (
     register_factory,
     register_recipe,
 )
+from cookbook.recipes.shims import shim_launch
 from cookbook.spec import JobSpec
 from cookbook.versions import tested_version
 
@@ -492,10 +493,7 @@ class TorchtitanRecipe(Recipe):
             }
         )
         if spec.local_cpu:
-            from cookbook.paths import cache_dir
-
-            tiny = spec.assets_dir or str(cache_dir() / "tiny")
-            return Launch("torchrun", ("-m", "cookbook.local.compat.cpu", "torchtitan", *args), {"TINY_DIR": tiny})
+            return shim_launch(spec, "torchtitan", tuple(args))
         return Launch("torchrun", ("-m", "torchtitan.train", *args), self.start_variables(spec))
 
     def model_overrides(self, model_dir: str) -> dict[str, str]:

@@ -29,6 +29,7 @@ from cookbook.recipes.base import (
     register_factory,
     register_recipe,
 )
+from cookbook.recipes.shims import shim_launch
 from cookbook.spec import JobSpec, SpecError
 from cookbook.versions import requirement, tested_version
 
@@ -492,8 +493,7 @@ class TorchtuneRecipe(Recipe):
         config = f"$RECIPE_DIR/{self.config_file(spec)}"
         args = (SUBCLASS_MODULE, self.recipe_file, "--config", config, "output_dir=$RUN_DIR")
         if spec.local_cpu:
-            tiny = spec.assets_dir or str(_default_tiny_dir())
-            return Launch("torchrun", ("-m", "cookbook.local.compat.cpu", "torchtune", *args), {"TINY_DIR": tiny})
+            return shim_launch(spec, "torchtune", args)
         return Launch("tune", args, self.start_variables(spec))
 
     def resume(self, spec: JobSpec) -> list[str]:
@@ -529,12 +529,6 @@ class TorchtuneRecipe(Recipe):
                 ]
             )
         return str(files.filename_format)
-
-
-def _default_tiny_dir() -> Path:
-    from cookbook.paths import cache_dir
-
-    return cache_dir() / "tiny"
 
 
 class Llama33_70BFull(TorchtuneRecipe):

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from cookbook.recipes.base import Launch, Recipe, StartPath, path_problem, program_file, register_recipe, resolve_here
+from cookbook.recipes.shims import assets_variables, shim_launch
 from cookbook.recipes.torchtitan import FluxSchnell, cli_args
 from cookbook.spec import JobSpec
 
@@ -203,12 +204,7 @@ class TorchtuneUse(Recipe):
         return problems
 
     def command(self, spec: JobSpec) -> Launch:
-        variables = {}
-        if spec.local_cpu:
-            from cookbook.paths import cache_dir
-
-            variables["TINY_DIR"] = spec.assets_dir or str(cache_dir() / "tiny")
-        variables.update(self.start_variables(spec))
+        variables = {**assets_variables(spec), **self.start_variables(spec)}
         args = tuple(f"--{k}={v}" for k, v in self.program_args(spec).items())
         return Launch("torchrun", (program_file(PROGRAM), *args), variables)
 
@@ -292,17 +288,9 @@ class FluxSchnellUse(FluxSchnell):
         args: list[str] = ["--module", self.module_name(spec), "--config", self.config_name(spec)]
         user = {k: v for k, v in spec.overrides.items() if k not in self.start_args(spec)}
         args += cli_args({**self.start_args(spec), **self.launch_overrides(spec), **user})
-        variables = {}
         if spec.local_cpu:
-            from cookbook.paths import cache_dir
-
-            variables["TINY_DIR"] = spec.assets_dir or str(cache_dir() / "tiny")
-            variables.update(self.start_variables(spec))
-            return Launch(
-                "torchrun",
-                ("-m", "cookbook.local.compat.cpu", "torchtitan-flux-infer", *args),
-                variables,
-                check=self.check(spec),
+            return shim_launch(
+                spec, "torchtitan-flux-infer", tuple(args), self.check(spec), **self.start_variables(spec)
             )
         return Launch("torchrun", ("-m", FLUX_INFER, *args), self.start_variables(spec), check=self.check(spec))
 
