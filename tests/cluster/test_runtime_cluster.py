@@ -1,6 +1,6 @@
 """The job runtime (``cookbook_runtime.run``) on real Slurm, with a real 2-node FSDP job (local-cpu):
 
-- a fault every node shares (here the gate's bandwidth floor, failed alike by all) excludes no node: the log says
+- a fault every node shares (here the gate's matmul floor, failed alike by all) excludes no node: the log says
   so in one line and the job trains; a node the gate does blame (n2, an injected bad link) on this 2-node cluster
   with no spare is named, and the job trains on it: it neither pends for ever nor exits;
 - a TERM (``scancel``) whose stop-save is slowed to 40 s completes that save on a cluster whose ``KillWait``
@@ -123,7 +123,7 @@ def _environment_without_cookbook(env: Path) -> None:
 @pytest.fixture(scope="module")
 def copied(slurm, tiny_assets, tmp_path_factory) -> tuple[Path, str, str]:
     """One 2-node job of a copied recipe folder (slurm-recipes/fsdp + cookbook_runtime beside it, as shipped),
-    in a venv without ``cookbook``, its script edited as a user may: a bandwidth floor no node reaches (a fault
+    in a venv without ``cookbook``, its script edited as a user may: a matmul floor no node reaches (a fault
     every node shares, nobody to blame) and a 40 s stop-save (longer than the shared cluster's KillWait of 5 s).
     Returns (its run folder, its job id, its log)."""
     checkout = tmp_path_factory.mktemp("copied") / "checkout"
@@ -135,7 +135,7 @@ def copied(slurm, tiny_assets, tmp_path_factory) -> tuple[Path, str, str]:
     _environment_without_cookbook(checkout / ".venv")  # where the script looks: $RECIPE_DIR/../../.venv
     folder = checkout / "slurm-recipes" / "fsdp"
     script = folder / "fsdp.local-cpu.sbatch"
-    _edit(script, "--gate-busbw-floor=0.005", "--gate-busbw-floor=100000")
+    _edit(script, "--gate-matmul-min-tflops=0.0005", "--gate-matmul-min-tflops=100000")
     _edit(script, "  --requeue", "  --requeue --save-seconds=40")
     r = subprocess.run(["sbatch", "--parsable", script.name], cwd=folder, env=slurm.env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
