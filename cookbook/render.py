@@ -17,7 +17,7 @@ from cookbook.recipes import LOCAL_CPU, get_recipe
 from cookbook.recipes.base import Launch, Recipe, resolve_here
 from cookbook.resolve import ResolvedJob, resolve, with_signal
 from cookbook.secure_files import make_executable
-from cookbook.slurm.client import SlurmClient, SlurmError
+from cookbook.slurm.client import SlurmClient, SlurmError, SlurmUnreachable
 from cookbook.spec import SHARED_PORT_SPAN, JobSpec, SpecError, check_spec, profile_defaults, profiles
 from cookbook.templating import quote, quote_with_vars, render_template, template_env
 from cookbook.tracking import VARIABLES as TRACKER_VARIABLES
@@ -374,9 +374,11 @@ def test_only(spec: JobSpec, client: SlurmClient | None = None) -> str:
         script = write_job(spec, Path(tmp) / f"{spec.script_stem}.sbatch")
         try:
             return (client or SlurmClient()).test_only(script)
+        except SlurmUnreachable as e:  # not the job's fault: the controller named, SLURM_CONF
+            raise SpecError([e.line]) from e
         except SlurmError as e:
             said = " / ".join(ln.strip() for ln in (e.stderr or str(e)).splitlines() if ln.strip())
-            if e.returncode in (124, 127):  # no sbatch here, or no answer
+            if e.returncode == 127:  # no sbatch here
                 raise SpecError([f"could not ask Slurm (sbatch --test-only): {said}"]) from e
             raise SpecError([f"Slurm refuses the job (sbatch --test-only): {said}"]) from e
 
