@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shutil
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -132,7 +134,11 @@ def submitted(args: argparse.Namespace) -> bool:
         raise UserError(str(e)) from None
     try:
         job_id = SlurmClient().submit(script, cwd=folder)
-    except SlurmError as e:
+    except SlurmError as e:  # nothing submitted: nothing left behind
+        shutil.rmtree(folder, ignore_errors=True)
+        if not args.job_log_dir:
+            with contextlib.suppress(OSError):
+                folder.parent.rmdir()  # the default folder, when this job's was its only one
         raise UserError(e.stderr or str(e)) from None
     log = log_file(spec).replace("%x", name).replace("%j", job_id)
     print(f"submitted {name} job {job_id} (script {script}, log {log})")

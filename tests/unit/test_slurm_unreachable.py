@@ -135,6 +135,7 @@ def test_rehearse_and_a_data_job_say_it_too(down, tmp_path, monkeypatch, capsys)
     assert main(["render", "llama3_8b_c4", "--profile", "local-cpu", "-o", str(script)]) == 0
     data.write_text('{"text": "a document"}\n')
     monkeypatch.setenv("SLURM_CONF", str(conf))
+    monkeypatch.chdir(tmp_path)  # the data job's default folder, .cookbook-jobs, is made here
     capsys.readouterr()
     for argv in (
         ["rehearse", str(script)],
@@ -144,6 +145,7 @@ def test_rehearse_and_a_data_job_say_it_too(down, tmp_path, monkeypatch, capsys)
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: Slurm unreachable: "), (argv, err)
         assert f"{address} (SlurmctldHost of SLURM_CONF={conf})" in err[0]
+    assert not (tmp_path / ".cookbook-jobs").exists()  # nothing submitted, nothing left behind
 
 
 def test_the_controller_is_read_from_the_file_slurm_reads(tmp_path):
