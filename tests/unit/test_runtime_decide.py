@@ -552,3 +552,24 @@ def test_the_lead_time_is_written_once_the_runtime_reads_the_jobs_own_signal(tmp
                                        FAKE_JOB_RECORD="JobId=41 TimeLimit=04:00:00")  # fmt: skip
     (launch,) = ran.launches()
     assert launch["env"]["COOKBOOK_STOP_LEAD_S"] == "180", ran.out
+
+
+def test_a_lora_job_whose_run_folder_has_20_gb_free_trains(tmp_path):
+    """#41 acceptance: the nebius LoRA script's own launch line, its run folder on a real 20 GB filesystem (tmpfs):
+    the adapter (--checkpoint-gb=1) fits, so the batch step trains without a space line (cf74e12 asked 141 GB)."""
+    import subprocess
+
+    from batch_step import FakeSlurm, committed_scripts, runtime_argv
+
+    argv = runtime_argv(committed_scripts()["torchtune/llama3_3_70b_lora.nebius.sbatch"])
+    assert "--checkpoint-gb=1" in argv
+    fs = tmp_path / "fs"
+    fs.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20g", "tmpfs", str(fs)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        ran = FakeSlurm(fs).run_step(argv, SLURM_GPUS_ON_NODE="8", COOKBOOK_CHECKPOINT_GB="")  # the script's own size
+    finally:
+        subprocess.run(["umount", "-l", str(fs)], check=False)
+    assert ran.status == 0 and ran.launches(), ran.out
+    assert "cookbook: RUN_DIR" not in ran.out, ran.out  # no space line: nothing short, nothing estimated short
