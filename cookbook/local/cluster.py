@@ -492,9 +492,12 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         )
 
     # ------------------------------------------------------------------ network namespaces
-    def processes_on(self, node: str, needle: str, unless: str = "cookbook_runtime") -> list[int]:
-        """PIDs in ``node``'s network namespace whose command line holds ``needle`` and not ``unless`` (a job's
-        ranks on one node, not its launcher): what a test kills to crash that node's share of a job."""
+    def processes_on(
+        self, node: str, needle: str, unless: tuple[str, ...] = ("cookbook_runtime.run", "cookbook_runtime.launch")
+    ) -> list[int]:
+        """PIDs in ``node``'s network namespace whose command line holds ``needle`` and none of ``unless`` (a job's
+        ranks on one node, not its batch step or launcher, whose modules the ranks' programs sit beside): what a
+        test kills to crash that node's share of a job."""
         pids = _run(["ip", "netns", "pids", self._ns(node)], check=False).stdout.split()
         out = []
         for pid in pids:
@@ -502,7 +505,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if needle in argv and unless not in argv:
+            if needle in argv and not any(u in argv for u in unless):
                 out.append(int(pid))
         return out
 

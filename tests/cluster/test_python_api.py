@@ -64,7 +64,9 @@ def test_map_array_submits_one_job_per_override_set_and_failures_name_their_caus
         executor.update_parameters(gpus=8)
     with pytest.raises(SpecError):
         executor.spec("llama3_8b_c4", **{"training.no_such_key": 1})
-    bad = executor.submit("llama3_8b_c4", **{"training.steps": 2, "training.seq_len": 0})  # passes render, fails at run
+    # a dataset under a top folder this machine lacks is a warning at render (it may be the nodes' own mount); the
+    # run fails on it
+    bad = executor.submit("llama3_8b_c4", **{"training.steps": 2, "dataloader.dataset_path": "/no-such-mount/c4"})
     with pytest.raises(JobFailed, match=f"job {bad.job_id} ended FAILED"):
         bad.result(timeout=OUTER_LIMIT_S)
     findings = bad.diagnose()  # what the log says went wrong, each with what to do

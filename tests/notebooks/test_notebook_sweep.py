@@ -69,4 +69,5 @@ def test_sweep_function_records_each_run(slurm, tiny_assets, kernel_dirs, tmp_pa
         assert f"lora_rank: {run.overrides['model.lora_rank']}" in cfg
     fig = result.plot(out=tmp_path / "cmp.png")
     assert (tmp_path / "cmp.png").stat().st_size > 0
-    assert len(fig.axes[0].get_legend().get_texts()) == 2
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert [t.split(":")[0] for t in legend] == ["r2", "r2", "r8", "r8"], legend  # each run: final loss, smoothed

@@ -271,8 +271,9 @@ def _sweep(cleanup: contextlib.ExitStack, slurm, tiny_assets, tmp_path_factory):
     )
     job = submit(spec, root=job_dir, client=slurm)
     cleanup.callback(lambda: job.done() or job.cancel())
-    # the program the job really runs on its node, as its recipe launches it ($RECIPE_DIR: the job's folder)
-    job_program = get_recipe(spec.recipe).command(spec).args[0].replace("$RECIPE_DIR", str(job.script.parent))
+    # the program the job really runs on its node, as its recipe launches it: its path below the folder variable
+    # ($RUNTIME_DIR: the runtime shipped with the job), as it appears in the process's argv
+    job_program = re.sub(r'^"?\$\{?\w+\}?"?/', "", get_recipe(spec.recipe).command(spec).args[0])
     print(f"job submitted: {time.time() - started:.0f} s")
 
     # make lab, as a user runs it (Unix socket mode); its token comes from its own output; its log in
