@@ -473,49 +473,20 @@ def goodput_ledger(
     notes: list[str] = []
     if sum(map(len, groups)) != len(segments) or len(segments) < len(attempts):
         notes.append(f"{len(attempts)} start(s) in Slurm's accounting, {len(segments)} in the log: matched in order")
-    parts = {p: 0.0 for p in ALLOCATED_PARTS}
-    unit_parts = dict(parts)
-    queue = 0.0
-    done_before = 0
-    done: set[int] = set()
-    redone: list[int] = []
-    previous_end: datetime | None = None
+    tally = _Tally()
     for i, att in enumerate(attempts):
-        if i == 0 and att.submit is not None:
-            queue += max(0.0, (att.start - att.submit).total_seconds())
-        elif previous_end is not None:
-            queue += max(0.0, (att.start - previous_end).total_seconds())
-        previous_end = att.end
-        group: list[tuple[Segment | None, datetime | None]] = [*groups[i]] or [(None, None)]
-        for j, (seg, begin) in enumerate(group):
-            lo = _clip(begin, att.start, att.end) if begin else att.start
-            cut = group[j + 1][1] if j + 1 < len(group) else None
-            hi = _clip(cut, lo, att.end) if cut else att.end
-            final = i == len(attempts) - 1 and att.state == "COMPLETED" and j == len(group) - 1
-            training = min(att.nodes, seg.nodes) if seg is not None and seg.nodes else att.nodes
-            units = att.units * training / max(1, att.nodes)  # the spares' share stands by
-            for name, secs in _split_window(lo, hi, seg, done_before, final).items():
-                parts[name] += secs
-                unit_parts[name] += secs * units
-            if units < att.units:
-                parts["spare"] += (hi - lo).total_seconds()
-                unit_parts["spare"] += (hi - lo).total_seconds() * (att.units - units)
-            if seg is not None:
-                for step, _ in seg.steps:
-                    if step <= done_before:
-                        redone.append(step)
-                    done.add(step)
-                done_before = max([done_before] + [s for s, _ in seg.steps])
+        tally.add_attempt(att, groups[i], last=i == len(attempts) - 1)
+    parts, unit_parts = tally.parts, tally.unit_parts
     used = {k: v for k, v in parts.items() if v > 0 or k in ("productive", "redone")}
     unit = "GPU" if any(a.gpus for a in attempts) else "node"
     ledger = Ledger(
         {k: parts[k] for k in used},
         {k: unit_parts[k] for k in used},
-        queue,
+        _queue_seconds(attempts),
         list(attempts),
-        len(done),
-        len(redone),
-        redone,
+        len(tally.done),
+        len(tally.redone),
+        tally.redone,
         unit,
         price_per_gpu_hour(gpu, price, profile),
         None,
@@ -525,10 +496,65 @@ def goodput_ledger(
     if ledger.price == 0 and price is None and unit == "GPU":
         notes.append("no price known for this GPU kind or profile: pass --price-per-gpu-hour for the cost")
     if forecast_step_s is not None:
-        ledger.forecast_productive_s = forecast_step_s * len(done)
+        ledger.forecast_productive_s = forecast_step_s * len(tally.done)
     if unit == "node":
         notes.append("the allocation has no GPUs: hours are node-hours")
     return ledger
+
+
+def _queue_seconds(attempts: Sequence[Attempt]) -> float:
+    """Wall time waiting: submission to the first start (when known), then each end to the next start."""
+    queue = 0.0
+    previous_end: datetime | None = None
+    for i, att in enumerate(attempts):
+        if i == 0 and att.submit is not None:
+            queue += max(0.0, (att.start - att.submit).total_seconds())
+        elif previous_end is not None:
+            queue += max(0.0, (att.start - previous_end).total_seconds())
+        previous_end = att.end
+    return queue
+
+
+@dataclass
+class _Tally:
+    """The ledger's running sums: seconds and unit-seconds per part, the steps done and those redone."""
+
+    parts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(ALLOCATED_PARTS, 0.0))
+    unit_parts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(ALLOCATED_PARTS, 0.0))
+    done_before: int = 0
+    done: set[int] = field(default_factory=set)
+    redone: list[int] = field(default_factory=list)
+
+    def add_attempt(self, att: Attempt, group: Sequence[tuple[Segment, datetime | None]], last: bool) -> None:
+        """Add one Slurm start, cut into a window per launch of the ranks (a start with no log: one window)."""
+        windows: list[tuple[Segment | None, datetime | None]] = [*group] or [(None, None)]
+        for j, (seg, begin) in enumerate(windows):
+            lo = _clip(begin, att.start, att.end) if begin else att.start
+            cut = windows[j + 1][1] if j + 1 < len(windows) else None
+            hi = _clip(cut, lo, att.end) if cut else att.end
+            final = last and att.state == "COMPLETED" and j == len(windows) - 1
+            self.add_window(att, seg, lo, hi, final)
+            if seg is not None:
+                self.add_steps(seg)
+
+    def add_window(self, att: Attempt, seg: Segment | None, lo: datetime, hi: datetime, final: bool) -> None:
+        """Add one window's parts, weighted by the units that train, and the spares' standing by."""
+        training = min(att.nodes, seg.nodes) if seg is not None and seg.nodes else att.nodes
+        units = att.units * training / max(1, att.nodes)  # the spares' share stands by
+        for name, secs in _split_window(lo, hi, seg, self.done_before, final).items():
+            self.parts[name] += secs
+            self.unit_parts[name] += secs * units
+        if units < att.units:
+            self.parts["spare"] += (hi - lo).total_seconds()
+            self.unit_parts["spare"] += (hi - lo).total_seconds() * (att.units - units)
+
+    def add_steps(self, seg: Segment) -> None:
+        """Count a start's steps: each one done, those at or below the last step done before it redone."""
+        for step, _ in seg.steps:
+            if step <= self.done_before:
+                self.redone.append(step)
+            self.done.add(step)
+        self.done_before = max([self.done_before] + [s for s, _ in seg.steps])
 
 
 def _clip(t: datetime, lo: datetime, hi: datetime) -> datetime:
