@@ -22,8 +22,30 @@ from cookbook.spec import (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``recipes``, ``render``, ``submit`` and ``generate-recipes`` verbs."""
     sub.add_parser("recipes", help="list the recipes").set_defaults(func=_list)
+    _add_render(sub)
+    s = sub.add_parser("submit", help="sbatch a rendered script; prints the job id")
+    s.add_argument("script")
+    s.set_defaults(func=_submit)
+    g = sub.add_parser("generate-recipes", help="(re)write slurm-recipes/: every recipe x profile")
+    g.add_argument("dir", nargs="?", default="slurm-recipes")
+    g.set_defaults(func=_generate)
+
+
+def _add_render(sub: argparse._SubParsersAction) -> None:
+    """The ``render`` verb: its flags in the order ``--help`` lists them."""
     r = sub.add_parser("render", help="validate a job and write its sbatch script + configs")
+    _add_recipe_arguments(r)
+    _add_shape_arguments(r)
+    _add_slurm_arguments(r)
+    _add_job_arguments(r)
+    _add_config_arguments(r)
+    r.set_defaults(func=_render)
+
+
+def _add_recipe_arguments(r: argparse.ArgumentParser) -> None:
+    """The recipe and, for ``script``, the program (with its arguments after ``--``)."""
     r.add_argument(
         "recipe",
         help="a recipe of `cookbook recipes`; or bring your own: tune:CONFIG (a torchtune built-in, `tune ls`), "
@@ -34,6 +56,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "program", nargs="?", default=None, help="script only: the program torchrun starts on every node (no default)"
     )
     r.set_defaults(program_args=[])
+
+
+def _add_shape_arguments(r: argparse.ArgumentParser) -> None:
+    """The job's size, profile, name and folders."""
     r.add_argument("--nodes", type=int, default=None, help=f"nodes that train, 1 to {MAX_NODES} (default 2)")
     r.add_argument(
         "--spare-nodes",
@@ -67,6 +93,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("venv", "the Python environment on the nodes, a venv or conda prefix (default: this one, if active)"),
     ):
         r.add_argument(f"--{opt}", default=None, help=help)
+
+
+def _add_slurm_arguments(r: argparse.ArgumentParser) -> None:
+    """The options written as ``#SBATCH`` lines, in their own help group."""
     slurm = r.add_argument_group("Slurm options", "each written as an #SBATCH line, shell-quoted")
     for opt, help in (
         ("account", "account to charge (default: your Slurm default)"),
@@ -99,6 +129,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="ask Slurm too (sbatch --test-only): nothing is written if it refuses, with its own message "
         "(default: off, no Slurm needed)",
     )
+
+
+def _add_job_arguments(r: argparse.ArgumentParser) -> None:
+    """Container mounts, sharing, requeue, the warning signal, tracking and the job's environment."""
     r.add_argument(
         "--container-mount",
         action="append",
@@ -136,6 +170,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="NAME=VALUE",
         help="an environment variable for the job, repeatable; never a secret (default: the profile's only)",
     )
+
+
+def _add_config_arguments(r: argparse.ArgumentParser) -> None:
+    """The recipe's config overrides, the planner's GPU kind and the output path."""
     r.add_argument(
         "--set",
         dest="overrides",
@@ -154,13 +192,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument(
         "-o", "--output", required=True, help="script path, required; its folder is made, configs are written in it"
     )
-    r.set_defaults(func=_render)
-    s = sub.add_parser("submit", help="sbatch a rendered script; prints the job id")
-    s.add_argument("script")
-    s.set_defaults(func=_submit)
-    g = sub.add_parser("generate-recipes", help="(re)write slurm-recipes/: every recipe x profile")
-    g.add_argument("dir", nargs="?", default="slurm-recipes")
-    g.set_defaults(func=_generate)
 
 
 def _list(args: argparse.Namespace) -> int:
