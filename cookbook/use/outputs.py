@@ -128,77 +128,97 @@ def describe(target: str | os.PathLike[str]) -> Outputs:
     """The newest weights of the run ``target`` points at; :class:`NoOutputs` when it has none."""
     run = run_folder(target)
     epochs = [p for p in _numbered(run, r"epoch_\d+") if any(p.iterdir())]
-    steps = [p for p in _numbered(run / "checkpoint", r"step-\d+") if (p / ".metadata").is_file()] + [
-        p for p in _numbered(run / "checkpoints", r"step-\d+") if (p / ".metadata").is_file()
-    ]
+    steps = _dcp_steps(run)
     if epochs:
         ckpt = epochs[-1]
-        q = shlex.quote(str(ckpt))
         if (ckpt / ADAPTER).is_file():
-            cfg = json.loads((ckpt / "adapter_config.json").read_text())
-            base = _base_of(run) or "BASE_MODEL_DIR"
-            b = shlex.quote(base)
-            size = (ckpt / ADAPTER).stat().st_size
-            tp = _tp(folder_size(Path(base)) if Path(base).is_dir() else 10**12)  # unknown base: a node's GPUs
-            return Outputs(
-                run,
-                "lora",
-                ckpt,
-                "LoRA adapter, PEFT layout (adapter_model.safetensors + adapter_config.json; torchtune's "
-                "adapter_model.pt beside it)",
-                size,
-                base=base,
-                adapter_rank=int(cfg.get("r", 0)) or None,
-                serve={
-                    "vLLM": f"vllm serve {b} --enable-lora --lora-modules tuned={q} --max-lora-rank "
-                    f"{max(int(cfg.get('r', 8)), 8)} --tensor-parallel-size {tp}",
-                    "TGI": f"text-generation-launcher --model-id {b} --lora-adapters tuned={q}",
-                    "transformers": f"PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({base!r}, "
-                    f"torch_dtype='auto', device_map='auto'), {str(ckpt)!r})",
-                    "merge": "cookbook_runtime.programs.use_lm.merge_lora(base, adapter, dest) or the *_lora_use job "
-                    "with --set merge=$RUN_DIR/merged: one HF folder, served like a full fine-tune",
-                    # the base with the adapter on it (PEFT installed), or the merged folder as pretrained=
-                    "lm-eval": f"lm_eval --model hf --model_args pretrained={b},peft={q},dtype=bfloat16,"
-                    "parallelize=True --tasks hellaswag,mmlu (where the cluster reaches the Hub)",
-                },
-                others=epochs[:-1],
-            )
-        size = sum(p.stat().st_size for p in ckpt.iterdir() if p.is_file() and p.name.endswith(".safetensors"))
-        return Outputs(
-            run,
-            "full",
-            ckpt,
-            "Hugging Face layout (safetensors shards + model.safetensors.index.json, config.json, tokenizer)",
-            size,
-            base=_base_of(run),
-            serve={
-                "vLLM": f"vllm serve {q} --tensor-parallel-size {_tp(size)}",
-                "TGI": f"text-generation-launcher --model-id {q} --num-shard {_tp(size)}",
-                "transformers": f"AutoModelForCausalLM.from_pretrained({str(ckpt)!r}, torch_dtype='auto', "
-                "device_map='auto')",
-                "lm-eval": f"lm_eval --model hf --model_args pretrained={q},dtype=bfloat16,parallelize=True "
-                "--tasks hellaswag,mmlu (where the cluster reaches the Hub)",
-            },
-            others=epochs[:-1],
-        )
+            return _lora_outputs(run, ckpt, epochs[:-1])
+        return _full_outputs(run, ckpt, epochs[:-1])
     if steps:
-        ckpt = steps[-1]
-        q = shlex.quote(str(ckpt))
-        return Outputs(
-            run,
-            "dcp",
-            ckpt,
-            "torch.distributed.checkpoint (DCP), sharded across the ranks that saved it",
-            folder_size(ckpt),
-            serve={
-                "one file": "python -m torch.distributed.checkpoint.format_utils dcp_to_torch_save "
-                f"{q} {shlex.quote(str(run / (ckpt.name + '.pt')))}",
-                "torchtitan": f"--checkpoint.initial_load_path {q} (continue training or sample from it)",
-                "FLUX images": "the flux_schnell_use job (torchtitan's FLUX sampling) on this run",
-            },
-            others=steps[:-1],
-        )
+        return _dcp_outputs(run, steps[-1], steps[:-1])
     raise NoOutputs(
         f"no weights in {run}: looked for epoch_N/ (torchtune) and checkpoint/step-N/ with .metadata "
         "(torchtitan, FSDP); did the job save a checkpoint?"
+    )
+
+
+def _dcp_steps(run: Path) -> list[Path]:
+    """The run's finished DCP saves: ``checkpoint/step-N`` (torchtitan), then ``checkpoints/step-N`` (FSDP)."""
+    return [p for p in _numbered(run / "checkpoint", r"step-\d+") if (p / ".metadata").is_file()] + [
+        p for p in _numbered(run / "checkpoints", r"step-\d+") if (p / ".metadata").is_file()
+    ]
+
+
+def _lora_outputs(run: Path, ckpt: Path, others: list[Path]) -> Outputs:
+    """A torchtune LoRA epoch: the adapter, served on top of its base model."""
+    q = shlex.quote(str(ckpt))
+    cfg = json.loads((ckpt / "adapter_config.json").read_text())
+    base = _base_of(run) or "BASE_MODEL_DIR"
+    b = shlex.quote(base)
+    size = (ckpt / ADAPTER).stat().st_size
+    tp = _tp(folder_size(Path(base)) if Path(base).is_dir() else 10**12)  # unknown base: a node's GPUs
+    return Outputs(
+        run,
+        "lora",
+        ckpt,
+        "LoRA adapter, PEFT layout (adapter_model.safetensors + adapter_config.json; torchtune's "
+        "adapter_model.pt beside it)",
+        size,
+        base=base,
+        adapter_rank=int(cfg.get("r", 0)) or None,
+        serve={
+            "vLLM": f"vllm serve {b} --enable-lora --lora-modules tuned={q} --max-lora-rank "
+            f"{max(int(cfg.get('r', 8)), 8)} --tensor-parallel-size {tp}",
+            "TGI": f"text-generation-launcher --model-id {b} --lora-adapters tuned={q}",
+            "transformers": f"PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({base!r}, "
+            f"torch_dtype='auto', device_map='auto'), {str(ckpt)!r})",
+            "merge": "cookbook_runtime.programs.use_lm.merge_lora(base, adapter, dest) or the *_lora_use job "
+            "with --set merge=$RUN_DIR/merged: one HF folder, served like a full fine-tune",
+            # the base with the adapter on it (PEFT installed), or the merged folder as pretrained=
+            "lm-eval": f"lm_eval --model hf --model_args pretrained={b},peft={q},dtype=bfloat16,"
+            "parallelize=True --tasks hellaswag,mmlu (where the cluster reaches the Hub)",
+        },
+        others=others,
+    )
+
+
+def _full_outputs(run: Path, ckpt: Path, others: list[Path]) -> Outputs:
+    """A torchtune full fine-tune epoch: a Hugging Face folder, served as it is."""
+    q = shlex.quote(str(ckpt))
+    size = sum(p.stat().st_size for p in ckpt.iterdir() if p.is_file() and p.name.endswith(".safetensors"))
+    return Outputs(
+        run,
+        "full",
+        ckpt,
+        "Hugging Face layout (safetensors shards + model.safetensors.index.json, config.json, tokenizer)",
+        size,
+        base=_base_of(run),
+        serve={
+            "vLLM": f"vllm serve {q} --tensor-parallel-size {_tp(size)}",
+            "TGI": f"text-generation-launcher --model-id {q} --num-shard {_tp(size)}",
+            "transformers": f"AutoModelForCausalLM.from_pretrained({str(ckpt)!r}, torch_dtype='auto', "
+            "device_map='auto')",
+            "lm-eval": f"lm_eval --model hf --model_args pretrained={q},dtype=bfloat16,parallelize=True "
+            "--tasks hellaswag,mmlu (where the cluster reaches the Hub)",
+        },
+        others=others,
+    )
+
+
+def _dcp_outputs(run: Path, ckpt: Path, others: list[Path]) -> Outputs:
+    """A DCP save (torchtitan, FSDP): converted to one file, or loaded by torchtitan."""
+    q = shlex.quote(str(ckpt))
+    return Outputs(
+        run,
+        "dcp",
+        ckpt,
+        "torch.distributed.checkpoint (DCP), sharded across the ranks that saved it",
+        folder_size(ckpt),
+        serve={
+            "one file": "python -m torch.distributed.checkpoint.format_utils dcp_to_torch_save "
+            f"{q} {shlex.quote(str(run / (ckpt.name + '.pt')))}",
+            "torchtitan": f"--checkpoint.initial_load_path {q} (continue training or sample from it)",
+            "FLUX images": "the flux_schnell_use job (torchtitan's FLUX sampling) on this run",
+        },
+        others=others,
     )
