@@ -124,6 +124,18 @@ GPU_DEFAULTS = ProfileDefaults(gpus_per_node=8, time="04:00:00", exclusive=True,
 LOCAL_CPU_DEFAULTS = ProfileDefaults(gpus_per_node=0, time="00:10:00", exclusive=False, signal_seconds=30)
 
 
+@dataclass(frozen=True)
+class Sizing:
+    """The planner's figures a recipe writes into a job, computed once by :func:`cookbook.resolve.resolve` (the
+    recipes never ask the planner). ``save_interval``: steps between periodic saves, written as the framework's
+    key (:attr:`cookbook.recipes.base.Recipe.save_interval_key`) unless the user's overrides set it; None: the
+    config's own. ``saves``: ``{stop-save recipe: (bytes of its largest save, seconds of its stop-save)}`` for a
+    script that picks its model at run time (:meth:`cookbook.recipes.base.Recipe.run_time_sizes`)."""
+
+    save_interval: int | None = None
+    saves: dict[str, tuple[int, float]] = field(default_factory=dict)
+
+
 @dataclass
 class JobSpec:
     """Everything about one job that is not the recipe's own config.
@@ -168,6 +180,7 @@ class JobSpec:
     requeue: bool = True
     signal_seconds: int | None = GPU_DEFAULTS.signal_seconds  # --signal=B:USR1@N before the time limit; None:
     # the recipe's lead time (render sets it: cookbook/planner/lead_time.py; local-cpu: LOCAL_CPU_DEFAULTS')
+    sizing: Sizing | None = None  # the planner's figures the recipe writes; None: resolve sets them (not local-cpu)
     env: dict[str, str] = field(default_factory=dict)
     overrides: dict[str, str] = field(default_factory=dict)
     venv: str | None = None  # the Python environment every node runs: a venv or conda prefix (may use $RECIPE_DIR)
@@ -391,6 +404,18 @@ def check_spec(spec: JobSpec, cpu_job: bool = False, signal_source: str = "") ->
         p.append(f"unknown tracker {spec.tracker!r}: use one of {', '.join(TRACKERS)}")
     p += shape_problems(spec.nodes, spec.gpus_per_node, spec.spare_nodes)
     p += name_problems(spec)
+    p += _limit_problems(spec, signal_source)
+    p += _control_problems(spec)
+    p += check_slurm_options(spec)
+    p += _env_and_mount_problems(spec)
+    if prof is not None:
+        p += _profile_problems(spec, prof, cpu_job)
+    return p
+
+
+def _limit_problems(spec: JobSpec, signal_source: str) -> list[str]:
+    """Spares, CPUs per task, the time limit, the warning signal and the port against their ranges."""
+    p: list[str] = []
     if spec.spare_nodes < 0:
         p.append(f"spare_nodes={spec.spare_nodes}: cannot be negative; use 0 for no spares")
     elif spec.nodes >= 1 and spec.spare_nodes > spec.nodes:
@@ -416,6 +441,12 @@ def check_spec(spec: JobSpec, cpu_job: bool = False, signal_source: str = "") ->
             f"port={spec.port}: jobs on shared nodes rendezvous on port + job id % {SHARED_PORT_SPAN}; "
             f"pick a port <= {65536 - SHARED_PORT_SPAN}"
         )
+    return p
+
+
+def _control_problems(spec: JobSpec) -> list[str]:
+    """Every text the script writes that holds a newline or control character."""
+    p: list[str] = []
     for label, value in (
         ("job_name", spec.job_name),
         ("partition", spec.partition),
@@ -441,7 +472,12 @@ def check_spec(spec: JobSpec, cpu_job: bool = False, signal_source: str = "") ->
     ):
         if value is not None and _CONTROL.search(value):
             p.append(f"{label}={value!r} contains a newline or control character: remove it")
-    p += check_slurm_options(spec)
+    return p
+
+
+def _env_and_mount_problems(spec: JobSpec) -> list[str]:
+    """The log folder, the job's environment (names, no secrets) and the container's mounts."""
+    p: list[str] = []
     if spec.log_dir and "%" in spec.log_dir:
         p.append(f"log_dir={spec.log_dir!r}: give a folder; the file name is always <job name>-%j.out")
     for name in spec.env:
@@ -457,15 +493,20 @@ def check_spec(spec: JobSpec, cpu_job: bool = False, signal_source: str = "") ->
             p.append(f"container mount {m!r}: use SRC:DST or SRC:DST:ro")
     if spec.container_mounts and not spec.container_image:
         p.append("container_mounts given without container_image: set --container-image too")
-    if prof is not None:
-        if prof.uses_gpus and spec.gpus_per_node == 0 and not cpu_job:
-            p.append(f"profile {prof.name} trains on GPUs: set gpus_per_node >= 1 (or use profile local-cpu)")
-        if not prof.uses_gpus and spec.gpus_per_node > 0:
-            p.append(f"profile {prof.name} has no GPUs: set gpus_per_node=0 (one CPU process per node)")
-        if prof.fabric == "efa" and not spec.exclusive:
-            p.append(f"profile {prof.name}: EFA devices are per node; set exclusive=True so no other job shares them")
-        if not prof.uses_gpus and spec.container_image:
-            p.append(f"profile {prof.name} runs in the project venv (no GPUs: the local bench): drop container_image")
+    return p
+
+
+def _profile_problems(spec: JobSpec, prof: Profile, cpu_job: bool) -> list[str]:
+    """What the profile asks of the job: GPUs or none, exclusive nodes for EFA, the venv on the local bench."""
+    p: list[str] = []
+    if prof.uses_gpus and spec.gpus_per_node == 0 and not cpu_job:
+        p.append(f"profile {prof.name} trains on GPUs: set gpus_per_node >= 1 (or use profile local-cpu)")
+    if not prof.uses_gpus and spec.gpus_per_node > 0:
+        p.append(f"profile {prof.name} has no GPUs: set gpus_per_node=0 (one CPU process per node)")
+    if prof.fabric == "efa" and not spec.exclusive:
+        p.append(f"profile {prof.name}: EFA devices are per node; set exclusive=True so no other job shares them")
+    if not prof.uses_gpus and spec.container_image:
+        p.append(f"profile {prof.name} runs in the project venv (no GPUs: the local bench): drop container_image")
     return p
 
 
