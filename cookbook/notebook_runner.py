@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from traitlets.config import Config
@@ -27,6 +28,10 @@ from traitlets.config import Config
 from cookbook.paths import output_dir, project_root
 from cookbook.recipes.base import LOCAL_CPU
 from cookbook.spec import profile_defaults
+
+if TYPE_CHECKING:
+    from cookbook.executor import Job
+    from cookbook.slurm.client import SlurmClient
 
 _ENV_LOCK = threading.Lock()
 
@@ -381,28 +386,11 @@ def sweep(
             env=env,
         )
     base = dict(base_parameters or {})
-    out = Path(out_dir).resolve()
-    plan = []
-    for label, extra in runs.items():
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-") or "run"
-        plan.append(SweepRun(label, dict(extra), out / slug / f"{_path(notebook).stem}.ipynb", out / slug / "work"))
-
-    def one(run: SweepRun) -> SweepRun:
-        # absolute run_root: papermill's cwd is a process-wide chdir, racy between parallel runs
-        params = {
-            **base,
-            "overrides": {**dict(base.get("overrides") or {}), **run.overrides},
-            "run_root": str(run.work / "runs"),
-        }
-        try:
-            run_notebook(notebook, run.work.parent, params, cwd=run.work, timeout=timeout, env=env)
-        except NotebookStopped as e:
-            run.error = f"{e.ename}: {e.evalue}"
-        return run
-
+    plan = _sweep_plan(notebook, runs, Path(out_dir).resolve())
     if not plan:
         return SweepResult([])
-    first = one(plan[0])  # alone first: a job that cannot run here stops the sweep at once
+    # alone first: a job that cannot run here stops the sweep at once
+    first = _run_once(notebook, base, plan[0], timeout, env)
     if first.error and first.error.startswith("NotebookStop"):
         from cookbook.walkthrough import NotebookStop
 
@@ -410,13 +398,50 @@ def sweep(
             f"the first run ({first.label}) stopped, so the sweep did too: "
             f"{first.error.split(': ', 1)[-1]}\n(executed notebook: {first.executed})"
         )
+    return SweepResult([first, *_run_rest(notebook, base, plan[1:], parallel, timeout, env)])
+
+
+def _sweep_plan(notebook: str | os.PathLike, runs: Mapping[str, Mapping[str, Any]], out: Path) -> list[SweepRun]:
+    """One :class:`SweepRun` per label, each in its own folder ``out/<label as a slug>/``."""
+    plan = []
+    for label, extra in runs.items():
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-") or "run"
+        plan.append(SweepRun(label, dict(extra), out / slug / f"{_path(notebook).stem}.ipynb", out / slug / "work"))
+    return plan
+
+
+def _run_once(
+    notebook: str | os.PathLike, base: Mapping[str, Any], run: SweepRun, timeout: int, env: Mapping[str, str] | None
+) -> SweepRun:
+    """Execute the notebook for one run, its overrides on the base's; a stopped run keeps its error."""
+    # absolute run_root: papermill's cwd is a process-wide chdir, racy between parallel runs
+    params = {
+        **base,
+        "overrides": {**dict(base.get("overrides") or {}), **run.overrides},
+        "run_root": str(run.work / "runs"),
+    }
+    try:
+        run_notebook(notebook, run.work.parent, params, cwd=run.work, timeout=timeout, env=env)
+    except NotebookStopped as e:
+        run.error = f"{e.ename}: {e.evalue}"
+    return run
+
+
+def _run_rest(
+    notebook: str | os.PathLike,
+    base: Mapping[str, Any],
+    plan: list[SweepRun],
+    parallel: int,
+    timeout: int,
+    env: Mapping[str, str] | None,
+) -> list[SweepRun]:
+    """Execute the remaining runs ``parallel`` at a time, the current folder restored afterwards."""
     here = os.getcwd()  # papermill chdirs process-wide; parallel runs can leave another folder current
     try:
         with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-            rest = list(pool.map(one, plan[1:]))
+            return list(pool.map(partial(_run_once, notebook, base, timeout=timeout, env=env), plan))
     finally:
         os.chdir(here)
-    return SweepResult([first, *rest])
 
 
 def notebook_recipe(notebook: str | os.PathLike) -> str:
@@ -452,16 +477,10 @@ def sweep_array(
     waited for with progress; a task that does not end COMPLETED is recorded with its diagnosis.
     """
     from cookbook import walkthrough as wt
-    from cookbook.executor import Executor
-    from cookbook.slurm.client import SlurmError
 
     name = notebook_name(notebook)
     recipe = notebook_recipe(name)
-    defaults = default_parameters(name)
-    unknown = sorted(set(base_parameters or {}) - set(defaults))
-    if unknown:
-        raise ValueError(f"{name} has no parameter(s) {', '.join(unknown)}; its parameters: {', '.join(defaults)}")
-    p = {**defaults, **dict(base_parameters or {})}
+    p = _array_parameters(name, base_parameters)
     out = Path(out_dir).resolve()
     run_root = Path(p["run_root"]) if Path(p["run_root"]).is_absolute() else out / p["run_root"]
     model = wt.model_overrides(recipe, p.get("model_dir"), p["profile"], run_root)
@@ -470,7 +489,29 @@ def sweep_array(
     if not labels:
         return SweepResult([])
     client = wt.slurm_client(p["profile"])
-    slurm = {
+    slurm = _array_slurm_parameters(p)
+    _check_array_runs(recipe, p, slurm, labels, overrides, client)
+    jobs = _submit_array(recipe, overrides, p["profile"], slurm, client, run_root, parallel, env)
+    array_id = jobs[0].job_id.split("_")[0]
+    echo(
+        f"submitted {len(jobs)} runs as Slurm array {array_id} (at most {max(1, parallel)} at once): "
+        f"{jobs[0].script.parent.parent}"
+    )
+    return SweepResult(_wait_array_tasks(labels, runs, jobs, timeout, echo))
+
+
+def _array_parameters(name: str, base_parameters: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The job notebook's defaults with ``base_parameters`` on them; ValueError names a parameter it lacks."""
+    defaults = default_parameters(name)
+    unknown = sorted(set(base_parameters or {}) - set(defaults))
+    if unknown:
+        raise ValueError(f"{name} has no parameter(s) {', '.join(unknown)}; its parameters: {', '.join(defaults)}")
+    return {**defaults, **dict(base_parameters or {})}
+
+
+def _array_slurm_parameters(p: Mapping[str, Any]) -> dict[str, Any]:
+    """The JobSpec's Slurm fields from the notebook's parameters (an empty value: Slurm's default)."""
+    return {
         "nodes": p["nodes"],
         "spare_nodes": p["spare_nodes"],
         "gpus_per_node": p["gpus_per_node"],
@@ -478,23 +519,56 @@ def sweep_array(
         "time": p["time_limit"] or None,
         "container_image": p["container_image"] or None,
     }
+
+
+def _check_array_runs(
+    recipe: str,
+    p: Mapping[str, Any],
+    slurm: Mapping[str, Any],
+    labels: list[str],
+    overrides: list[dict[str, Any]],
+    client: SlurmClient,
+) -> None:
+    """Check every run's job before anything is submitted; NotebookStop names one that cannot run."""
+    from cookbook import walkthrough as wt
+
     for label, o in zip(labels, overrides, strict=True):  # as the notebook's spec and check cells do
         try:
             wt.check_job(wt.job_spec(recipe, profile=p["profile"], **slurm, overrides=o), client, gpu=p.get("gpu"))
         except wt.NotebookStop as e:
             raise wt.NotebookStop(f"run {label!r} cannot run, so the sweep did not start: {e}") from None
-    executor = Executor(run_root, p["profile"], client)
+
+
+def _submit_array(
+    recipe: str,
+    overrides: list[dict[str, Any]],
+    profile: str,
+    slurm: Mapping[str, Any],
+    client: SlurmClient,
+    run_root: Path,
+    parallel: int,
+    env: Mapping[str, str] | None,
+) -> list[Job]:
+    """Submit the runs as ONE Slurm array, at most ``parallel`` tasks at once; NotebookStop if sbatch refuses."""
+    from cookbook import walkthrough as wt
+    from cookbook.executor import Executor
+    from cookbook.slurm.client import SlurmError
+
+    executor = Executor(run_root, profile, client)
     executor.update_parameters(**slurm)
     with kernel_environment(env):  # the jobs inherit the same environment the notebook runs' kernels would
         try:
-            jobs = executor.map_array(recipe, overrides, parallelism=max(1, parallel))
+            return executor.map_array(recipe, overrides, parallelism=max(1, parallel))
         except SlurmError as e:
             raise wt.NotebookStop(f"sbatch refused the sweep's array: {e.stderr or e}") from None
-    array_id = jobs[0].job_id.split("_")[0]
-    echo(
-        f"submitted {len(jobs)} runs as Slurm array {array_id} (at most {max(1, parallel)} at once): "
-        f"{jobs[0].script.parent.parent}"
-    )
+
+
+def _wait_array_tasks(
+    labels: list[str], runs: Mapping[str, Mapping[str, Any]], jobs: list[Job], timeout: int, echo: Callable[[str], None]
+) -> list[SweepRun]:
+    """Wait for each task with its progress lines; one that does not end COMPLETED keeps its diagnosis."""
+    from cookbook import walkthrough as wt
+
     result = []
     for label, job in zip(labels, jobs, strict=True):
         task = wt.Job(**{f.name: getattr(job, f.name) for f in fields(wt.Job)})
@@ -508,7 +582,7 @@ def sweep_array(
         except wt.NotebookStop as e:
             run.error = f"NotebookStop: {e}"
         result.append(run)
-    return SweepResult(result)
+    return result
 
 
 # ------------------------------------------------------------------------------------ quickstart
