@@ -257,53 +257,14 @@ def probe_nodes(
     work = Path(shared_dir or output_dir() / "doctor") / f"probe-{uuid.uuid4().hex[:8]}"
     work.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex
-    (work / "marker").write_text(token)
-    (work / "probe.sh").write_text(render_template(PROBE_SH))
-    site = next((p for p in sys.path if p.endswith("site-packages")), "")
-    script = work / "probe.sbatch"
-    script.write_text(
-        render_template(
-            PROBE_SBATCH,
-            partition=partition,
-            nodes=len(nodes),
-            work=str(work),
-            python=sys.executable,
-            site=site,
-            needs=(*versions.FRAMEWORKS, NVML_PACKAGE),
-            disks=[str(Path(p).expanduser().resolve()) for p in disk_paths],
-        )
-    )
+    script = _write_probe_job(work, token, partition, len(nodes), disk_paths)
     job = client.submit(script, *extra_sbatch)
     try:
         info = client.wait(job, timeout=timeout)
     except JobTimeout:
         client.cancel(job)
         raise
-    reports = []
-    for f in sorted(work.glob("node-*.txt")):
-        d: dict[str, str] = {}
-        free: dict[str, int] = {}
-        for line in f.read_text().splitlines():
-            key, _, value = line.partition("=")
-            if key.startswith("disk_kib:"):
-                free[key[len("disk_kib:") :]] = int(value) * 1024 if value.isdigit() else 0
-            else:
-                d[key] = value.strip()
-        reports.append(
-            probe_report(
-                d.get("host", f.stem[5:]),
-                gpus=int(d.get("gpus") or -1),
-                gpu_names=d.get("gpu_names", ""),
-                nccl=d.get("nccl", ""),
-                efa=d.get("efa", ""),
-                efa_devices=d.get("efa_devices", ""),
-                marker_ok=d.get("marker") == token,
-                python_ok=d.get("python") == "yes",
-                free_bytes=free,
-                pyenv=d.get("pyenv", ""),
-                nccl_net=d.get("nccl_net", ""),
-            )
-        )
+    reports = [_read_probe_file(f, token) for f in sorted(work.glob("node-*.txt"))]
     if info.state != "COMPLETED" and not reports:
         out = client.output_path(job) or work / f"probe-{job}.out"
         raise SlurmError(
@@ -312,6 +273,52 @@ def probe_nodes(
             f"probe job {job} ended {info.state}: {read_output(out, tail_lines=5) or '(no output)'}",
         )
     return job, reports, nodes
+
+
+def _write_probe_job(work: Path, token: str, partition: str, nodes: int, disk_paths: Sequence[str | Path]) -> Path:
+    """Write the marker, the probe and the job that runs it on ``nodes`` nodes into ``work``; return the job."""
+    (work / "marker").write_text(token)
+    (work / "probe.sh").write_text(render_template(PROBE_SH))
+    site = next((p for p in sys.path if p.endswith("site-packages")), "")
+    script = work / "probe.sbatch"
+    script.write_text(
+        render_template(
+            PROBE_SBATCH,
+            partition=partition,
+            nodes=nodes,
+            work=str(work),
+            python=sys.executable,
+            site=site,
+            needs=(*versions.FRAMEWORKS, NVML_PACKAGE),
+            disks=[str(Path(p).expanduser().resolve()) for p in disk_paths],
+        )
+    )
+    return script
+
+
+def _read_probe_file(f: Path, token: str) -> NodeReport:
+    """One node's ``node-<host>.txt`` (``key=value`` lines; ``disk_kib:PATH`` the free KiB there) as its report."""
+    d: dict[str, str] = {}
+    free: dict[str, int] = {}
+    for line in f.read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.startswith("disk_kib:"):
+            free[key[len("disk_kib:") :]] = int(value) * 1024 if value.isdigit() else 0
+        else:
+            d[key] = value.strip()
+    return probe_report(
+        d.get("host", f.stem[5:]),
+        gpus=int(d.get("gpus") or -1),
+        gpu_names=d.get("gpu_names", ""),
+        nccl=d.get("nccl", ""),
+        efa=d.get("efa", ""),
+        efa_devices=d.get("efa_devices", ""),
+        marker_ok=d.get("marker") == token,
+        python_ok=d.get("python") == "yes",
+        free_bytes=free,
+        pyenv=d.get("pyenv", ""),
+        nccl_net=d.get("nccl_net", ""),
+    )
 
 
 def stack_on_nodes(reports: Sequence[NodeReport]) -> Check:
@@ -359,11 +366,21 @@ def probe_checks(
     want_gpus: bool | None = None,
 ) -> list[Check]:
     """Turn the probe's node reports into checks."""
+    return [
+        *_reach_checks(job, reports, expected),
+        *_gpu_checks(reports, want_gpus),
+        *_fabric_checks(reports),
+        *_disk_checks(reports, need_bytes),
+    ]
+
+
+def _reach_checks(job: str, reports: list[NodeReport], expected: list[str]) -> list[Check]:
+    """Which nodes answered, saw the shared filesystem's marker and ran the venv with the pinned stack."""
     got = {r.node for r in reports}
     missing = [n for n in expected if n not in got]
     no_fs = [r.node for r in reports if not r.facts["marker_ok"]]
     no_py = [r.node for r in reports if not r.facts["python_ok"]]
-    out = [
+    return [
         Check(
             "probe",
             "fail" if missing else "pass",
@@ -385,12 +402,16 @@ def probe_checks(
         ),
         stack_on_nodes([r for r in reports if r.facts["python_ok"]]),
     ]
+
+
+def _gpu_checks(reports: list[NodeReport], want_gpus: bool | None) -> list[Check]:
+    """GPU telemetry, the GPUs each node sees and its libnccl; one warning where no node has GPUs."""
     gpus = {r.node: r.facts["gpus"] for r in reports}
     has_gpus = any(g > 0 for g in gpus.values())
     if has_gpus or want_gpus:
         uneven = len(set(gpus.values())) > 1
         no_nccl = [r.node for r in reports if not r.facts["nccl"]]
-        out += [
+        return [
             gpu_telemetry_on_nodes([r for r in reports if r.facts["python_ok"]]),
             Check(
                 "gpus visible",
@@ -406,15 +427,19 @@ def probe_checks(
                 else ", ".join(sorted({r.facts["nccl"] for r in reports})),
             ),
         ]
-    else:
-        out.append(
-            Check(
-                "gpus visible",
-                "warn",
-                "no GPUs on any node (nvidia-smi absent or none listed)",
-                "expected on the local CPU cluster; on a GPU cluster check the drivers",
-            )
+    return [
+        Check(
+            "gpus visible",
+            "warn",
+            "no GPUs on any node (nvidia-smi absent or none listed)",
+            "expected on the local CPU cluster; on a GPU cluster check the drivers",
         )
+    ]
+
+
+def _fabric_checks(reports: list[NodeReport]) -> list[Check]:
+    """EFA's NCCL plugin where EFA is, and whether any node has libfabric, EFA or InfiniBand."""
+    out: list[Check] = []
     efa = [r.node for r in reports if r.facts["efa"] or r.facts["efa_devices"]]
     no_plugin = [r.node for r in reports if "/opt/amazon/efa" in r.facts["efa"] and not r.facts["nccl_net"]]
     if no_plugin:
@@ -436,6 +461,12 @@ def probe_checks(
             "" if efa else "multi-node NCCL will use TCP sockets: slow; fine on one node / locally",
         )
     )
+    return out
+
+
+def _disk_checks(reports: list[NodeReport], need_bytes: int | None) -> list[Check]:
+    """The free space of each path asked about on each node, against the model's size."""
+    out: list[Check] = []
     for r in reports:
         for path, free in r.facts["free_bytes"].items():
             status: Status = "fail" if need_bytes and free < need_bytes else "pass"
