@@ -368,6 +368,7 @@ class LocalCluster:
         return "netns" if ok else "multi"
 
     def _configure(self) -> dict:
+        """Write slurm.conf, gres.conf, the nodes' hosts file, the settings and env.sh; return the settings."""
         import json
 
         mode = self._choose_mode()
@@ -377,16 +378,39 @@ class LocalCluster:
                 f"port {cfg.ctld_port} (slurmctld) is in use by another program; "
                 "pass another ClusterConfig(ctld_port=...)"
             )
+        cpu = self._node_resources()
+        self._write_gres_conf()
+        ctld_addr, nodes, hosts = self._node_lines(mode, cpu)
+        (self.etc / "hosts.nodes").write_text("\n".join(hosts) + "\n")
+        cfg.conf.write_text(self._slurm_conf(mode, ctld_addr, nodes))
+        settings = {
+            "mode": mode,
+            "nodes": cfg.nodes,
+            "subnet": cfg.subnet,
+            "ctld_addr": ctld_addr,
+            "gpus_per_node": cfg.gpus_per_node,
+            "cpus_per_node": cfg.cpus_per_node,
+        }
+        self.settings_file.write_text(json.dumps(settings))
+        (cfg.root / "env.sh").write_text(self.env_line() + "\n")
+        _log(f"wrote {cfg.conf} (mode={mode}, nodes={cfg.nodes}, cpus/node={cfg.cpus_per_node})")
+        return settings
+
+    def _node_resources(self) -> str:
+        """What each node claims: CPUs (one socket's cores), memory (default: 80 % of RAM / nodes), fake GPUs."""
+        cfg = self.cfg
         mem_mb = cfg.mem_mb_per_node or int(
             os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.8 / cfg.nodes
         )
         gres = f" Gres=gpu:{cfg.gpus_per_node}" if cfg.gpus_per_node else ""
-        cpu = (
+        return (
             f"CPUs={cfg.cpus_per_node} Boards=1 SocketsPerBoard=1 CoresPerSocket={cfg.cpus_per_node} "
             f"ThreadsPerCore=1 RealMemory={mem_mb}{gres} State=UNKNOWN"
         )
-        self._write_gres_conf()
-        gpus = f", gpus/node={cfg.gpus_per_node}" if cfg.gpus_per_node else ""
+
+    def _node_lines(self, mode: str, cpu: str) -> tuple[str, str, list[str]]:
+        """slurmctld's address, the ``NodeName=`` lines and the nodes' hosts file for ``mode``."""
+        cfg = self.cfg
         if mode == "netns":
             ctld_addr = f"{cfg.subnet}.254"
             nodes = "\n".join(f"NodeName=n{i} NodeAddr={cfg.subnet}.{i} {cpu}" for i in range(1, cfg.nodes + 1))
@@ -400,14 +424,18 @@ class LocalCluster:
             )
             base_hosts = [ln for ln in Path("/etc/hosts").read_text().splitlines() if ln.strip()]
             hosts = base_hosts + ["127.0.0.1 " + " ".join(cfg.node_names)]
-        (self.etc / "hosts.nodes").write_text("\n".join(hosts) + "\n")
-        r = cfg.root
+        return ctld_addr, nodes, hosts
+
+    def _slurm_conf(self, mode: str, ctld_addr: str, nodes: str) -> str:
+        """slurm.conf's text: this cluster's ports, folders, plugins and the ``nodes`` lines."""
+        cfg, r = self.cfg, self.cfg.root
+        gpus = f", gpus/node={cfg.gpus_per_node}" if cfg.gpus_per_node else ""
         task = "TaskPlugin=task/none"
         if cfg.cpu_bind:  # pin each task to its --cpus-per-task cores (needs CPUs <= real cores, see above)
             task = "TaskPlugin=task/affinity\nTaskPluginParam=Cores"
         if cfg.gpus_per_node:
             task += "\nGresTypes=gpu"
-        cfg.conf.write_text(f"""\
+        return f"""\
 # Written by `cookbook cluster up` (mode={mode}, nodes={cfg.nodes}, cpus/node={cfg.cpus_per_node}{gpus}).
 ClusterName={cfg.name}
 SlurmctldHost=localhost({ctld_addr})
@@ -448,19 +476,7 @@ JobCompLoc={self.log_dir}/jobcomp.txt
 AccountingStorageType=accounting_storage/none
 {nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-""")
-        settings = {
-            "mode": mode,
-            "nodes": cfg.nodes,
-            "subnet": cfg.subnet,
-            "ctld_addr": ctld_addr,
-            "gpus_per_node": cfg.gpus_per_node,
-            "cpus_per_node": cfg.cpus_per_node,
-        }
-        self.settings_file.write_text(json.dumps(settings))
-        (cfg.root / "env.sh").write_text(self.env_line() + "\n")
-        _log(f"wrote {cfg.conf} (mode={mode}, nodes={cfg.nodes}, cpus/node={cfg.cpus_per_node})")
-        return settings
+"""
 
     def gpu_devices(self) -> list[Path]:
         """The fake GPUs' device files, one per GPU index (the same files serve every node)."""
