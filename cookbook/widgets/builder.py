@@ -43,12 +43,45 @@ class JobBuilder:
         run_root: str | Path = "runs",
         on_submit: Callable[[Job], None] | None = None,
     ):
+        """Build the form, its buttons and callbacks, and validate the job it starts with."""
         defaults = profile_defaults(profile)
         style = {"description_width": "120px"}
         lay = W.Layout(width="420px")
         self.run_root, self.on_submit = Path(run_root), on_submit
         self.job: Job | None = None
         self.monitor: JobMonitor | None = None
+        gpus = gpus_per_node if gpus_per_node is not None else defaults["gpus_per_node"]
+        self._job_fields(recipe, profile, nodes, spare_nodes, gpus, gpu, style, lay)
+        self._run_fields(partition, time or defaults["time"], container_image, overrides, style, lay)
+        self._actions()
+        fields = [self.recipe, self.profile, self.nodes, self.spare_nodes, self.gpus, self.gpu, self.partition]
+        fields += [self.time, self.container, self.overrides]
+        self._connect(fields)
+        self.widget = W.VBox(
+            [
+                W.VBox(fields),
+                self.status,
+                W.HBox([self.render_button, self.submit_button]),
+                self.script,
+                self.monitor_box,
+            ]
+        )
+        self.widget.add_class("cookbook-job-builder")
+        self.status.add_class("cookbook-builder-status")
+        self.validate()
+
+    def _job_fields(
+        self,
+        recipe: str,
+        profile: str,
+        nodes: int,
+        spare_nodes: int,
+        gpus: int,
+        gpu: str,
+        style: dict[str, str],
+        lay: W.Layout,
+    ) -> None:
+        """The job's shape: recipe, profile, nodes, spare nodes, GPUs per node and their kind."""
         self.recipe = W.Dropdown(
             options=[r.name for r in list_recipes()], value=recipe, description="recipe", style=style, layout=lay
         )
@@ -60,13 +93,23 @@ class JobBuilder:
         self.spare_nodes = W.BoundedIntText(
             value=spare_nodes, min=0, max=4096, description="spare nodes", style=style, layout=lay
         )
-        gpus = gpus_per_node if gpus_per_node is not None else defaults["gpus_per_node"]
         self.gpus = W.BoundedIntText(value=gpus, min=0, max=64, description="GPUs per node", style=style, layout=lay)
         self.gpu = W.Dropdown(options=sorted(GPUS), value=gpu, description="GPU kind", style=style, layout=lay)
+
+    def _run_fields(
+        self,
+        partition: str,
+        time: str,
+        container_image: str,
+        overrides: dict[str, Any] | None,
+        style: dict[str, str],
+        lay: W.Layout,
+    ) -> None:
+        """Where and how it runs: partition, time limit, container image, the recipe's overrides."""
         self.partition = W.Text(
             value=partition, placeholder="cluster default", description="partition", style=style, layout=lay
         )
-        self.time = W.Text(value=time or defaults["time"], description="time limit", style=style, layout=lay)
+        self.time = W.Text(value=time, description="time limit", style=style, layout=lay)
         self.container = W.Text(
             value=container_image,
             placeholder="none (pyxis/enroot image)",
@@ -81,30 +124,22 @@ class JobBuilder:
             style=style,
             layout=W.Layout(width="420px", height="80px"),
         )
+
+    def _actions(self) -> None:
+        """The status line, the Render and Submit buttons, the script shown and the monitor's box."""
         self.status = W.HTML("")
         self.render_button = W.Button(description="Render", icon="file-code-o")
         self.submit_button = W.Button(description="Submit", button_style="primary", icon="paper-plane")
         self.script = W.Textarea(value="", disabled=True, layout=W.Layout(width="100%", height="260px", display="none"))
         self.monitor_box = W.VBox([])
+
+    def _connect(self, fields: list[W.Widget]) -> None:
+        """The buttons' clicks, a new profile's defaults, and a validation on every change of a field."""
         self.render_button.on_click(lambda _b: self.render())
         self.submit_button.on_click(lambda _b: self.submit())
         self.profile.observe(self._profile_changed, names="value")
-        fields = [self.recipe, self.profile, self.nodes, self.spare_nodes, self.gpus, self.gpu, self.partition]
-        fields += [self.time, self.container, self.overrides]
         for w in fields:
             w.observe(lambda _c: self.validate(), names="value")
-        self.widget = W.VBox(
-            [
-                W.VBox(fields),
-                self.status,
-                W.HBox([self.render_button, self.submit_button]),
-                self.script,
-                self.monitor_box,
-            ]
-        )
-        self.widget.add_class("cookbook-job-builder")
-        self.status.add_class("cookbook-builder-status")
-        self.validate()
 
     # ------------------------------------------------------------------ spec
     def spec(self) -> JobSpec:
