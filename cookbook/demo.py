@@ -14,8 +14,12 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cookbook.paths import output_dir
+
+if TYPE_CHECKING:
+    from cookbook.local.assets.tiny import TinyAssets
 
 
 def _step(n: int, total: int, text: str) -> float:
@@ -38,7 +42,11 @@ def _keep_previous(out: Path) -> None:
         out.rename(previous)
 
 
-def main(argv: list[str] | None = None) -> int:
+Result = tuple[str, str, float]  # (step, "ok: ..." or what went wrong, seconds)
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """``--out``, ``--notebooks``, ``--no-sweep``."""
     from cookbook import notebook_runner as nr
 
     ap = argparse.ArgumentParser(prog="python -m cookbook.demo", description=__doc__.split("\n\n")[0])
@@ -47,14 +55,28 @@ def main(argv: list[str] | None = None) -> int:
         "--notebooks", nargs="*", default=list(nr.QUICKSTART), help="notebooks to run (default: the quickstart path)"
     )
     ap.add_argument("--no-sweep", action="store_true", help="skip the LoRA-rank sweep")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo's steps; 1 when a notebook stopped or the sweep failed."""
+    args = _parse_args(argv)
     out = Path(args.out) if args.out else output_dir() / "demo"
     _keep_previous(out)
     nb_out, plots = out / "notebooks", out / "plots"
     total = 3 + len(args.notebooks) + (0 if args.no_sweep else 1)
-    n = 0
+    env = _cluster_env(1, total)
+    assets = _tiny_assets(2, total)
+    results = [_run_notebook(3 + i, total, name, nb_out, plots, assets, env) for i, name in enumerate(args.notebooks)]
+    n = 2 + len(args.notebooks)
+    if not args.no_sweep:
+        n += 1
+        results.append(_run_sweep(n, total, out, plots, env))
+    return _summary(n + 1, total, results, nb_out, plots)
 
-    n += 1
+
+def _cluster_env(n: int, total: int) -> dict[str, str]:
+    """Start the local cluster unless it is up; its clients' environment."""
     t0 = _step(n, total, "local Slurm cluster (2 nodes, real slurmctld/slurmd)")
     from cookbook.local.cluster import LocalCluster
 
@@ -64,57 +86,68 @@ def main(argv: list[str] | None = None) -> int:
         status = cluster.up()
     env = cluster.env()
     _done(t0, env.get("SLURM_CONF", ""))
+    return env
 
-    n += 1
+
+def _tiny_assets(n: int, total: int) -> TinyAssets:
+    """Build (or find) the tiny models, tokenizers and datasets."""
     t0 = _step(n, total, "tiny assets")
     from cookbook.local.assets.tiny import ensure_tiny_assets
 
     assets = ensure_tiny_assets()
     _done(t0, str(assets.root))
+    return assets
 
-    results: list[tuple[str, str, float]] = []
-    for name in args.notebooks:
-        n += 1
-        t0 = _step(n, total, f"notebook {name} (papermill, profile local-cpu)")
-        try:
-            executed = nr.run_notebook(name, nb_out, nr.local_parameters(name, assets), env=env)
-            copied = nr.executed_plots(executed, plots)
-            results.append(
-                (name, f"ok: {executed}" + (f" (+{len(copied)} plot)" if copied else ""), time.monotonic() - t0)
-            )
-        except nr.NotebookStopped as e:
-            results.append(
-                (name, f"STOPPED at cell {e.cell}: {e.evalue.splitlines()[0]} ({e.path})", time.monotonic() - t0)
-            )
-        print(f"      {results[-1][1]} [{results[-1][2]:.0f} s]", flush=True)
 
-    if not args.no_sweep:
-        n += 1
-        t0 = _step(n, total, "sweep: 03_llama3_3_70b_lora with LoRA rank 4, 16, 64 as one Slurm array (%2), one plot")
-        try:
-            sweep = nr.sweep(
-                "03_llama3_3_70b_lora",
-                {f"rank {r}": {"model.lora_rank": r, "model.lora_alpha": 2 * r} for r in (4, 16, 64)},
-                out_dir=out / "sweep",
-                base_parameters=nr.local_parameters("03_llama3_3_70b_lora"),
-                parallel=2,
-                env=env,
-                array=True,
-            )
-            plots.mkdir(parents=True, exist_ok=True)
-            sweep.plot(out=plots / "sweep_lora_rank.png")
-            table = sweep.table()
-            print(
-                table[["run", "job", "steps", "first loss", "last loss", "median tokens/s/GPU", "error"]].to_string(
-                    index=False
-                )
-            )
-            results.append(("sweep", f"ok: {plots / 'sweep_lora_rank.png'}", time.monotonic() - t0))
-        except Exception as e:  # noqa: BLE001 - report and go on to the summary
-            results.append(("sweep", f"FAILED: {e}", time.monotonic() - t0))
-        _done(t0)
+def _run_notebook(
+    n: int, total: int, name: str, nb_out: Path, plots: Path, assets: TinyAssets, env: dict[str, str]
+) -> Result:
+    """Run one notebook with papermill on the local profile, copying its plots; what came of it."""
+    from cookbook import notebook_runner as nr
 
-    n += 1
+    t0 = _step(n, total, f"notebook {name} (papermill, profile local-cpu)")
+    try:
+        executed = nr.run_notebook(name, nb_out, nr.local_parameters(name, assets), env=env)
+        copied = nr.executed_plots(executed, plots)
+        result = (name, f"ok: {executed}" + (f" (+{len(copied)} plot)" if copied else ""), time.monotonic() - t0)
+    except nr.NotebookStopped as e:
+        result = (name, f"STOPPED at cell {e.cell}: {e.evalue.splitlines()[0]} ({e.path})", time.monotonic() - t0)
+    print(f"      {result[1]} [{result[2]:.0f} s]", flush=True)
+    return result
+
+
+def _run_sweep(n: int, total: int, out: Path, plots: Path, env: dict[str, str]) -> Result:
+    """The LoRA-rank sweep as one Slurm array, its plot and table; what came of it."""
+    from cookbook import notebook_runner as nr
+
+    t0 = _step(n, total, "sweep: 03_llama3_3_70b_lora with LoRA rank 4, 16, 64 as one Slurm array (%2), one plot")
+    try:
+        sweep = nr.sweep(
+            "03_llama3_3_70b_lora",
+            {f"rank {r}": {"model.lora_rank": r, "model.lora_alpha": 2 * r} for r in (4, 16, 64)},
+            out_dir=out / "sweep",
+            base_parameters=nr.local_parameters("03_llama3_3_70b_lora"),
+            parallel=2,
+            env=env,
+            array=True,
+        )
+        plots.mkdir(parents=True, exist_ok=True)
+        sweep.plot(out=plots / "sweep_lora_rank.png")
+        table = sweep.table()
+        print(
+            table[["run", "job", "steps", "first loss", "last loss", "median tokens/s/GPU", "error"]].to_string(
+                index=False
+            )
+        )
+        result: Result = ("sweep", f"ok: {plots / 'sweep_lora_rank.png'}", time.monotonic() - t0)
+    except Exception as e:  # noqa: BLE001 - report and go on to the summary
+        result = ("sweep", f"FAILED: {e}", time.monotonic() - t0)
+    _done(t0)
+    return result
+
+
+def _summary(n: int, total: int, results: list[Result], nb_out: Path, plots: Path) -> int:
+    """Print each step's outcome and where the outputs are; 1 if any step did not end ok."""
     _step(n, total, "summary")
     width = max(len(r[0]) for r in results) if results else 10
     for name, what, secs in results:
