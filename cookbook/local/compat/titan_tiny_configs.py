@@ -12,6 +12,7 @@ another root (local-cpu sbatch scripts export TINY_DIR).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -120,7 +121,6 @@ def tiny_llama3() -> Trainer.Config:
 
 def tiny_flux_spec(dims: flux_assets.FluxDims = flux_assets.DIMS) -> ModelSpec:
     """torchtitan's flux-debug ModelSpec shrunk to the tiny FLUX assets' widths."""
-    import dataclasses
     from copy import deepcopy
 
     from torchtitan.models.flux import _make_double_block_config, _make_single_block_config
@@ -132,11 +132,6 @@ def tiny_flux_spec(dims: flux_assets.FluxDims = flux_assets.DIMS) -> ModelSpec:
     cfg = base.model
     hidden, heads = 64, 2
     axes = (8, 12, 12)  # sums to head_dim = hidden // heads
-
-    def resize(linear: Linear.Config, in_f: int | None = None, out_f: int | None = None) -> Linear.Config:
-        return dataclasses.replace(
-            linear, in_features=in_f or linear.in_features, out_features=out_f or linear.out_features
-        )
 
     double = _make_double_block_config(hidden_size=hidden, num_heads=heads, mlp_ratio=2.0, qkv_bias=True)
     single = _make_single_block_config(hidden_size=hidden, num_heads=heads, mlp_ratio=2.0)
@@ -150,35 +145,49 @@ def tiny_flux_spec(dims: flux_assets.FluxDims = flux_assets.DIMS) -> ModelSpec:
         depth=1,
         depth_single_blocks=1,
         axes_dim=axes,
-        img_in=resize(cfg.img_in, out_f=hidden),
-        txt_in=resize(cfg.txt_in, in_f=dims.t5_dim, out_f=hidden),
+        img_in=_resize(cfg.img_in, out_f=hidden),
+        txt_in=_resize(cfg.txt_in, in_f=dims.t5_dim, out_f=hidden),
         autoencoder=flux_assets.autoencoder_config(dims),
         clip_encoder=FluxEmbedder.Config(version=str(_ASSETS.flux_clip_dir)),
         t5_encoder=FluxEmbedder.Config(version=str(_ASSETS.flux_t5_dir)),
         pe_config=EmbedND.Config(dim=hidden // heads, theta=10_000, axes_dim=axes),
-        time_in_config=dataclasses.replace(
+        double_blocks=[deepcopy(double)],
+        single_blocks=[deepcopy(single)],
+        **_tiny_flux_mlps(cfg, dims, hidden),
+    )
+    return dataclasses.replace(base, flavor="tiny", model=model)
+
+
+def _resize(linear: Linear.Config, in_f: int | None = None, out_f: int | None = None) -> Linear.Config:
+    """``linear`` with new input/output widths (None keeps the old one)."""
+    return dataclasses.replace(
+        linear, in_features=in_f or linear.in_features, out_features=out_f or linear.out_features
+    )
+
+
+def _tiny_flux_mlps(cfg: Any, dims: flux_assets.FluxDims, hidden: int) -> dict[str, Any]:
+    """The FLUX config's timestep and CLIP-vector input MLPs and its final layer, resized to ``hidden``."""
+    return {
+        "time_in_config": dataclasses.replace(
             cfg.time_in_config,
             hidden_dim=hidden,
-            in_layer=resize(cfg.time_in_config.in_layer, out_f=hidden),
-            out_layer=resize(cfg.time_in_config.out_layer, hidden, hidden),
+            in_layer=_resize(cfg.time_in_config.in_layer, out_f=hidden),
+            out_layer=_resize(cfg.time_in_config.out_layer, hidden, hidden),
         ),
-        vector_in_config=dataclasses.replace(
+        "vector_in_config": dataclasses.replace(
             cfg.vector_in_config,
             in_dim=dims.clip_dim,
             hidden_dim=hidden,
-            in_layer=resize(cfg.vector_in_config.in_layer, dims.clip_dim, hidden),
-            out_layer=resize(cfg.vector_in_config.out_layer, hidden, hidden),
+            in_layer=_resize(cfg.vector_in_config.in_layer, dims.clip_dim, hidden),
+            out_layer=_resize(cfg.vector_in_config.out_layer, hidden, hidden),
         ),
-        double_blocks=[deepcopy(double)],
-        single_blocks=[deepcopy(single)],
-        final_layer_config=dataclasses.replace(
+        "final_layer_config": dataclasses.replace(
             cfg.final_layer_config,
             hidden_size=hidden,
-            linear=resize(cfg.final_layer_config.linear, in_f=hidden),
-            adaln_linear=resize(cfg.final_layer_config.adaln_linear, hidden, 2 * hidden),
+            linear=_resize(cfg.final_layer_config.linear, in_f=hidden),
+            adaln_linear=_resize(cfg.final_layer_config.adaln_linear, hidden, 2 * hidden),
         ),
-    )
-    return dataclasses.replace(base, flavor="tiny", model=model)
+    }
 
 
 def tiny_flux() -> Any:  # FluxTrainer.Config (torchtitan imported inside)
