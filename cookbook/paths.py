@@ -21,3 +21,15 @@ def cache_dir() -> Path:
 def output_dir() -> Path:
     """Git-ignored folder for runs, executed notebooks and plots."""
     return Path(os.environ.get("COOKBOOK_OUT", project_root() / "out"))
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file: readers never see half a file (a cache other
+    processes read). A failure to write is ignored: a cache only saves time."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError:
+        pass

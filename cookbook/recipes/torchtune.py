@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import difflib
 import functools
+import hashlib
 import inspect
+import json
 import re
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cookbook.paths import cache_dir, write_atomically
 from cookbook.profiling.enable import schedule
 from cookbook.recipes.base import (
     PROGRAMS,
@@ -99,31 +103,72 @@ def leaf_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
     return keys
 
 
-def _component_params(target: str) -> set[str] | None:
-    """Parameter names of a ``_component_`` callable; None when it takes ``**kwargs`` or cannot load."""
+# torchtune's own components (``torchtune.``...) are described from a disk cache: loading one imports torchtune,
+# torchao and torch._dynamo (~7 s of CPU on a login node, for every render and notebook kernel)
+_CACHED_PREFIX = "torchtune."
+_SCALARS = (str, int, float, bool, type(None))
+
+
+@functools.cache
+def _component_signature(target: str) -> dict[str, Any] | None:
+    """A ``_component_`` callable's ``{"params": names or None (it takes **kwargs), "defaults": {name: value}}``
+    (scalar defaults only; ``"opaque"``: parameters with other defaults); None when it cannot load. torchtune's
+    own components come from a cache keyed by the installed torch, torchao and torchtune versions."""
+    if not target.startswith(_CACHED_PREFIX):
+        return _load_signature(target)
+    cache = _signature_cache()
+    try:
+        known: dict[str, Any] = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if target in known:
+        entry: dict[str, Any] | None = known[target]
+        return entry
+    entry = _load_signature(target)
+    write_atomically(cache, json.dumps({**known, target: entry}, sort_keys=True))
+    return entry
+
+
+def _signature_cache() -> Path:
+    """The cache file of the installed versions (a new torchtune, torchao or torch starts an empty one)."""
+    versions = "-".join(f"{p}{metadata.version(p)}" for p in ("torch", "torchao", "torchtune"))
+    return cache_dir() / "tune-components" / f"{hashlib.sha256(versions.encode()).hexdigest()[:16]}.json"
+
+
+def _load_signature(target: str) -> dict[str, Any] | None:
+    """``target`` imported and inspected, as torchtune's ``instantiate`` resolves it."""
     from torchtune.config._errors import InstantiationError
     from torchtune.config._utils import _get_component_from_path  # what torchtune's instantiate resolves
 
     try:
-        params = inspect.signature(_get_component_from_path(target)).parameters.values()
+        params = list(inspect.signature(_get_component_from_path(target)).parameters.values())
     except (ImportError, AttributeError, ValueError, TypeError, InstantiationError):
         return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return None
-    return {p.name for p in params}
+    given = [p for p in params if p.default is not inspect.Parameter.empty]
+    return {
+        "params": None if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params) else [p.name for p in params],
+        "defaults": {p.name: p.default for p in given if isinstance(p.default, _SCALARS)},
+        "opaque": sorted(p.name for p in given if not isinstance(p.default, _SCALARS)),
+    }
+
+
+def _component_params(target: str) -> set[str] | None:
+    """Parameter names of a ``_component_`` callable; None when it takes ``**kwargs`` or cannot load."""
+    signature = _component_signature(target)
+    return None if signature is None or signature["params"] is None else set(signature["params"])
 
 
 def _component_default(target: str, name: str) -> Any:
     """The default of parameter ``name`` of a ``_component_`` callable (None: none, or it cannot load); e.g.
     ``alpaca_dataset``'s ``source`` is ``tatsu-lab/alpaca`` when the config does not set it."""
-    from torchtune.config._errors import InstantiationError
-    from torchtune.config._utils import _get_component_from_path
-
-    try:
-        param = inspect.signature(_get_component_from_path(target)).parameters.get(name)
-    except (ImportError, AttributeError, ValueError, TypeError, InstantiationError):
+    signature = _component_signature(target)
+    if signature is None:
         return None
-    return None if param is None or param.default is inspect.Parameter.empty else param.default
+    if name in signature["opaque"]:  # a default the cache does not keep (not a plain value): the callable's own
+        from torchtune.config._utils import _get_component_from_path
+
+        return inspect.signature(_get_component_from_path(target)).parameters[name].default
+    return signature["defaults"].get(name)
 
 
 def suggest_key(key: str, keys: list[str]) -> list[str]:
