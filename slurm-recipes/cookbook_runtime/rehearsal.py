@@ -263,48 +263,58 @@ def rendezvous(endpoint: str, nnodes: int) -> tuple[dict, list[str]]:
     """The head node (SLURM_NODEID 0) binds the endpoint; every other node connects and says its name."""
     host, _, port_text = endpoint.rpartition(":")
     port = int(port_text)
-    me = socket.gethostname()
     info: dict[str, object] = {"endpoint": endpoint, "head": os.environ.get("SLURM_NODEID", "0") == "0"}
     if nnodes <= 1 and not info["head"]:
         return info, []
     if info["head"]:
+        return info, head_listens(info, endpoint, host, port, nnodes)
+    return info, joins_head(info, endpoint, host, port)
+
+
+def head_listens(info: dict[str, object], endpoint: str, host: str, port: int, nnodes: int) -> list[str]:
+    """The head node's side: bind the endpoint, wait for every other node's name (into ``info``); problems."""
+    try:
+        srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind((host, port))
+    except OSError as e:
+        return [
+            f"rendezvous {endpoint}: the head node cannot listen there ({e.strerror}): "
+            + (
+                "the port is taken by another process; set another --port"
+                if e.errno == 98
+                else "the address is not one of this node's"
+            )
+        ]
+    srv.listen(64)
+    srv.settimeout(1.0)
+    seen: list[str] = []
+    end = time.monotonic() + RDZV_WAIT_S
+    while len(seen) < nnodes - 1 and time.monotonic() < end:
         try:
-            srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            srv.bind((host, port))
-        except OSError as e:
-            return info, [
-                f"rendezvous {endpoint}: the head node cannot listen there ({e.strerror}): "
-                + (
-                    "the port is taken by another process; set another --port"
-                    if e.errno == 98
-                    else "the address is not one of this node's"
-                )
-            ]
-        srv.listen(64)
-        srv.settimeout(1.0)
-        seen: list[str] = []
-        end = time.monotonic() + RDZV_WAIT_S
-        while len(seen) < nnodes - 1 and time.monotonic() < end:
-            try:
-                conn, _ = srv.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                conn.settimeout(5)
-                seen.append(conn.recv(256).decode(errors="replace").strip())
-                conn.sendall(b"ok\n")
-        srv.close()
-        info["reached_by"] = seen
-        missing = nnodes - 1 - len(seen)
-        return info, (
-            [
-                f"rendezvous {endpoint}: {missing} node(s) never reached the head node "
-                f"(reached by: {', '.join(seen) or 'none'}); a firewall or the wrong address"
-            ]
-            if missing > 0
-            else []
-        )
+            conn, _ = srv.accept()
+        except TimeoutError:
+            continue
+        with conn:
+            conn.settimeout(5)
+            seen.append(conn.recv(256).decode(errors="replace").strip())
+            conn.sendall(b"ok\n")
+    srv.close()
+    info["reached_by"] = seen
+    missing = nnodes - 1 - len(seen)
+    return (
+        [
+            f"rendezvous {endpoint}: {missing} node(s) never reached the head node "
+            f"(reached by: {', '.join(seen) or 'none'}); a firewall or the wrong address"
+        ]
+        if missing > 0
+        else []
+    )
+
+
+def joins_head(info: dict[str, object], endpoint: str, host: str, port: int) -> list[str]:
+    """Another node's side: connect to the head node and say this node's name (``info["reached"]``); problems."""
+    me = socket.gethostname()
     end, err = time.monotonic() + RDZV_WAIT_S, ""
     while time.monotonic() < end:
         try:
@@ -313,12 +323,12 @@ def rendezvous(endpoint: str, nnodes: int) -> tuple[dict, list[str]]:
                 c.settimeout(5)
                 if c.recv(16).startswith(b"ok"):
                     info["reached"] = True
-                    return info, []
+                    return []
         except OSError as e:
             err = e.strerror or str(e)
         time.sleep(0.5)
     info["reached"] = False
-    return info, [
+    return [
         f"rendezvous {endpoint}: cannot reach the head node from here ({err}): the address must be one "
         "every node can route to (not 127.x), and the port open between nodes"
     ]
@@ -532,30 +542,26 @@ def shared_parse(path: Path, seconds: float = 300.0) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ main
-def main(argv: list[str]) -> int:
-    if argv[:1] == ["--parse"]:  # child in the training interpreter
-        framework, keys, args = argv[1], json.loads(argv[2]), argv[3:]
-        try:
-            standin = framework == "torchtitan" and torchtitan_without_triton()
-            answer = {"ok": True, "values": parse_in_training_env(framework, args, keys), "triton_standin": standin}
-            print(json.dumps(answer, default=str))
-        except BaseException as e:  # noqa: BLE001  (SystemExit from argparse included: report, never raise)
-            print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}))
-        return 0
-    started = time.monotonic()
-    out_dir = Path(os.environ.get("COOKBOOK_REHEARSE_OUT", "."))
-    manifest = (
-        json.loads(Path(os.environ["COOKBOOK_REHEARSE_MANIFEST"]).read_text())
-        if os.environ.get("COOKBOOK_REHEARSE_MANIFEST")
-        else {}
-    )
-    secrets = secret_values()
-    words, flags, args = launcher_split(argv)
-    framework, program_args = program_of(words, args)
-    nproc = int(flags.get("nproc-per-node", "1") or 1)
-    nnodes = int(flags.get("nnodes", os.environ.get("SLURM_JOB_NUM_NODES", "1")).split(":")[-1])
-    mounts = list(manifest.get("mounts", []))
-    report: dict[str, object] = {
+def parse_child(framework: str, keys: list[str], args: list[str]) -> int:
+    """The ``--parse`` child, in the training interpreter: the framework's parse of ``args`` as one JSON line."""
+    try:
+        standin = framework == "torchtitan" and torchtitan_without_triton()
+        answer = {"ok": True, "values": parse_in_training_env(framework, args, keys), "triton_standin": standin}
+        print(json.dumps(answer, default=str))
+    except BaseException as e:  # noqa: BLE001  (SystemExit from argparse included: report, never raise)
+        print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}))
+    return 0
+
+
+def read_manifest() -> dict[str, Any]:
+    """What the recipe and the profile expect (``COOKBOOK_REHEARSE_MANIFEST``); empty when none was written."""
+    path = os.environ.get("COOKBOOK_REHEARSE_MANIFEST")
+    return json.loads(Path(path).read_text()) if path else {}
+
+
+def new_report(argv: list[str], framework: str, secrets: list[str]) -> dict[str, object]:
+    """The report's head: this node, the framework, the command and the environment that matters (masked)."""
+    return {
         "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()),
         "host": socket.gethostname(),
         "nodeid": os.environ.get("SLURM_NODEID"),
@@ -567,12 +573,18 @@ def main(argv: list[str]) -> int:
             if ENV_SHOWN.match(k) or SECRET.search(k)
         },
     }
+
+
+def node_problems(
+    report: dict[str, object], launcher_word: str, flags: dict[str, str], nproc: int, nnodes: int, manifest: dict
+) -> list[str]:
+    """The node's own checks (launcher on PATH, GPUs, CPUs, interfaces, rendezvous) into ``report``; problems."""
     problems: list[str] = []
-    launcher = shutil.which(words[0])
+    launcher = shutil.which(launcher_word)
     report["launcher"] = launcher
     if not launcher:
         problems.append(
-            f"{words[0]} is not on PATH on this node: activate the training environment in the script "
+            f"{launcher_word} is not on PATH on this node: activate the training environment in the script "
             "(render with --venv) or before sbatch"
         )
     report["gpus"], p = gpus(nproc, bool(manifest.get("uses_gpus", True)))
@@ -584,67 +596,78 @@ def main(argv: list[str]) -> int:
     if "rdzv-endpoint" in flags:  # first: every node starts it at about the same time
         report["rendezvous"], p = rendezvous(flags["rdzv-endpoint"], nnodes)
         problems += p
-    interp = interpreter_of(words[0]) if launcher else None
-    values: dict = {}
-    notes: list[str] = []
-    python = interp or shutil.which("python3")  # no launcher on PATH: the job's own python3 (VENV's) says why
-    if python:
-        report["python"], p = python_environment(python, manifest.get("needs", {}), manifest.get("login_machine", ""))
-        problems += p
+    return problems
+
+
+def first_parse(interp: str, framework: str, keys: list[str], program_args: list[str], shared: Path) -> dict:
+    """The first node's parse of the config in the training interpreter, left in ``shared`` for the others."""
+    r = subprocess.run(
+        [interp, os.path.abspath(__file__), "--parse", framework, json.dumps(keys), *program_args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+    parsed: dict[str, Any] = (
+        json.loads(lines[-1]) if lines else {"ok": False, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
+    )
+    shared.parent.mkdir(parents=True, exist_ok=True)
+    (shared.parent / f"parsed.{os.getpid()}.tmp").write_text(json.dumps(parsed, default=str))
+    os.replace(shared.parent / f"parsed.{os.getpid()}.tmp", shared)
+    return parsed
+
+
+def config_values(
+    report: dict[str, object], interp: str, framework: str, args: list[str], program_args: list[str],
+    manifest: dict, out_dir: Path, secrets: list[str],
+) -> tuple[dict, list[str], list[str]]:  # fmt: skip
+    """The config as the framework parses it (on the first node; the others read its answer): ``(values,
+    problems, notes)``, its verdict in ``report``."""
+    keys = [e["key"] for e in manifest.get("paths", {}).get(framework, [])]
+    keys += list(manifest.get("expect_config", {}).get(framework, {}))
     first = (os.environ.get("SLURM_NODEID") or "0") == "0"
-    if interp and framework != "unknown":
-        keys = [e["key"] for e in manifest.get("paths", {}).get(framework, [])]
-        keys += list(manifest.get("expect_config", {}).get(framework, {}))
-        shared = out_dir / "parsed.json"
-        if first:
-            r = subprocess.run(
-                [interp, os.path.abspath(__file__), "--parse", framework, json.dumps(keys), *program_args],
-                capture_output=True,
-                text=True,
-                timeout=300,
+    shared = out_dir / "parsed.json"
+    parsed = first_parse(interp, framework, keys, program_args, shared) if first else shared_parse(shared)
+    if parsed["ok"]:
+        report["config"] = "parsed by " + framework + ("" if first else " on the first node")
+        notes = []
+        if parsed.get("triton_standin") and args[:2] != ["-m", "cookbook.local.compat.cpu"]:
+            notes.append(
+                f"triton is not installed for {interp}: torchtitan imports it to train on GPUs; the config "
+                "was parsed with an inert stand-in (cookbook.recipes.titan_import)"
             )
-            lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
-            parsed: dict[str, Any] = (
-                json.loads(lines[-1]) if lines else {"ok": False, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
-            )
-            out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / f"parsed.{os.getpid()}.tmp").write_text(json.dumps(parsed, default=str))
-            os.replace(out_dir / f"parsed.{os.getpid()}.tmp", shared)
-        else:
-            parsed = shared_parse(shared)
-        if parsed["ok"]:
-            values = parsed["values"]
-            report["config"] = "parsed by " + framework + ("" if first else " on the first node")
-            if parsed.get("triton_standin") and args[:2] != ["-m", "cookbook.local.compat.cpu"]:
-                notes.append(
-                    f"triton is not installed for {interp}: torchtitan imports it to train on GPUs; the config "
-                    "was parsed with an inert stand-in (cookbook.recipes.titan_import)"
-                )
-        elif first:
-            report["config"] = "rejected"
-            problems.append(f"{framework} rejects the config: {mask(parsed['error'], secrets)[:500]}")
-        else:
-            report["config"] = "rejected on the first node"
-    report["paths"], p = paths(framework, values, manifest, mounts, notes)
-    problems += p
+        return parsed["values"], [], notes
+    if first:
+        report["config"] = "rejected"
+        return {}, [f"{framework} rejects the config: {mask(parsed['error'], secrets)[:500]}"], []
+    report["config"] = "rejected on the first node"
+    return {}, [], []
+
+
+def settings_problems(
+    framework: str, values: dict, manifest: dict, flags: dict[str, str], nproc: int, nnodes: int
+) -> tuple[list[str], list[str]]:
+    """The parsed settings, the profile's environment and the log tags against what the job expects:
+    ``(problems, notes)``."""
+    problems: list[str] = []
+    notes: list[str] = []
     if values:
         problems += parallel_problems(framework, values, nproc, nnodes)
-        p, n = config_problems(
-            values,
-            manifest.get("expect_config", {}).get(framework, {}),
-            nnodes,
-            bool(manifest.get("profiling_requested")),
-        )
+        expected = manifest.get("expect_config", {}).get(framework, {})
+        p, notes = config_problems(values, expected, nnodes, bool(manifest.get("profiling_requested")))
         problems += p
-        notes += n
     problems += env_problems(manifest.get("expect_env", {}))
     problems += log_tag_problems(flags)
-    report["rdma"], p, n = rdma_check()
-    problems += p
-    notes += n
+    return problems, notes
+
+
+def write_report(
+    report: dict[str, object], problems: list[str], notes: list[str], secrets: list[str], out_dir: Path, took: float
+) -> None:
+    """``node-N.json`` in the reports folder, and the node's one line."""
     report["problems"] = [mask(x, secrets) for x in problems]
     report["notes"] = [mask(x, secrets) for x in notes]
-    report["seconds"] = round(time.monotonic() - started, 1)
+    report["seconds"] = round(took, 1)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"node-{report['nodeid'] or '0'}.json").write_text(json.dumps(report, indent=1, default=str))
     print(
@@ -652,6 +675,41 @@ def main(argv: list[str]) -> int:
         + (f", {len(notes)} note(s)" if notes else ""),
         flush=True,
     )
+
+
+def main(argv: list[str]) -> int:
+    """Check this node for the launcher command ``argv`` and write its report; always 0."""
+    if argv[:1] == ["--parse"]:  # child in the training interpreter
+        return parse_child(argv[1], json.loads(argv[2]), argv[3:])
+    started = time.monotonic()
+    out_dir = Path(os.environ.get("COOKBOOK_REHEARSE_OUT", "."))
+    manifest = read_manifest()
+    secrets = secret_values()
+    words, flags, args = launcher_split(argv)
+    framework, program_args = program_of(words, args)
+    nproc = int(flags.get("nproc-per-node", "1") or 1)
+    nnodes = int(flags.get("nnodes", os.environ.get("SLURM_JOB_NUM_NODES", "1")).split(":")[-1])
+    report = new_report(argv, framework, secrets)
+    problems = node_problems(report, words[0], flags, nproc, nnodes, manifest)
+    interp = interpreter_of(words[0]) if report["launcher"] else None
+    python = interp or shutil.which("python3")  # no launcher on PATH: the job's own python3 (VENV's) says why
+    if python:
+        report["python"], p = python_environment(python, manifest.get("needs", {}), manifest.get("login_machine", ""))
+        problems += p
+    values: dict = {}
+    notes: list[str] = []
+    if interp and framework != "unknown":
+        values, p, notes = config_values(report, interp, framework, args, program_args, manifest, out_dir, secrets)
+        problems += p
+    report["paths"], p = paths(framework, values, manifest, list(manifest.get("mounts", [])), notes)
+    problems += p
+    p, n = settings_problems(framework, values, manifest, flags, nproc, nnodes)
+    problems += p
+    notes += n
+    report["rdma"], p, n = rdma_check()
+    problems += p
+    notes += n
+    write_report(report, problems, notes, secrets, out_dir, time.monotonic() - started)
     return 0
 
 

@@ -729,7 +729,21 @@ class Tracker:
             mlflow.end_run()
 
 
-def train(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class Run:
+    """What every phase of one training run reads: the options, this rank's place, the shape and precision."""
+
+    args: argparse.Namespace
+    rank: int
+    world: int
+    device: torch.device
+    shape: ModelShape
+    seq_len: int
+    bf16: bool
+
+
+def start_run(args: argparse.Namespace) -> Run:
+    """Join the process group, set up rank 0's log and the seed; the run's fixed facts."""
     rank, _, world, device = setup_distributed(args.backend)
     logging.basicConfig(
         level=logging.INFO if rank == 0 else logging.WARNING,
@@ -742,7 +756,17 @@ def train(args: argparse.Namespace) -> int:
     seq_len = args.seq_len or shape.max_context
     bf16 = bool(device.type == "cuda" if args.bf16 is None else args.bf16)
     torch.manual_seed(args.seed)
+    return Run(args, rank, world, device, shape, seq_len, bf16)
 
+
+def encode_document(tokenizer: Any, eos: int, text: str) -> list[int]:
+    """A document's tokens, EOS appended (documents are packed back to back)."""
+    return tokenizer(text, add_special_tokens=True)["input_ids"] + [eos]
+
+
+def document_encoder(run: Run) -> Callable[[str], list[int]]:
+    """The model's own tokenizer (or ``--tokenizer``), checked against the vocabulary, as a document encoder."""
+    args, shape = run.args, run.shape
     tok_path = args.tokenizer or shape.tokenizer
     if tok_path is None:
         raise SystemExit(f"model {args.model} has no default tokenizer: pass --tokenizer=FOLDER")
@@ -754,18 +778,22 @@ def train(args: argparse.Namespace) -> int:
     if eos is None:
         raise SystemExit(f"tokenizer {tok_path} has no EOS token: documents could not be separated")
     log.info("Tokenizer %s: %d tokens (model vocabulary %d)", tok_path, n_tokens, shape.vocab)
+    return functools.partial(encode_document, tokenizer, eos)
 
-    def encode(text: str) -> list[int]:
-        return tokenizer(text, add_special_tokens=True)["input_ids"] + [eos]
 
+def build_state(run: Run) -> TrainState:
+    """The FSDP-sharded model, its AdamW optimizer and lr schedule, at step 0."""
+    args = run.args
     log.info("Creating Model")
-    model = build_model(shape, seq_len, device, bf16, bool(args.activation_checkpointing), args.seed, rank)
+    model = build_model(
+        run.shape, run.seq_len, run.device, run.bf16, bool(args.activation_checkpointing), args.seed, run.rank
+    )
     n_params = sum(p.numel() for p in model.parameters())
     log.info("Created model with total parameters: %d (%.2f B)", n_params, n_params / 1e9)
     log.info(
         "Wrapped model with FSDP (fully_shard, %d ranks, %s, %s)",
-        world,
-        "bf16" if bf16 else "fp32",
+        run.world,
+        "bf16" if run.bf16 else "fp32",
         "activation checkpointing" if args.activation_checkpointing else "no activation checkpointing",
     )
     optimizer = torch.optim.AdamW(
@@ -775,36 +803,135 @@ def train(args: argparse.Namespace) -> int:
         optimizer, lr_lambda(args.warmup_steps, args.max_steps, args.min_lr / args.lr)
     )
     log.info("Created optimizer")
-    state = TrainState(model, optimizer, scheduler)
+    return TrainState(model, optimizer, scheduler)
 
-    ckpt_dir = Path(args.checkpoint_dir)
-    if rank == 0:
+
+def resume(run: Run, state: TrainState, ckpt_dir: Path) -> dict | None:
+    """Load the newest complete checkpoint into ``state`` (rank 0 cleans partial ones first); the data
+    position to resume from, None to start the stream afresh."""
+    if run.rank == 0:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         clean_partial_checkpoints(ckpt_dir)
     dist.barrier()
-    data_state = None
-    latest = latest_checkpoint(ckpt_dir) if args.resume else None
-    if latest is not None:
-        # None when the world size changed: the data stream restarts at an epoch of its own
-        data_state = load_checkpoint(latest, state, rank, world) or {
-            "epoch": 1_000_000 + state.step,
-            "docs": 0,
-            "carry": [],
-        }
-        log.info("Resumed from checkpoint %s (step %d)", latest, state.step)
+    latest = latest_checkpoint(ckpt_dir) if run.args.resume else None
+    if latest is None:
+        return None
+    # None when the world size changed: the data stream restarts at an epoch of its own
+    data_state = load_checkpoint(latest, state, run.rank, run.world) or {
+        "epoch": 1_000_000 + state.step,
+        "docs": 0,
+        "carry": [],
+    }
+    log.info("Resumed from checkpoint %s (step %d)", latest, state.step)
+    return data_state
+
+
+def rank_batches(run: Run, encode: Callable[[str], list[int]], data_state: dict | None) -> PackedBatches:
+    """This rank's packed batches of its own documents, from ``data_state`` when resuming."""
+    args = run.args
     documents = functools.partial(
         rank_documents,
         args.dataset,
         args.dataset_config,
         args.dataset_split,
         args.text_field,
-        rank,
-        world,
+        run.rank,
+        run.world,
         args.seed,
         shuffle_buffer=args.shuffle_buffer,
     )
-    data = PackedBatches(documents, encode, args.train_batch_size, seq_len, data_state)
-    fpt = flops_per_token(model, shape, seq_len)
+    return PackedBatches(documents, encode, args.train_batch_size, run.seq_len, data_state)
+
+
+def train_step(state: TrainState, batch: torch.Tensor, grad_clip: float) -> tuple[torch.Tensor, float]:
+    """One optimizer step on ``batch`` (``state.step`` counts it): the loss and the lr the step used."""
+    inputs, labels = batch[:, :-1], batch[:, 1:]
+    logits = state.model(input_ids=inputs, use_cache=False).logits
+    loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1))
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(state.model.parameters(), grad_clip)
+    lr = float(state.scheduler.get_last_lr()[0])
+    state.optimizer.step()
+    state.scheduler.step()
+    state.optimizer.zero_grad(set_to_none=True)
+    state.step += 1
+    return loss, lr
+
+
+def log_step(
+    run: Run, step: int, loss: torch.Tensor, lr: float, t0: float, fpt: float, peak: float | None, tracker: Tracker
+) -> None:
+    """Rank 0's step line (the loss averaged over the ranks, throughput, MFU) and the tracker's metrics."""
+    total = loss.detach().float().clone()
+    dist.all_reduce(total)  # SUM (gloo has no AVG)
+    if run.device.type == "cuda":
+        torch.cuda.synchronize(run.device)
+    dt = time.perf_counter() - t0
+    tps = run.args.train_batch_size * run.seq_len / dt
+    mfu = 100.0 * tps * fpt / (peak * 1e12) if peak and run.bf16 else None
+    samples = run.args.train_batch_size * run.world / dt
+    log.info(format_step(step, total.item() / run.world, samples, lr, tps, mfu))
+    tracker.log(
+        step,
+        {"loss": total.item() / run.world, "lr": lr, "samples_per_second": samples, "tokens_per_second_per_gpu": tps},
+    )
+
+
+def save(run: Run, ckpt_dir: Path, state: TrainState, data: PackedBatches) -> Path:
+    """A checkpoint of this step (model, optimizer, schedule, each rank's data position); its folder."""
+    return save_checkpoint(ckpt_dir, state, data.state_dict(), run.rank, run.world, run.args.keep_checkpoints)
+
+
+def run_steps(run: Run, state: TrainState, data: PackedBatches, ckpt_dir: Path, fpt: float, peak: float | None) -> bool:
+    """Train from ``state.step`` to ``--max_steps``, logging and saving on the way; True when a stop request
+    ended it early (saved at the step boundary)."""
+    args = run.args
+    profiler = make_profiler(args, run.rank, state.step + 1)
+    start = state.step
+    preemption = _preemption()
+    stop = preemption.StopRequest()
+    tracker = Tracker(args.tracker, args.tracker_dir, run.rank, {k: v for k, v in vars(args).items() if v is not None})
+    stopped = False
+    with profiler if profiler is not None else contextlib.nullcontext():
+        while state.step < args.max_steps:
+            t0 = time.perf_counter()
+            batch = data.next_batch()
+            if state.step == start:  # every rank: shows each rank trains on its own data (and where it resumed)
+                print(
+                    f"rank {run.rank} first batch sha256 {batch_digest(batch)} at step {state.step + 1} "
+                    f"(epoch {data.epoch}, document {data.docs})",
+                    flush=True,
+                )
+            loss, lr = train_step(state, batch.to(run.device, non_blocking=True), args.grad_clip)
+            if state.step % args.logging_freq == 0 or state.step == args.max_steps:
+                log_step(run, state.step, loss, lr, t0, fpt, peak, tracker)
+            path = None
+            if state.step % args.checkpoint_freq == 0 or state.step == args.max_steps:
+                path = save(run, ckpt_dir, state, data)
+                log.info("Saved checkpoint %s", path)
+            if profiler is not None:
+                profiler.step()
+            # a step boundary: every rank asks (a collective), so all save at the same step or none does
+            if state.step < args.max_steps and stop.should_stop():
+                stop.saved(state.step, str(path if path is not None else save(run, ckpt_dir, state, data)))
+                stopped = True
+                break
+            if args.throttle_seconds:
+                time.sleep(args.throttle_seconds)
+            preemption.hang_step(state.step)  # no step for K x the median step time: every rank's stack
+    tracker.close()
+    return stopped
+
+
+def train(args: argparse.Namespace) -> int:
+    """Train ``--model`` to ``--max_steps`` from the newest checkpoint, or until a stop request (saved); 0."""
+    run = start_run(args)
+    encode = document_encoder(run)
+    state = build_state(run)
+    ckpt_dir = Path(args.checkpoint_dir)
+    data = rank_batches(run, encode, resume(run, state, ckpt_dir))
+    fpt = flops_per_token(state.model, run.shape, run.seq_len)
+    device = run.device
     peak = args.peak_tflops or (peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
     if state.step >= args.max_steps:
         log.info("Checkpoint step %d already reaches max_steps=%d: nothing to train", state.step, args.max_steps)
@@ -814,74 +941,11 @@ def train(args: argparse.Namespace) -> int:
         "Training starts at step %d (max_steps %d, %d ranks x %d samples x %d tokens)",
         state.step + 1,
         args.max_steps,
-        world,
+        run.world,
         args.train_batch_size,
-        seq_len,
+        run.seq_len,
     )
-
-    profiler = make_profiler(args, rank, state.step + 1)
-    start = state.step
-    preemption = _preemption()
-    stop = preemption.StopRequest()
-    tracker = Tracker(args.tracker, args.tracker_dir, rank, {k: v for k, v in vars(args).items() if v is not None})
-    stopped = False
-    with profiler if profiler is not None else contextlib.nullcontext():
-        while state.step < args.max_steps:
-            t0 = time.perf_counter()
-            batch = data.next_batch()
-            if state.step == start:  # every rank: shows each rank trains on its own data (and where it resumed)
-                print(
-                    f"rank {rank} first batch sha256 {batch_digest(batch)} at step {state.step + 1} "
-                    f"(epoch {data.epoch}, document {data.docs})",
-                    flush=True,
-                )
-            batch = batch.to(device, non_blocking=True)
-            inputs, labels = batch[:, :-1], batch[:, 1:]
-            logits = model(input_ids=inputs, use_cache=False).logits
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1))
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-            lr = float(scheduler.get_last_lr()[0])
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            state.step += 1
-            if state.step % args.logging_freq == 0 or state.step == args.max_steps:
-                total = loss.detach().float().clone()
-                dist.all_reduce(total)  # SUM (gloo has no AVG)
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                dt = time.perf_counter() - t0
-                tps = args.train_batch_size * seq_len / dt
-                mfu = 100.0 * tps * fpt / (peak * 1e12) if peak and bf16 else None
-                samples = args.train_batch_size * world / dt
-                log.info(format_step(state.step, total.item() / world, samples, lr, tps, mfu))
-                tracker.log(
-                    state.step,
-                    {
-                        "loss": total.item() / world,
-                        "lr": lr,
-                        "samples_per_second": samples,
-                        "tokens_per_second_per_gpu": tps,
-                    },
-                )
-            path = None
-            if state.step % args.checkpoint_freq == 0 or state.step == args.max_steps:
-                path = save_checkpoint(ckpt_dir, state, data.state_dict(), rank, world, args.keep_checkpoints)
-                log.info("Saved checkpoint %s", path)
-            if profiler is not None:
-                profiler.step()
-            # a step boundary: every rank asks (a collective), so all save at the same step or none does
-            if state.step < args.max_steps and stop.should_stop():
-                if path is None:
-                    path = save_checkpoint(ckpt_dir, state, data.state_dict(), rank, world, args.keep_checkpoints)
-                stop.saved(state.step, str(path))
-                stopped = True
-                break
-            if args.throttle_seconds:
-                time.sleep(args.throttle_seconds)
-            preemption.hang_step(state.step)  # no step for K x the median step time: every rank's stack
-    tracker.close()
+    stopped = run_steps(run, state, data, ckpt_dir, fpt, peak)
     log.info("%s at step %d", "Stopped for preemption" if stopped else "Training finished", state.step)
     dist.barrier()
     dist.destroy_process_group()
