@@ -136,12 +136,30 @@ def check_job(spec: JobSpec, client: SlurmClient | None = None, gpu: str | None 
     Raises :class:`NotebookStop` listing every problem, each with what to change: invalid spec, no
     Slurm, unknown partition, too few nodes, too few GPUs per node.
     """
-    from cookbook import doctor
+    report = CheckReport()
+    problems = _render_check(spec, gpu, report)
+    client = client or slurm_client(spec.profile)
+    parts, hint = _partitions(client, spec, problems)
+    if parts is not None:
+        found, hint, line = _partition_fit(client, spec, parts)
+        problems += found
+        if not problems:
+            report.lines.append(line)
+    if problems:
+        raise NotebookStop(
+            f"the job cannot run here ({len(problems)} problem(s)):\n"
+            + "\n".join(f"- {p}" for p in problems)
+            + (f"\n{hint}" if hint else "")
+        )
+    return report
+
+
+def _render_check(spec: JobSpec, gpu: str | None, report: CheckReport) -> list[str]:
+    """Render ``spec`` as a submission would: its line and warnings into ``report``, or its problems."""
     from cookbook.gpus import UnknownGpu
     from cookbook.planner import job_fit_warning
     from cookbook.render import render_job
 
-    report, problems, hint = CheckReport(), [], ""
     try:
         job = render_job(spec)
         report.lines.append(
@@ -152,55 +170,53 @@ def check_job(spec: JobSpec, client: SlurmClient | None = None, gpu: str | None 
         report.warnings += job.warnings
         report.warnings += filter(None, [job_fit_warning(spec, gpu)])
     except SpecError as e:
-        problems += e.problems
+        return list(e.problems)
     except UnknownGpu as e:
-        problems.append(str(e))
-    client = client or slurm_client(spec.profile)
+        return [str(e)]
+    return []
+
+
+def _partitions(client: SlurmClient, spec: JobSpec, problems: list[str]) -> tuple[list[dict[str, str]] | None, str]:
+    """Slurm's partitions, and a hint; None where Slurm does not answer (why: appended to ``problems``)."""
     try:
-        parts = client.partitions()
+        return client.partitions(), ""
     except SlurmUnreachable as e:
-        parts = None
         problems.append(e.line)
+        return None, ""
     except SlurmError as e:
-        parts = None
         problems.append(
             f"Slurm is not reachable from here ({' '.join(e.stderr.split()) or e}): run this notebook on "
             "the cluster's login node (`make lab` starts JupyterLab there)"
             + ("; locally start the cluster first: `cookbook cluster up`" if spec.local_cpu else "")
         )
-        hint = _local_hint(spec) if not spec.local_cpu else ""
-    if parts is not None:
-        names = [p["partition"].rstrip("*") for p in parts]
-        default = next(
-            (p["partition"].rstrip("*") for p in parts if p["partition"].endswith("*")), names[0] if names else None
+        return None, _local_hint(spec) if not spec.local_cpu else ""
+
+
+def _partition_fit(client: SlurmClient, spec: JobSpec, parts: list[dict[str, str]]) -> tuple[list[str], str, str]:
+    """The job's partition (else the default) against its nodes and GPUs: (problems, hint, the report's line)."""
+    from cookbook import doctor
+
+    names = [p["partition"].rstrip("*") for p in parts]
+    default = next(
+        (p["partition"].rstrip("*") for p in parts if p["partition"].endswith("*")), names[0] if names else None
+    )
+    part = spec.partition or default
+    if part is None or part not in names:
+        return [f"partition {part!r} does not exist here; use one of: {', '.join(names)}"], "", ""
+    problems, hint = [], ""
+    nodes = [n for n in doctor.partition_nodes(client, part) if n["usable"]]
+    gpus = min((n["gpus"] for n in nodes), default=0)
+    if len(nodes) < spec.nodes:
+        problems.append(
+            f"the job asks for {spec.nodes} node(s) but partition {part!r} has {len(nodes)} "
+            "usable: lower nodes, or pick another partition"
         )
-        part = spec.partition or default
-        if part not in names:
-            problems.append(f"partition {part!r} does not exist here; use one of: {', '.join(names)}")
-        else:
-            nodes = [n for n in doctor.partition_nodes(client, part) if n["usable"]]
-            gpus = min((n["gpus"] for n in nodes), default=0)
-            if len(nodes) < spec.nodes:
-                problems.append(
-                    f"the job asks for {spec.nodes} node(s) but partition {part!r} has {len(nodes)} "
-                    "usable: lower nodes, or pick another partition"
-                )
-            if spec.profile_info.uses_gpus and gpus < spec.gpus_per_node:
-                problems.append(
-                    f"the job needs {spec.gpus_per_node} GPUs per node, but the nodes of partition {part!r} have {gpus}"
-                )
-                hint = (
-                    _local_hint(spec) if gpus == 0 else f"Set gpus_per_node={gpus} (and check the parallel settings)."
-                )
-            if not problems:
-                report.lines.append(f"partition {part}: {len(nodes)} usable node(s), {gpus} GPU(s) per node")
-    if problems:
-        raise NotebookStop(
-            f"the job cannot run here ({len(problems)} problem(s)):\n"
-            + "\n".join(f"- {p}" for p in problems)
-            + (f"\n{hint}" if hint else "")
+    if spec.profile_info.uses_gpus and gpus < spec.gpus_per_node:
+        problems.append(
+            f"the job needs {spec.gpus_per_node} GPUs per node, but the nodes of partition {part!r} have {gpus}"
         )
-    return report
+        hint = _local_hint(spec) if gpus == 0 else f"Set gpus_per_node={gpus} (and check the parallel settings)."
+    return problems, hint, f"partition {part}: {len(nodes)} usable node(s), {gpus} GPU(s) per node"
 
 
 # ------------------------------------------------------------------------------------------ jobs
