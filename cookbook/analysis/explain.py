@@ -367,19 +367,7 @@ def explain_log(
     tps = _median_after_warmup(train, "tokens_per_second_per_gpu")
     expected = None
     if recipe and gpu and nodes and gpus_per_node:
-        from cookbook.planner import plan
-
-        try:
-            settings: dict[str, Any] = {"checkpointing": checkpointing} if checkpointing else {}
-            p = plan(recipe, nodes, gpus_per_node, gpu, **settings)
-            expected = p.mfu
-            if measured is None and tps:
-                from cookbook.planner.estimate import flops_per_token
-
-                measured = tps * flops_per_token(p.model, p.settings) / (p.gpu.peak_bf16_tflops * 1e12)
-                notes.append("measured MFU from the log's tokens/s and the planner's FLOPs per token")
-        except (KeyError, ValueError) as e:
-            notes.append(f"no planner expectation: {e}")
+        expected, measured = _planned_mfu(recipe, gpu, nodes, gpus_per_node, checkpointing, measured, tps, notes)
     script_text = Path(script).read_text() if script and Path(script).exists() else None
     evidence = [
         *check_nccl(text, nodes, expects_fabric),
@@ -396,6 +384,34 @@ def explain_log(
         base_tps = _median_after_warmup(parse_log(baseline_log), "tokens_per_second_per_gpu")
         evidence += check_scaling(tps, base_tps, nodes)
     return Explanation(measured, expected, sorted(evidence, key=lambda e: (not e.fault, -e.cost)), notes)
+
+
+def _planned_mfu(
+    recipe: str,
+    gpu: str,
+    nodes: int,
+    gpus_per_node: int,
+    checkpointing: str | None,
+    measured: float | None,
+    tps: float | None,
+    notes: list[str],
+) -> tuple[float | None, float | None]:
+    """The planner's MFU for the job, and the measured one (from tokens/s when the log has no MFU); notes why not."""
+    from cookbook.planner import plan
+
+    expected = None
+    try:
+        settings: dict[str, Any] = {"checkpointing": checkpointing} if checkpointing else {}
+        p = plan(recipe, nodes, gpus_per_node, gpu, **settings)
+        expected = p.mfu
+        if measured is None and tps:
+            from cookbook.planner.estimate import flops_per_token
+
+            measured = tps * flops_per_token(p.model, p.settings) / (p.gpu.peak_bf16_tflops * 1e12)
+            notes.append("measured MFU from the log's tokens/s and the planner's FLOPs per token")
+    except (KeyError, ValueError) as e:
+        notes.append(f"no planner expectation: {e}")
+    return expected, measured
 
 
 def explain_plot(explanation: Explanation) -> Any:
