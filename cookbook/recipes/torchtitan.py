@@ -266,6 +266,52 @@ MEMORY_SUBDIR = "profiling/memory_snapshot"  # torchtitan's memory snapshots, re
 WANDB_FOLDER = "wandb"  # --tracker wandb: metrics.save_tb_folder, relative to --dump_folder
 
 
+def _parallel_problems(cfg: Any, spec: JobSpec) -> list[str]:
+    """The parsed config's parallel degrees and batch sizes against the job's GPUs per node and world size."""
+    problems = []
+    par = cfg.parallelism
+    tp, pp, cp = par.tensor_parallel_degree, par.pipeline_parallel_degree, par.context_parallel_degree
+    if tp > 1 and spec.procs_per_node % tp:
+        problems.append(
+            f"parallelism.tensor_parallel_degree={tp} must divide GPUs per node "
+            f"({spec.procs_per_node}): tensor parallelism stays inside a node"
+        )
+    fixed = tp * pp * cp
+    if spec.world_size % fixed:
+        problems.append(
+            f"world size {spec.world_size} is not a multiple of tp*pp*cp = {fixed}: change the "
+            "parallel degrees or the node count"
+        )
+    dp_shard = par.data_parallel_shard_degree
+    if dp_shard > 0 and fixed * dp_shard * max(par.data_parallel_replicate_degree, 1) != spec.world_size:
+        problems.append(
+            f"dp_replicate*dp_shard*tp*pp*cp must equal the world size {spec.world_size}; "
+            "set parallelism.data_parallel_shard_degree=-1 to fill the rest"
+        )
+    if cfg.training.local_batch_size < 1:
+        problems.append(f"training.local_batch_size={cfg.training.local_batch_size}: use a positive integer")
+    gb = cfg.training.global_batch_size
+    if gb > 0 and gb % (cfg.training.local_batch_size * max(spec.world_size // fixed, 1)):
+        problems.append(
+            f"training.global_batch_size={gb} must be a multiple of local_batch_size x "
+            "data-parallel size (gradient accumulation steps are whole)"
+        )
+    return problems
+
+
+def _path_problems(spec: JobSpec) -> list[str]:
+    """Each path override that is missing on this filesystem (:func:`path_problem`: where it can tell)."""
+    problems = []
+    for key in PATH_KEYS:
+        if key in spec.overrides and (
+            p := path_problem(
+                key, spec.overrides[key], "download or copy it there first, or point the key at where it is"
+            )
+        ):
+            problems.append(p)
+    return problems
+
+
 class TorchtitanRecipe(Recipe):
     framework = "torchtitan"
     packages = ("torch", "torchtitan")
@@ -419,6 +465,17 @@ class TorchtitanRecipe(Recipe):
         return self.config_module
 
     def validate(self, spec: JobSpec) -> list[str]:
+        """The tracker and override keys first, then torchtitan's own parse, its parallel degrees and paths."""
+        problems = self._key_problems(spec)
+        if problems:
+            return problems
+        cfg, err = self.parse(spec, self.effective_overrides(spec))
+        if cfg is None:
+            return [f"torchtitan rejects the overrides: {tyro_reason(err, spec.overrides)}"]
+        return _parallel_problems(cfg, spec) + _path_problems(spec)
+
+    def _key_problems(self, spec: JobSpec) -> list[str]:
+        """MLflow where the config cannot log to it, keys the tracker sets itself, keys torchtitan does not know."""
         problems = []
         name = self.config_name(spec)
         if spec.tracker == "mlflow" and not self.mlflow_logger:
@@ -439,45 +496,6 @@ class TorchtitanRecipe(Recipe):
                     f"override key {key!r} is not a torchtitan {tested_version('torchtitan')} config field"
                     + (f": did you mean {' or '.join(hint[:3])}?" if hint else "")
                 )
-        if problems:
-            return problems
-        cfg, err = self.parse(spec, self.effective_overrides(spec))
-        if cfg is None:
-            return [f"torchtitan rejects the overrides: {tyro_reason(err, spec.overrides)}"]
-        par = cfg.parallelism
-        tp, pp, cp = par.tensor_parallel_degree, par.pipeline_parallel_degree, par.context_parallel_degree
-        if tp > 1 and spec.procs_per_node % tp:
-            problems.append(
-                f"parallelism.tensor_parallel_degree={tp} must divide GPUs per node "
-                f"({spec.procs_per_node}): tensor parallelism stays inside a node"
-            )
-        fixed = tp * pp * cp
-        if spec.world_size % fixed:
-            problems.append(
-                f"world size {spec.world_size} is not a multiple of tp*pp*cp = {fixed}: change the "
-                "parallel degrees or the node count"
-            )
-        dp_shard = par.data_parallel_shard_degree
-        if dp_shard > 0 and fixed * dp_shard * max(par.data_parallel_replicate_degree, 1) != spec.world_size:
-            problems.append(
-                f"dp_replicate*dp_shard*tp*pp*cp must equal the world size {spec.world_size}; "
-                "set parallelism.data_parallel_shard_degree=-1 to fill the rest"
-            )
-        if cfg.training.local_batch_size < 1:
-            problems.append(f"training.local_batch_size={cfg.training.local_batch_size}: use a positive integer")
-        gb = cfg.training.global_batch_size
-        if gb > 0 and gb % (cfg.training.local_batch_size * max(spec.world_size // fixed, 1)):
-            problems.append(
-                f"training.global_batch_size={gb} must be a multiple of local_batch_size x "
-                "data-parallel size (gradient accumulation steps are whole)"
-            )
-        for key in PATH_KEYS:
-            if key in spec.overrides and (
-                p := path_problem(
-                    key, spec.overrides[key], "download or copy it there first, or point the key at where it is"
-                )
-            ):
-                problems.append(p)
         return problems
 
     def command(self, spec: JobSpec) -> Launch:
