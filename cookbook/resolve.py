@@ -1,9 +1,10 @@
 """JobSpec + recipe -> :class:`ResolvedJob`: the job validated once, its lead time and stop-save sizes computed once.
 
 Everything downstream (the script, its configs, the Hub and path warnings, the runtime's switches) reads the
-resolved job; :mod:`cookbook.render` asks neither the checks nor the planner again. The checks are the one
-validation layer: :func:`cookbook.spec.type_problems` and :func:`cookbook.spec.check_spec` (the Slurm/profile
-side), then the recipe's value rules and its own checks.
+resolved job; :mod:`cookbook.render` asks neither the checks nor the planner again, and the recipes never ask the
+planner: what they write from it (the periodic-save interval, a run-time model's sizes) is the spec's ``sizing``.
+The checks are the one validation layer: :func:`cookbook.spec.type_problems` and :func:`cookbook.spec.check_spec`
+(the Slurm/profile side), then the recipe's value rules and its own checks.
 """
 
 from __future__ import annotations
@@ -11,20 +12,30 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from cookbook.planner.lead_time import MIN_SIGNAL_SECONDS, largest_save_bytes, save_seconds
+from cookbook.planner.recovery import sized_save_steps
 from cookbook.recipes import get_recipe
 from cookbook.recipes.base import Recipe
-from cookbook.spec import LOCAL_CPU_DEFAULTS, JobSpec, ProfileError, SpecError, check_spec, profiles, type_problems
+from cookbook.spec import (
+    LOCAL_CPU_DEFAULTS,
+    JobSpec,
+    ProfileError,
+    Sizing,
+    SpecError,
+    check_spec,
+    profiles,
+    type_problems,
+)
 from cookbook.tracking import tracker_problems
 from cookbook_runtime.decide import stop_lead_seconds
 
 
 @dataclass(frozen=True)
 class ResolvedJob:
-    """A job ready to render: ``spec`` with its ``signal_seconds`` set, the ``recipe`` that renders it, and what
-    its stop-save writes, each None where the profile has nothing to size (no GPUs: small models that save at
-    once): ``save_seconds`` (the largest stop-save's, safety included), ``checkpoint_bytes`` (the largest save a
-    run writes), ``run_time_sizes`` (the script's variables holding them when it picks its model at run time,
-    :meth:`Recipe.run_time_sizes`; None: written as numbers)."""
+    """A job ready to render: ``spec`` with its ``signal_seconds`` and ``sizing`` set, the ``recipe`` that renders
+    it, and what its stop-save writes, each None where the profile has nothing to size (no GPUs: small models that
+    save at once): ``save_seconds`` (the largest stop-save's, safety included), ``checkpoint_bytes`` (the largest
+    save a run writes), ``run_time_sizes`` (the script's variables holding them when it picks its model at run
+    time, :meth:`Recipe.run_time_sizes`; None: written as numbers)."""
 
     spec: JobSpec
     recipe: Recipe
@@ -57,7 +68,8 @@ def resolve(spec: JobSpec, recipe: Recipe | None = None) -> ResolvedJob:
 
 
 def _sized(spec: JobSpec, recipe: Recipe) -> ResolvedJob:
-    """The lead time and save sizes of ``recipe``'s stop-save, computed once (none on a profile without GPUs)."""
+    """The lead time and save sizes of ``recipe``'s stop-save and the figures it writes (:func:`sizing`), computed
+    once (none on a profile without GPUs)."""
     if spec.local_cpu:
         return ResolvedJob(with_signal(spec, recipe), recipe)
     seconds = save_seconds(recipe.stop_save_recipes(), spec.nodes, spec.overrides)
@@ -65,7 +77,25 @@ def _sized(spec: JobSpec, recipe: Recipe) -> ResolvedJob:
     at_run_time = recipe.run_time_sizes()
     if spec.signal_seconds is None and not at_run_time:
         spec = replace(spec, signal_seconds=stop_lead_seconds(seconds))
+    if spec.sizing is None:
+        spec = replace(spec, sizing=sizing(spec, recipe))
     return ResolvedJob(with_signal(spec, recipe), recipe, seconds, biggest, at_run_time)
+
+
+def sizing(spec: JobSpec, recipe: Recipe) -> Sizing:
+    """What ``recipe`` writes from the planner into ``spec``'s job: the periodic-save interval of its framework's
+    key (:func:`cookbook.planner.recovery.sized_save_steps`) and, for a script that picks its model at run time,
+    each model's largest save and stop-save seconds."""
+    models = recipe.stop_save_recipes()
+    try:
+        interval = sized_save_steps(spec, recipe.save_interval_key, models)
+    except ProfileError:  # an unknown profile or a profile file with a mistake: check_spec reports it
+        interval = None
+    if not recipe.run_time_sizes():
+        return Sizing(interval)
+    nodes, overrides = spec.nodes, spec.overrides
+    saves = {m: (largest_save_bytes((m,), overrides), save_seconds((m,), nodes, overrides)) for m in models}
+    return Sizing(interval, saves)
 
 
 def with_signal(spec: JobSpec, recipe: Recipe | None) -> JobSpec:

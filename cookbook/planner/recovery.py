@@ -191,14 +191,16 @@ def sized_save_interval(
     return found
 
 
-def sized_save_override(spec: JobSpec, key: str, recipes: Sequence[str]) -> dict[str, str]:
-    """``{key: steps}``: the periodic-save interval a GPU job of ``recipes`` gets when the user did not set
-    ``key`` (a user value, 0 included, is kept). {} on ``local-cpu`` (its tests set their own intervals), without
-    GPUs, or with no model to size. Each recipe module calls this one function with its framework's key."""
-    if key in spec.overrides or spec.local_cpu or not spec.profile_info.uses_gpus or not spec.gpus_per_node:
-        return {}
+def sized_save_steps(spec: JobSpec, key: str | None, recipes: Sequence[str]) -> int | None:
+    """The periodic-save interval (steps) a GPU job of ``recipes`` gets for its framework's ``key`` when the user
+    did not set it (a user value, 0 included, is kept). None without a key, on ``local-cpu`` (its tests set their
+    own intervals), without GPUs, or with no model to size. :func:`cookbook.resolve.resolve` calls it once a job."""
+    if key is None or key in spec.overrides or spec.local_cpu:
+        return None
+    if not spec.profile_info.uses_gpus or not spec.gpus_per_node:
+        return None
     interval = sized_save_interval(recipes, spec.nodes, spec.gpus_per_node, spec.profile_info.gpu, spec.overrides)
-    return {} if interval is None else {key: str(interval.steps)}
+    return None if interval is None else interval.steps
 
 
 def recovery_text(p: Plan, hours: float, overrides: Mapping[str, str] | None = None) -> str:
@@ -210,9 +212,9 @@ def recovery_text(p: Plan, hours: float, overrides: Mapping[str, str] | None = N
     advice = suggest_spares(p.nodes, p.gpus_per_node, hours)
     lines = [f"recovery over {hours:g} h (--hours):", f"  spares: {advice.describe()}"]
     recipe = get_recipe(p.recipe)
-    key = getattr(recipe, "save_interval_key", None)  # the framework's key, on its recipe class
+    key = recipe.save_interval_key  # the framework's key, on its recipe class
     save = save_seconds([p.recipe], p.nodes, overrides)
-    if isinstance(key, str) and save and p.step_time_s > 0:
+    if key is not None and save and p.step_time_s > 0:
         interval = SaveInterval(save_interval_steps(save, p.step_time_s), save, p.step_time_s)
         lines.append(f"  periodic save ({recipe.framework}): {interval.describe(key)}")
     return "\n".join(lines)

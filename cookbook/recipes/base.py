@@ -212,6 +212,8 @@ class Recipe(ABC):
     planner_settings: ClassVar[dict[str, Any]] = {}
     planner_source: ClassVar[str] = ""
     trains: ClassVar[bool] = False  # a training run: once it finished, submitting it again does nothing
+    # the framework's key of the periodic-save interval, which GPU jobs get sized (None: the recipe has none)
+    save_interval_key: ClassVar[str | None] = None
     script_nodes: ClassVar[int] = 2  # nodes of its slurm-recipes/ scripts (a job using a trained model: 1)
     # what the nodes' Python must have (the runtime's --needs: a node without them stops the job, naming the fix)
     packages: ClassVar[tuple[str, ...]] = ("torch",)
@@ -380,6 +382,13 @@ class Recipe(ABC):
         """The recipes whose checkpoint a stop of this job writes: the ``--signal`` lead time of its GPU scripts
         covers the largest (:func:`cookbook.planner.lead_time.signal_seconds`). Its own name."""
         return (self.name,)
+
+    def save_overrides(self, spec: JobSpec) -> dict[str, str]:
+        """``{save_interval_key: steps}``: the periodic-save interval resolved for ``spec`` (saving <= 5% of the
+        step time, :attr:`cookbook.spec.JobSpec.sizing`); {} when it has none or the user set the key."""
+        steps = spec.sizing.save_interval if spec.sizing else None
+        key = self.save_interval_key
+        return {} if key is None or steps is None or key in spec.overrides else {key: str(steps)}
 
     def run_time_sizes(self) -> tuple[str, str] | None:
         """The script's variables holding ``(one checkpoint's GB, the stop-save's seconds)`` when it picks its model

@@ -123,10 +123,8 @@ class FsdpRecipe(Recipe):
                 "bf16": "0",
                 "backend": "gloo",
             }
-        from cookbook.planner.recovery import sized_save_override  # the planner loads every recipe
-
-        # checkpoint_freq: the planner's interval (saving <= 5% of the step time; any model MODEL names)
-        sized = sized_save_override(spec, self.save_interval_key, self.stop_save_recipes())
+        # checkpoint_freq: the resolved interval (saving <= 5% of the step time; any model MODEL names)
+        sized = self.save_overrides(spec)
         return {
             "model": self.shape,
             "dataset": "allenai/c4",
@@ -292,16 +290,14 @@ class FsdpAnyModel(FsdpRecipe):
     def command(self, spec: JobSpec) -> Launch:
         launch = super().command(spec)
         tiny = {"max_steps": super().base_args(spec)["max_steps"]} if spec.local_cpu else {}
-        from cookbook.planner.lead_time import largest_save_bytes, save_seconds  # the planner loads every recipe
-
+        saves = spec.sizing.saves if spec.sizing else {}  # each model's, sized by cookbook.resolve
+        if not (spec.local_cpu or saves):
+            raise ValueError(f"{self.name}: its models' save sizes are unset: render it through cookbook.resolve")
         cases: dict[str, list[str]] = {}  # the case's assignments -> the models that have them
         for model, _, steps in FSDP_MODELS:
             shape = ("tiny_moe" if model.startswith("mixtral") else "tiny") if spec.local_cpu else '"$MODEL"'
-            sized = (f"fsdp_{model}",)
-            sizes = "" if spec.local_cpu else (
-                f" CKPT_GB={largest_save_bytes(sized, spec.overrides) / 1e9:.0f}"
-                f" SAVE_S={save_seconds(sized, spec.nodes, spec.overrides):.0f}"
-            )  # fmt: skip
+            save = saves.get(f"fsdp_{model}", (0, 0.0))
+            sizes = "" if spec.local_cpu else f" CKPT_GB={save[0] / 1e9:.0f} SAVE_S={save[1]:.0f}"
             cases.setdefault(f"SHAPE={shape} MAX_STEPS={tiny.get('max_steps', str(steps))}{sizes}", []).append(model)
         prelude = render_template(
             "fsdp_model.sh.j2",

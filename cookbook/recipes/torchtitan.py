@@ -388,13 +388,6 @@ class TorchtitanRecipe(Recipe):
         """Flags the script adds before the user's overrides (may use ``$SLURM_JOB_NUM_NODES``)."""
         return {}
 
-    def save_overrides(self, spec: JobSpec) -> dict[str, str]:
-        """``checkpoint.interval`` sized by the planner (saving <= 5% of the step time) on a GPU job whose user
-        did not set it (:func:`cookbook.planner.recovery.sized_save_override`)."""
-        from cookbook.planner.recovery import sized_save_override  # the planner loads every recipe
-
-        return sized_save_override(spec, self.save_interval_key, self.stop_save_recipes())
-
     def start_paths(self, spec: JobSpec) -> list[StartPath]:
         return [] if spec.local_cpu else self.gpu_paths()
 

@@ -428,9 +428,7 @@ class TorchtuneRecipe(Recipe):
         assert isinstance(merged, DictConfig)  # a mapping merged with a dot-list stays a mapping
         for key, value in self.start_args(spec).items():  # start-up paths read the script's variables
             OmegaConf.update(merged, key, env_interpolation(value), force_add=True)
-        from cookbook.planner.recovery import sized_save_override  # the planner loads every recipe
-
-        for key, value in sized_save_override(spec, self.save_interval_key, self.stop_save_recipes()).items():
+        for key, value in self.save_overrides(spec).items():
             OmegaConf.update(merged, key, int(value), force_add=True)  # saving <= 5% of the step time
         if (logger := metric_logger(spec.tracker)) is not None:
             OmegaConf.update(merged, "metric_logger", logger, merge=False)

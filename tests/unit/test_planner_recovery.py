@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -145,23 +146,45 @@ def test_a_gpu_render_carries_the_sized_interval_and_a_user_value_is_kept(recipe
 
 def test_a_user_interval_of_zero_is_kept():
     from cookbook.recipes import get_recipe
-    from cookbook.spec import make_spec
+    from cookbook.spec import Sizing, make_spec
 
     assert "save_every_n_steps: 0\n" in _rendered("llama3_3_70b_lora", save_every_n_steps="0")
     titan = get_recipe("llama3_8b_c4")
-    args = titan.command(make_spec("llama3_8b_c4", profile="generic", overrides={"checkpoint.interval": "0"})).args
+    spec = make_spec("llama3_8b_c4", profile="generic", overrides={"checkpoint.interval": "0"})
+    args = titan.command(replace(spec, sizing=Sizing(save_interval=9))).args  # a sized interval: the user's wins
     assert args.count("--checkpoint.interval") == 1 and args[args.index("--checkpoint.interval") + 1] == "0"
+    tune = make_spec("llama3_3_70b_lora", profile="generic", overrides={"save_every_n_steps": "0"})
+    assert get_recipe(tune.recipe).config(replace(tune, sizing=Sizing(save_interval=9))).save_every_n_steps == 0
+
+
+def test_resolve_sizes_the_interval_once_and_the_recipe_writes_it():
+    """The recipes never ask the planner: resolve puts the planner's interval on the spec, the recipe writes it."""
+    from cookbook.recipes import get_recipe
+    from cookbook.resolve import resolve
+    from cookbook.spec import make_spec
+
+    job = resolve(make_spec("llama3_8b_c4", profile="generic"))
+    sized = sized_save_interval(["llama3_8b_c4"], 2, 8)
+    assert sized is not None and job.spec.sizing is not None and job.spec.sizing.save_interval == sized.steps
+    args = job.recipe.command(replace(job.spec, sizing=replace(job.spec.sizing, save_interval=11))).args
+    assert args[args.index("--checkpoint.interval") + 1] == "11"  # what the spec says, not asked again
+    assert "--checkpoint.interval" not in get_recipe("llama3_8b_c4").command(make_spec("llama3_8b_c4")).args
+    assert resolve(make_spec("llama3_8b_c4", profile="local-cpu")).spec.sizing is None  # its tests set their own
 
 
 def test_the_any_model_fsdp_script_saves_at_the_longest_interval_of_its_models():
     from cookbook.recipes.fsdp import FsdpAnyModel
+    from cookbook.resolve import resolve
     from cookbook.spec import make_spec
 
     recipe = FsdpAnyModel()
     sized = sized_save_interval(recipe.stop_save_recipes(), 2, 8)
     assert sized is not None
-    args = recipe.command(make_spec("fsdp_llama3_1_8b", profile="generic")).args
-    assert f"--checkpoint_freq={sized.steps}" in args
+    spec = make_spec("fsdp_llama3_1_8b", profile="generic")
+    job = resolve(spec, recipe)
+    assert f"--checkpoint_freq={sized.steps}" in recipe.command(job.spec).args
+    with pytest.raises(ValueError, match="save sizes are unset"):  # each model's sizes come from resolve
+        recipe.command(spec)
 
 
 # ---------------------------------------------------------------- cookbook plan
