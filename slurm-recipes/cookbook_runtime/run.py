@@ -229,18 +229,9 @@ def srun_prefix(args: argparse.Namespace, nodes: Sequence[str] = (), overlap: bo
             *(["--overlap"] if overlap else []), *args.srun_arg]  # fmt: skip
 
 
-def gate(job: Job, address: str, port: int, nproc: int) -> int | None:
-    """The pre-flight gate; an exit status when the job ends here, None to train."""
-    from .nodecheck import judge  # noqa: PLC0415  (torch-free: the module imports torch lazily)
-
-    args = job.args
-    gpus = int(os.environ.get("SLURM_GPUS_ON_NODE", "0") or 0) if args.gate_matmul_fraction else 0
-    out = files.gate_dir(job.run_dir, job.id, job.restart)
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*.json"):
-        old.unlink()
-    checked = [*job.nodes, *job.spares]  # a spare is checked like any node
-    budget = decide.gate_budget(args.gate_seconds, len(checked))
+def recent_pass(job: Job, checked: list[str]) -> float | None:
+    """Seconds since every node of ``checked`` passed the whole gate in this job (their own checks then
+    suffice; said), None when they did not within ``COOKBOOK_GATE_WINDOW_S``."""
     try:
         passes = files.gate_passes(job.run_dir).read_text()
     except OSError:
@@ -250,6 +241,15 @@ def gate(job: Job, address: str, port: int, nproc: int) -> int | None:
     if since is not None:
         say(f"cookbook: pre-flight: every node passed the whole gate in job {job.id} {since / 60:.0f} min ago: "
             f"their own checks only (COOKBOOK_GATE_WINDOW_S={window:.0f})")  # fmt: skip
+    return since
+
+
+def gate_program(
+    job: Job, out: Path, checked: list[str], gpus: int, nproc: int, endpoint: str, budget: float, local: bool
+) -> list[str]:
+    """The check every node runs: its own checks only (``local``), under torchrun (several processes a node),
+    or one process a node."""
+    args = job.args
     check = [
         "--out", str(out), f"--gpus={gpus}", f"--matmul-fraction={args.gate_matmul_fraction}",
         f"--matmul-min-tflops={args.gate_matmul_min_tflops}", f"--min-busbw={args.gate_busbw_floor}",
@@ -258,45 +258,55 @@ def gate(job: Job, address: str, port: int, nproc: int) -> int | None:
         f"--run-dir={job.run_dir}", f"--busbw-peer-ratio={args.gate_busbw_peer_ratio}",
         f"--timeout={decide.collective_timeout(max(15.0, args.gate_seconds / 4), len(checked) * max(nproc, 1)):g}",
     ]  # fmt: skip
-    if since is not None:
-        program = ["python3", "-m", "cookbook_runtime.nodecheck", "check", "--local-only", *check]
-    elif nproc > 1:
-        program = [
+    if local:
+        return ["python3", "-m", "cookbook_runtime.nodecheck", "check", "--local-only", *check]
+    if nproc > 1:
+        return [
             "python3", "-m", "torch.distributed.run", f"--nnodes={len(checked)}", f"--nproc-per-node={nproc}",
-            "--rdzv-backend=c10d", f"--rdzv-id=preflight-{job.id}", f"--rdzv-endpoint={address}:{port}",
+            "--rdzv-backend=c10d", f"--rdzv-id=preflight-{job.id}", f"--rdzv-endpoint={endpoint}",
             f"--rdzv-conf=join_timeout={int(budget * 0.6)}", "-m", "cookbook_runtime.nodecheck", "check", *check,
         ]  # fmt: skip
-    else:
-        program = ["python3", "-m", "cookbook_runtime.nodecheck", "check", f"--master={address}:{port}", *check]
-    started = time.time()
-    timed_out = ""
-    step = subprocess.Popen([*srun_prefix(args, checked), "--kill-on-bad-exit=0", *program])
+    return ["python3", "-m", "cookbook_runtime.nodecheck", "check", f"--master={endpoint}", *check]
+
+
+def run_gate_step(command: list[str], budget: float) -> str:
+    """Run the gate's step, ended after ``budget`` seconds; why it was cut short, or ``""``."""
+    step = subprocess.Popen(command)
     try:
         step.wait(timeout=budget)
     except subprocess.TimeoutExpired:
-        timed_out = f"the gate took longer than its {budget:.0f} s"
         step.terminate()  # srun passes it on to the checks
         try:
             step.wait(timeout=10)
         except subprocess.TimeoutExpired:
             step.kill()
             step.wait()
-    limits = decide.GateThresholds(
+        return f"the gate took longer than its {budget:.0f} s"
+    return ""
+
+
+def gate_limits(args: argparse.Namespace) -> decide.GateThresholds:
+    """The verdict's thresholds: the switches, and ``COOKBOOK_FABRIC_STOP``."""
+    return decide.GateThresholds(
         matmul_peer_ratio=args.gate_matmul_peer_ratio, busbw_peer_ratio=args.gate_busbw_peer_ratio,
         busbw_floor_gbps=args.gate_busbw_floor, strict=args.gate_strict,
         fabric_stop=os.environ.get(decide.FABRIC_OVERRIDE.split("=")[0]) != "0",
     )  # fmt: skip
-    verdict = judge(out, checked, 1 if since is not None else max(nproc, 1), gpus, limits, say)
-    took = time.time() - started
-    say(f"cookbook: pre-flight took {took:.0f} s on {len(checked)} node(s)")
-    problems = "; ".join(p for p in (timed_out, verdict.unattributed) if p)
-    if not problems and not verdict.blame:
-        try:
-            with open(files.gate_passes(job.run_dir), "a") as f:
-                mode = "local" if since is not None else "full"
-                f.write(f"{time.time():.0f}\t{job.id}\t{','.join(checked)}\t{took:.1f}\t{mode}\n")
-        except OSError:
-            pass  # the record only saves a later start time
+
+
+def record_gate_pass(job: Job, checked: list[str], took: float, mode: str) -> None:
+    """A line in the run's gate passes: a restart of this job soon after checks the nodes' own checks only."""
+    try:
+        with open(files.gate_passes(job.run_dir), "a") as f:
+            f.write(f"{time.time():.0f}\t{job.id}\t{','.join(checked)}\t{took:.1f}\t{mode}\n")
+    except OSError:
+        pass  # the record only saves a later start time
+
+
+def act_on_gate(job: Job, verdict: decide.GateVerdict, problems: str) -> int | None:
+    """The verdict acted on: a blamed spare stops standing by, a blamed training node is recovered from; then
+    a stop, or training on what nobody is blamed for. An exit status when the job ends here, None to train."""
+    args = job.args
     if verdict.blame:
         reason = "pre-flight: " + "; ".join(dict.fromkeys(r for rs in verdict.blame.values() for r in rs))
         idle = [x for x in verdict.exclude if x in job.spares]  # a bad spare simply stops standing by
@@ -317,6 +327,31 @@ def gate(job: Job, address: str, port: int, nproc: int) -> int | None:
         say(f"cookbook: pre-flight: {problems}. No node is blamed for it: training anyway (the framework's own "
             "error, if any, is the truth; --gate-strict stops here instead)")  # fmt: skip
     return None
+
+
+def gate(job: Job, address: str, port: int, nproc: int) -> int | None:
+    """The pre-flight gate; an exit status when the job ends here, None to train."""
+    from .nodecheck import judge  # noqa: PLC0415  (torch-free: the module imports torch lazily)
+
+    args = job.args
+    gpus = int(os.environ.get("SLURM_GPUS_ON_NODE", "0") or 0) if args.gate_matmul_fraction else 0
+    out = files.gate_dir(job.run_dir, job.id, job.restart)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.json"):
+        old.unlink()
+    checked = [*job.nodes, *job.spares]  # a spare is checked like any node
+    budget = decide.gate_budget(args.gate_seconds, len(checked))
+    since = recent_pass(job, checked)
+    program = gate_program(job, out, checked, gpus, nproc, f"{address}:{port}", budget, since is not None)
+    started = time.time()
+    timed_out = run_gate_step([*srun_prefix(args, checked), "--kill-on-bad-exit=0", *program], budget)
+    verdict = judge(out, checked, 1 if since is not None else max(nproc, 1), gpus, gate_limits(args), say)
+    took = time.time() - started
+    say(f"cookbook: pre-flight took {took:.0f} s on {len(checked)} node(s)")
+    problems = "; ".join(p for p in (timed_out, verdict.unattributed) if p)
+    if not problems and not verdict.blame:
+        record_gate_pass(job, checked, took, "local" if since is not None else "full")
+    return act_on_gate(job, verdict, problems)
 
 
 def python_environment(job: Job) -> int | None:
@@ -633,6 +668,12 @@ def recover(
     if what.action == "train-on":
         say(f"cookbook: keeping {names} ({reason}): {what.why}; training on it")
         return None
+    return requeue_or_end(job, what, names, reason, excluded, left)
+
+
+def requeue_or_end(job: Job, what: decide.Recovery, names: str, reason: str, excluded: Sequence[str], left: str) -> int:
+    """No recovery inside this run: the same job requeued (without the nodes, or held), else ended; the batch
+    step's exit status."""
     for sig in (signal.SIGUSR1, signal.SIGTERM):  # the requeue signals this step: finish what was started
         signal.signal(sig, signal.SIG_IGN)
     if what.action == "requeue-excluding":
@@ -733,65 +774,69 @@ def train(job: Job, address: str, port: int, nproc: int) -> tuple[int, bool]:
         say_start(job, address, port)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The switches, and the launcher after ``--`` (argparse's own error without one)."""
     args = build_parser().parse_args(argv)
     if args.launcher[:1] == ["--"]:
         args.launcher = args.launcher[1:]
     if not args.launcher:
         build_parser().error("no launcher: end the switches with -- torchrun ... or -- tune run ...")
-    job = Job(args)
+    return args
+
+
+def arm_stop(job: Job) -> Path:
+    """A fresh stop flag for the ranks to poll (with ``--requeue``, USR1/TERM set it from now on); the file a
+    stop-save leaves beside it."""
     stop_file = job.state / files.STOP
     saved_file = Path(f"{stop_file}{files.SAVED_SUFFIX}")
     for stale in (stop_file, saved_file):
         stale.unlink(missing_ok=True)
     os.environ[files.STOP_FILE_ENV] = str(stop_file)
-    if args.requeue:  # from here on a stop is kept (through the checks, the gate): the ranks save at their first step
+    if (
+        job.args.requeue
+    ):  # from here on a stop is kept (through the checks, the gate): the ranks save at their first step
         watch_signals(job, stop_file)
-    rehearsal = bool(os.environ.get("COOKBOOK_REHEARSE"))
+    return saved_file
+
+
+def python_first_on_path(args: argparse.Namespace) -> None:
+    """This interpreter's folder first on ``PATH`` (outside a container): the nodes' python3 and launchers."""
     here = os.path.dirname(sys.executable)  # VENV's python3 (the script's exec line): the nodes' python3 and launchers
     if here and not any("--container-image" in a for a in args.srun_arg):  # a container has its own
         rest = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != here]
         os.environ["PATH"] = os.pathsep.join([here, *rest])
-    once = args.once and not rehearsal
-    complete = job.state / files.COMPLETE
-    if once and complete.exists():
-        say(
-            f"cookbook: the run in {job.run_dir} is complete ({complete.read_text().strip()}): nothing to do. "
-            f"To train it again, remove {complete} (or use another RUN_DIR)"
-        )
-        return 0
-    read_hf_token()
-    if (status := node_fail(job)) is not None:
-        return status
-    job.record()
-    address, port = rendezvous(job)
-    say_start(job, address, port)
-    nproc = args.nproc_per_node or int(os.environ.get("SLURM_GPUS_ON_NODE", "0") or 0) or 1
+
+
+def warn_kill_wait(args: argparse.Namespace) -> None:
+    """Say so when the stop-save would outlast Slurm's KillWait (or the partition's preemption grace)."""
     if args.requeue and args.save_seconds:
         env = os.environ
         grace = slurm.preemption_grace(env.get("SLURM_JOB_PARTITION", ""), env.get("SLURM_JOB_QOS", ""))
         problem = decide.kill_wait_problem(args.save_seconds, slurm.config_seconds("KillWait"), grace)
         if problem:
             say(f"cookbook: {problem}")
+
+
+def pre_flight(job: Job, address: str, port: int, nproc: int, rehearsal: bool) -> int | None:
+    """The lead time, then (unless ``COOKBOOK_PREFLIGHT=0`` or a rehearsal) the nodes' Python, the run folder's
+    space and the gate; an exit status when the job ends here, None to train."""
     if (status := lead_time(job, refuse=not rehearsal)) is not None:
         return status
     if os.environ.get("COOKBOOK_PREFLIGHT", "1") != "0" and not rehearsal:
         for check in (python_environment, run_dir_space):
             if (status := check(job)) is not None:
                 return status
-        if args.gate and (status := gate(job, address, port, nproc)) is not None:
+        if job.args.gate and (status := gate(job, address, port, nproc)) is not None:
             return status
         if job.nodes != job.allocated[: len(job.nodes)]:  # a spare took a blamed node's place
             say_start(job, address, port)
-    env = os.environ
-    env[files.LEAD_ENV], env[files.SAVE_ENV] = f"{args.lead_seconds:g}", f"{args.save_seconds:g}"
-    if job.signal == "TERM":  # cancelled, preempted or out of time before a step: nothing to save
-        say("cookbook: got TERM before the launch: not training")
-        job.record(time.time(), "TERM")
-        return 128 + signal.SIGTERM
-    status, ended = train(job, address, port, nproc)
-    if ended:
-        return status
+    return None
+
+
+def after_training(job: Job, status: int, saved_file: Path, complete: Path, once: bool) -> int:
+    """After the ranks' exit: the run's record, the requeue a stop-save asks for, or the mark of a run trained
+    to its end; the batch step's exit status."""
+    args = job.args
     if job.timer is not None:
         job.timer.cancel()
     for sig in (signal.SIGUSR1, signal.SIGTERM):
@@ -810,6 +855,41 @@ def main(argv: list[str] | None = None) -> int:
     elif status == 0 and once and not saved and job.signal != "TERM":  # trained to its end
         complete.write_text(f"job {job.id} finished it at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
     return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The batch step, in the order of the module's docstring; its exit status."""
+    args = parse_args(argv)
+    job = Job(args)
+    saved_file = arm_stop(job)
+    rehearsal = bool(os.environ.get("COOKBOOK_REHEARSE"))
+    python_first_on_path(args)
+    once = args.once and not rehearsal
+    complete = job.state / files.COMPLETE
+    if once and complete.exists():
+        say(
+            f"cookbook: the run in {job.run_dir} is complete ({complete.read_text().strip()}): nothing to do. "
+            f"To train it again, remove {complete} (or use another RUN_DIR)"
+        )
+        return 0
+    read_hf_token()
+    if (status := node_fail(job)) is not None:
+        return status
+    job.record()
+    address, port = rendezvous(job)
+    say_start(job, address, port)
+    nproc = args.nproc_per_node or int(os.environ.get("SLURM_GPUS_ON_NODE", "0") or 0) or 1
+    warn_kill_wait(args)
+    if (status := pre_flight(job, address, port, nproc, rehearsal)) is not None:
+        return status
+    env = os.environ
+    env[files.LEAD_ENV], env[files.SAVE_ENV] = f"{args.lead_seconds:g}", f"{args.save_seconds:g}"
+    if job.signal == "TERM":  # cancelled, preempted or out of time before a step: nothing to save
+        say("cookbook: got TERM before the launch: not training")
+        job.record(time.time(), "TERM")
+        return 128 + signal.SIGTERM
+    status, ended = train(job, address, port, nproc)
+    return status if ended else after_training(job, status, saved_file, complete, once)
 
 
 if __name__ == "__main__":

@@ -46,53 +46,61 @@ def stoppable(cfg: Any) -> Any:
     return stoppable_trainer(owner).Config(**values)
 
 
+class RngState:
+    """This rank's RNG states, under a per-rank key (DCP keeps one copy of a key all ranks share).
+
+    A loaded state is applied once the data iterator exists: creating it draws a number from the RNG
+    (the DataLoader's base seed), which the uninterrupted run did before its first step."""
+
+    def __init__(self, rank: int) -> None:
+        self.key = f"rank{rank}"
+        self.pending: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The CPU (and CUDA) generator states under this rank's key."""
+        import torch
+
+        out = {f"{self.key}_cpu": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            out[f"{self.key}_cuda"] = torch.cuda.get_rng_state()
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Keep a loaded state until :meth:`apply_pending`."""
+        self.pending = {k: v.clone() for k, v in state.items()}
+
+    def apply_pending(self) -> None:
+        """Set the loaded state, once."""
+        import torch
+
+        if self.pending is None:
+            return
+        torch.set_rng_state(self.pending[f"{self.key}_cpu"])
+        if f"{self.key}_cuda" in self.pending:
+            torch.cuda.set_rng_state(self.pending[f"{self.key}_cuda"])
+        self.pending = None
+
+
+class IterThenRestore:
+    """``data_iterable`` whose ``iter()`` applies the loaded RNG state right after creating the iterator."""
+
+    def __init__(self, data_iterable: Any, rng: RngState | None) -> None:
+        self.data_iterable, self.rng = data_iterable, rng
+
+    def __iter__(self) -> Any:
+        iterator = iter(self.data_iterable)
+        if self.rng is not None:
+            self.rng.apply_pending()
+        return iterator
+
+
 @functools.cache
 def stoppable_trainer(owner: Any) -> Any:
     """A subclass of torchtitan's trainer class ``owner`` that saves and stops on a stop request."""
-    import torch
 
     @dataclasses.dataclass(kw_only=True, slots=True)
     class Config(owner.Config):  # type: ignore[misc]  # torchtitan's class, untyped here; same fields: only build() makes the subclass
         pass
-
-    class RngState:
-        """This rank's RNG states, under a per-rank key (DCP keeps one copy of a key all ranks share).
-
-        A loaded state is applied once the data iterator exists: creating it draws a number from the RNG
-        (the DataLoader's base seed), which the uninterrupted run did before its first step."""
-
-        def __init__(self, rank: int) -> None:
-            self.key = f"rank{rank}"
-            self.pending: dict[str, Any] | None = None
-
-        def state_dict(self) -> dict[str, Any]:
-            out = {f"{self.key}_cpu": torch.get_rng_state()}
-            if torch.cuda.is_available():
-                out[f"{self.key}_cuda"] = torch.cuda.get_rng_state()
-            return out
-
-        def load_state_dict(self, state: dict[str, Any]) -> None:
-            self.pending = {k: v.clone() for k, v in state.items()}
-
-        def apply_pending(self) -> None:
-            if self.pending is None:
-                return
-            torch.set_rng_state(self.pending[f"{self.key}_cpu"])
-            if f"{self.key}_cuda" in self.pending:
-                torch.cuda.set_rng_state(self.pending[f"{self.key}_cuda"])
-            self.pending = None
-
-    class IterThenRestore:
-        """``data_iterable`` whose ``iter()`` applies the loaded RNG state right after creating the iterator."""
-
-        def __init__(self, data_iterable: Any, rng: RngState | None) -> None:
-            self.data_iterable, self.rng = data_iterable, rng
-
-        def __iter__(self) -> Any:
-            iterator = iter(self.data_iterable)
-            if self.rng is not None:
-                self.rng.apply_pending()
-            return iterator
 
     def __init__(self: Any, config: Any) -> None:
         owner.__init__(self, config)
