@@ -233,6 +233,25 @@ def default_out(mode: str, kind: str) -> Path:
     return RESULTS / f"gpu_check_{kind}_{stamp}.json"
 
 
+def program_rows(ctx: Context, tasks: list[Task], budget: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per program part in GPU_ORDER, base first; a part that measured nothing gets its missing row."""
+    order = {name: i for i, name in enumerate(GPU_ORDER)}
+    rows = sorted(ctx.rows.values(), key=lambda r: (order.get(r["program"], 99), r["variant"] != "base", r["variant"]))
+    for task in tasks:  # a part that never produced a row (skipped, or failed before measuring) still gets one
+        program, _, variant = task.name.partition(":")
+        if program in progs.PROGRAMS and variant != "resume" and (program, variant or "base") not in ctx.rows:
+            rows.append(_missing_row(program, variant or "base", budget))
+    return rows
+
+
+def mark_unresumed(ctx: Context, budget: list[dict[str, Any]]) -> None:
+    """A stop-save whose resume part did not run says so, with that part's reason."""
+    for save in ctx.stop_saves:  # saved, but its resume part did not run
+        if save["status"] == "saved":
+            part = next((b for b in budget if b["part"] == f"{save['program']}:resume"), {})
+            save |= {"status": "not resumed", "error": part.get("reason") or "the resume part did not run"}
+
+
 def run_check(args: argparse.Namespace) -> dict[str, Any]:
     """The whole check: returns the results dict (also written to ``--out``)."""
     from cookbook.local.assets.tiny import ensure_tiny_assets
@@ -260,16 +279,8 @@ def run_check(args: argparse.Namespace) -> dict[str, Any]:
     jobs = args.jobs or (1 if mode == "gpu" else 2)
     print_plan(ctx, tasks, jobs)
     budget += execute(ctx, tasks, jobs, {b["part"]: b for b in budget})
-    order = {name: i for i, name in enumerate(GPU_ORDER)}
-    rows = sorted(ctx.rows.values(), key=lambda r: (order.get(r["program"], 99), r["variant"] != "base", r["variant"]))
-    for task in tasks:  # a part that never produced a row (skipped, or failed before measuring) still gets one
-        program, _, variant = task.name.partition(":")
-        if program in progs.PROGRAMS and variant != "resume" and (program, variant or "base") not in ctx.rows:
-            rows.append(_missing_row(program, variant or "base", budget))
-    for save in ctx.stop_saves:  # saved, but its resume part did not run
-        if save["status"] == "saved":
-            part = next((b for b in budget if b["part"] == f"{save['program']}:resume"), {})
-            save |= {"status": "not resumed", "error": part.get("reason") or "the resume part did not run"}
+    rows = program_rows(ctx, tasks, budget)
+    mark_unresumed(ctx, budget)
     result = {
         "schema": figures.SCHEMA,
         "mode": mode,

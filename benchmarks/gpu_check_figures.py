@@ -268,62 +268,90 @@ def _ratio(value: float | None, flagged: bool) -> str:
 
 def markdown(result: Mapping[str, Any]) -> str:
     """The tables of ``benchmarks/README.md``'s GPU check section, from a results dict."""
+    head = [_summary(result), "", *_program_table(result["programs"])]
+    head += _matmul_table(result["matmul"]) + _stop_save_table(result["stop_saves"]) + _ab_table(result["ab"])
+    skipped = [p for p in result["budget"] if p["status"] != "ran"]
+    if skipped:
+        head += [""] + [f"- {p['part']}: {p['status']} ({p.get('reason') or '-'})" for p in skipped]
+    return "\n".join(head)
+
+
+def _summary(result: Mapping[str, Any]) -> str:
+    """The first line: mode, device, peak and its source, versions, when, time against the deadline, command."""
     dev, ver = result["device"], result["versions"]
-    head = [
+    return (
         f"Mode **{result['mode']}**, {dev.get('count', 0)} x {dev.get('name', '?')} (driver {dev.get('driver') or '-'},"
         f" peak {_f(dev.get('peak_bf16_tflops'), 'g')} TFLOP/s bf16 from `{dev.get('peak_source', '-')}`); torch "
         f"{ver.get('torch', '-')} (CUDA {ver.get('cuda') or '-'}), torchtune {ver.get('torchtune') or '-'}, "
         f"torchtitan {ver.get('torchtitan') or '-'}, torchao {ver.get('torchao') or '-'}; {result['started']}, "
-        f"{result['seconds']:.0f} s of a {result['deadline_s']:.0f} s deadline; `{result['command']}`.",
-        "",
+        f"{result['seconds']:.0f} s of a {result['deadline_s']:.0f} s deadline; `{result['command']}`."
+    )
+
+
+def _program_table(programs: list[dict[str, Any]]) -> list[str]:
+    """One row per program run: measured against the planner and the published figure; a failed run its error."""
+    lines = [
         "| program | run | shape (of the real model) | steps | /s/GPU | MFU | peak GiB | planner /s/GPU | planner/"
         "measured | planner GiB | planner/measured | published /s/GPU (MFU) |",
         "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|",
     ]
-    for r in result["programs"]:
+    for r in programs:
         if r["status"] != "ok":
-            head.append(
+            lines.append(
                 f"| {r['program']} | {r['variant']} | {r['shape']} | - | **{r['status']}**: "
                 f"{(r.get('error') or '').splitlines()[0][:120] if r.get('error') else ''} ||||||||"
             )
             continue
         p, c, a = r["planner"], r["compare"], r["anchor"]
         published_text = "-" if not a else f"{a['rate']:,.0f} ({_pct(a['mfu'])}, {a['world']}x {a['gpu']})"
-        head.append(
+        lines.append(
             f"| {r['program']} | {r['variant']} | {r['shape']} | {r['steps']} | {r['rate']:,.1f} {r['unit']} | "
             f"{_pct(r['mfu'])} | {_f(r['peak_gib'], '.1f')} | {p['rate']:,.1f} | "
             f"{_ratio(c['rate_ratio'], c['rate_off'])} | {p['peak_gib']:.1f} | "
             f"{_ratio(c['memory_ratio'], c['memory_off'])} | {published_text} |"
         )
-    m = result["matmul"]
-    if m.get("tflops"):
-        head += ["", "| pre-flight matmul | repeats | TFLOP/s (each) | median | fraction of peak | spread |",
-                 "|---|--:|---|--:|--:|--:|",
-                 f"| {m.get('device')} | {len(m['tflops'])} | {', '.join(f'{v:.1f}' for v in m['tflops'])} | "
-                 f"{m['median']:.1f} | {_pct(m.get('fraction_of_peak'))} | {_pct(m.get('spread'))} |"]  # fmt: skip
-    if result["stop_saves"]:
-        head += ["", "| stop-save | USR1 held at step | saved at step | save s | GB written | GB/s | resumed at step | "
-                 "steps redone | first step after start s: run / resume | status |",
-                 "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"]  # fmt: skip
-        for s in result["stop_saves"]:
-            status = s["status"] + (f": {(s.get('error') or '')[:160]}" if s["status"] != "ok" else "")
-            head.append(
-                f"| {s['program']} | {s['stop_at']} | {_f(s.get('saved_step'), 'd')} | {_f(s.get('save_s'), '.1f')} | "
-                f"{_f(_gb(s.get('bytes')), '.2f')} | {_f(s.get('gb_per_s'), '.2f')} | {_f(s.get('resumed_at'), 'd')} | "
-                f"{_f(s.get('steps_redone'), 'd')} | {_f(s.get('first_step_s'), '.0f')} / "
-                f"{_f(s.get('resume_first_step_s'), '.0f')} | {status} |"
-            )
-    if result["ab"]:
-        title = "| A/B | program | base | variant | /s/GPU base -> variant | variant / base: wall (logged) | GiB |"
-        head += ["", title, "|---|---|---|---|--:|--:|--:|"]
-        for ab in result["ab"]:
-            head.append(
-                f"| {ab['variant']} | {ab['program']} | {ab['base_setting']} | {ab['variant_setting']} | "
-                f"{_f(ab['base_rate'], ',.1f')} -> {_f(ab['variant_rate'], ',.1f')} | {_f(ab['ratio'], '.3f')} "
-                f"({_f(ab.get('log_ratio'), '.3f')}) | "
-                f"{_f(ab['base_gib'], '.1f')} -> {_f(ab['variant_gib'], '.1f')} |"
-            )
-    skipped = [p for p in result["budget"] if p["status"] != "ran"]
-    if skipped:
-        head += [""] + [f"- {p['part']}: {p['status']} ({p.get('reason') or '-'})" for p in skipped]
-    return "\n".join(head)
+    return lines
+
+
+def _matmul_table(m: Mapping[str, Any]) -> list[str]:
+    """The pre-flight matmul's repeats, median, fraction of peak and spread (nothing when it did not run)."""
+    if not m.get("tflops"):
+        return []
+    return ["", "| pre-flight matmul | repeats | TFLOP/s (each) | median | fraction of peak | spread |",
+            "|---|--:|---|--:|--:|--:|",
+            f"| {m.get('device')} | {len(m['tflops'])} | {', '.join(f'{v:.1f}' for v in m['tflops'])} | "
+            f"{m['median']:.1f} | {_pct(m.get('fraction_of_peak'))} | {_pct(m.get('spread'))} |"]  # fmt: skip
+
+
+def _stop_save_table(stop_saves: list[dict[str, Any]]) -> list[str]:
+    """One row per stop-save: where it held and saved, how fast, where it resumed, steps redone, its status."""
+    if not stop_saves:
+        return []
+    lines = ["", "| stop-save | USR1 held at step | saved at step | save s | GB written | GB/s | resumed at step | "
+             "steps redone | first step after start s: run / resume | status |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"]  # fmt: skip
+    for s in stop_saves:
+        status = s["status"] + (f": {(s.get('error') or '')[:160]}" if s["status"] != "ok" else "")
+        lines.append(
+            f"| {s['program']} | {s['stop_at']} | {_f(s.get('saved_step'), 'd')} | {_f(s.get('save_s'), '.1f')} | "
+            f"{_f(_gb(s.get('bytes')), '.2f')} | {_f(s.get('gb_per_s'), '.2f')} | {_f(s.get('resumed_at'), 'd')} | "
+            f"{_f(s.get('steps_redone'), 'd')} | {_f(s.get('first_step_s'), '.0f')} / "
+            f"{_f(s.get('resume_first_step_s'), '.0f')} | {status} |"
+        )
+    return lines
+
+
+def _ab_table(ab_rows: list[dict[str, Any]]) -> list[str]:
+    """One row per A/B variant beside its base run: settings, rates, their ratios and memory."""
+    if not ab_rows:
+        return []
+    title = "| A/B | program | base | variant | /s/GPU base -> variant | variant / base: wall (logged) | GiB |"
+    lines = ["", title, "|---|---|---|---|--:|--:|--:|"]
+    for ab in ab_rows:
+        lines.append(
+            f"| {ab['variant']} | {ab['program']} | {ab['base_setting']} | {ab['variant_setting']} | "
+            f"{_f(ab['base_rate'], ',.1f')} -> {_f(ab['variant_rate'], ',.1f')} | {_f(ab['ratio'], '.3f')} "
+            f"({_f(ab.get('log_ratio'), '.3f')}) | "
+            f"{_f(ab['base_gib'], '.1f')} -> {_f(ab['variant_gib'], '.1f')} |"
+        )
+    return lines
