@@ -146,6 +146,22 @@ def first_logged_step_time(job: Any) -> float | None:
 
 
 def run_case(case: Case, res: Result, cluster: Any, client: SlurmClient, assets: Path, root: Path) -> None:
+    """Submit the case's job, fault its non-head node once it is ready, and record the recovery in ``res``."""
+    job = submit_case(case, res, cluster, client, assets, root)
+    wait_ready(case, job, client)
+    m = JOB_LINE.search(text(job.log))
+    assert m, text(job.log)[-2000:]
+    head, other = m.group(2).split(",")
+    res.nodes, res.victim = m.group(2), other
+    fault, first_seen = fault_until_relaunched(case, cluster, client, job, other)
+    info = client.wait(job.job_id, timeout=600)
+    res.state = info.state
+    record_recovery(case, res, job, fault, first_seen)
+    record_losses(case, res, job)
+
+
+def submit_case(case: Case, res: Result, cluster: Any, client: SlurmClient, assets: Path, root: Path) -> Any:
+    """Submit the case's job once ``nodes3`` is idle and wait for it to start; its id and queue time in ``res``."""
     from cookbook.walkthrough import job_spec, submit
 
     wait_for(lambda: cluster_idle(cluster, client), 1800, "nodes3 to be idle (no job, 3 nodes idle)", poll=5)
@@ -157,6 +173,11 @@ def run_case(case: Case, res: Result, cluster: Any, client: SlurmClient, assets:
     print(f"{case.name}: job {job.job_id}, run dir {job.run_dir}", flush=True)
     wait_for(lambda: client.state(job.job_id).state not in ("PENDING", "CONFIGURING"), 1800, "the job to start", 1)
     res.queued_s = round(time.time() - submitted, 1)
+    return job
+
+
+def wait_ready(case: Case, job: Any, client: SlurmClient) -> None:
+    """Wait until the job runs, has saved a checkpoint and has done the case's ``ready_step``."""
 
     def ready() -> bool:
         state = client.state(job.job_id)
@@ -169,10 +190,12 @@ def run_case(case: Case, res: Result, cluster: Any, client: SlurmClient, assets:
         return state.state == "RUNNING" and saved and bool(runs) and max(runs[0]) >= case.ready_step
 
     wait_for(ready, 600, f"step {case.ready_step} after a checkpoint", poll=0.3)
-    m = JOB_LINE.search(text(job.log))
-    assert m, text(job.log)[-2000:]
-    head, other = m.group(2).split(",")
-    res.nodes, res.victim = m.group(2), other
+
+
+def fault_until_relaunched(
+    case: Case, cluster: Any, client: SlurmClient, job: Any, other: str
+) -> tuple[float, float | None]:
+    """Crash or cut ``other`` and wait for the relaunched ranks' first step: (fault time, when it was seen)."""
     veth = f"{cluster.cfg.netns_prefix}v{other[1:]}"
     first_seen: float | None = None
     try:
@@ -201,8 +224,11 @@ def run_case(case: Case, res: Result, cluster: Any, client: SlurmClient, assets:
             subprocess.run(["ip", "link", "set", veth, "up"], check=False)
             for pid in ranks_on(cluster, other, job.run_dir):  # what is left of the lost step there
                 subprocess.run(["kill", "-KILL", str(pid)], check=False)
-    info = client.wait(job.job_id, timeout=600)
-    res.state = info.state
+    return fault, first_seen
+
+
+def record_recovery(case: Case, res: Result, job: Any, fault: float, first_seen: float | None) -> None:
+    """The spare, same-job check, incidents and the fault's seconds by part, from the log and recoveries.tsv."""
     log = text(job.log)
     rec = RECOVERED.search(log)
     if rec:
@@ -224,6 +250,10 @@ def run_case(case: Case, res: Result, cluster: Any, client: SlurmClient, assets:
         res.runtime_saw_fault_s = round(inc.fault_at - fault, 1)
         if first is not None:
             res.relaunch_restore_s = round(first - inc.when, 1)
+
+
+def record_losses(case: Case, res: Result, job: Any) -> None:
+    """Each launch's losses, the steps redone, and whether the first redone step's loss is the first run's."""
     runs = runs_of(case, job)
     res.losses = [{str(k): v for k, v in r.items()} for r in runs]
     if len(runs) >= 2:
