@@ -24,7 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from cookbook.paths import cache_dir
+from cookbook.paths import cache_dir, write_atomically
 from cookbook.profiling.enable import schedule
 from cookbook.recipes.base import (
     PROGRAMS,
@@ -102,7 +102,7 @@ class _ParserProcess:
                 pass
         answer = self._ask_child(request)
         if "exited" not in answer.get("error", ""):
-            _write_atomically(cached, json.dumps(answer))
+            write_atomically(cached, json.dumps(answer))
         return answer
 
     def _ask_child(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -142,17 +142,6 @@ def _answer_cache(request: dict[str, Any]) -> Path:
         digest.update(str(f).encode())
         digest.update(f.read_bytes() if f.is_file() else b"-")
     return cache_dir() / "titan-parse" / f"{digest.hexdigest()}.json"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file (a cache others read; failure to write is ignored)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except OSError:
-        pass
 
 
 _PARSER = _ParserProcess()
