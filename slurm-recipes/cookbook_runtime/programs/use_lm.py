@@ -372,6 +372,67 @@ def prompt_tokens(tokenizer: Any, messages: list[Any]) -> list[int]:
 
 
 # ------------------------------------------------------------------------------------------------- run
+def base_model_dir(cfg: Any, base: Path | None) -> Path:
+    """The base model: ``base``, else the folder the training started from (its config's checkpoint_dir)."""
+    from omegaconf import OmegaConf
+
+    base_dir = Path(base or OmegaConf.select(cfg, "checkpointer.checkpoint_dir"))
+    if not base_dir.is_dir():
+        raise UseError(f"{base_dir}: no base model there (the folder the training started from)")
+    return base_dir
+
+
+def chats_of(user_prompts: list[str] | None, ds: Any, rows: int) -> list[tuple[list[Any], str]]:
+    """What to generate from: each user prompt as one message, else ``rows`` held-out chats and their replies."""
+    from torchtune.data import Message
+
+    if user_prompts:
+        return [([Message("user", p)], "") for p in user_prompts]
+    return chat_prompts(ds, rows)
+
+
+def compare_models(
+    base_dir: Path, ckpt: Path, lora: bool, tokenizer: Any, tokens: list[list[int]], samples: list[dict[str, Any]],
+    max_new_tokens: int,
+) -> tuple[list[str], float, list[str], float]:  # fmt: skip
+    """The base model's generations and held-out loss, then the fine-tuned one's (the adapter applied to it, or
+    the full checkpoint loaded): ``(base texts, base loss, tuned texts, tuned loss)``."""
+    model = load_model(base_dir)
+    base_text = generate(model, tokenizer, tokens, max_new_tokens)
+    base_loss = heldout_loss(model, samples)
+    if lora:
+        model = apply_adapter(model, ckpt, base_dir)
+    else:
+        del model
+        model = load_model(ckpt)
+    return base_text, base_loss, generate(model, tokenizer, tokens, max_new_tokens), heldout_loss(model, samples)
+
+
+def merged_folder(merge: Path | None, lora: bool, ckpt: Path, base_dir: Path) -> str | None:
+    """``--merge``: the adapter merged into a whole HF model there (its path); None without it."""
+    if merge is None:
+        return None
+    if not lora:
+        raise UseError(f"{ckpt} is a full fine-tune, already a whole model in HF layout: nothing to merge")
+    return str(merge_lora(base_dir, ckpt, Path(merge)))
+
+
+def heldout_summary(
+    split: str, trained_on: bool, split_rows: int, rows: int, base_loss: float, tuned_loss: float
+) -> dict[str, Any]:
+    """``use.json``'s held-out part: the split, the rows scored, loss and perplexity before and after."""
+    return {
+        "split": split,
+        "trained_on": trained_on,
+        "rows": rows,
+        "split_rows": split_rows,
+        "base_loss": base_loss,
+        "tuned_loss": tuned_loss,
+        "base_ppl": math.exp(base_loss),
+        "tuned_ppl": math.exp(tuned_loss),
+    }
+
+
 def run(
     run_dir: Path,
     out: Path,
@@ -392,15 +453,12 @@ def run(
     base_ppl, tuned_ppl}, "merged"}``."""
     from omegaconf import OmegaConf
     from torchtune import config as tt_config
-    from torchtune.data import Message
 
     user_prompts = read_prompts(prompts_file) if prompts_file else None  # a bad file stops before any model loads
     run_dir = Path(run_dir)
     ckpt = checkpoint_of(run_dir, Path(checkpoint) if checkpoint else None)
     cfg = training_config(run_dir, config)
-    base_dir = Path(base or OmegaConf.select(cfg, "checkpointer.checkpoint_dir"))
-    if not base_dir.is_dir():
-        raise UseError(f"{base_dir}: no base model there (the folder the training started from)")
+    base_dir = base_model_dir(cfg, base)
     lora = is_adapter(ckpt)
     if lora:  # fail fast on an adapter of another model, before loading anything (headers only)
         check_lora(ckpt, base_dir)
@@ -410,29 +468,11 @@ def run(
         trained_on = False
     ds = heldout_rows(cfg, tokenizer, split)
     samples = [ds[i] for i in range(min(len(ds), eval_rows))]  # a 70B forward per row: a capped sample
-    if user_prompts:
-        chats = [([Message("user", p)], "") for p in user_prompts]
-    else:
-        chats = chat_prompts(ds, rows)
+    chats = chats_of(user_prompts, ds, rows)
     tokens = [prompt_tokens(tokenizer, msgs) for msgs, _ in chats]
-
-    model = load_model(base_dir)
-    base_text = generate(model, tokenizer, tokens, max_new_tokens)
-    base_loss = heldout_loss(model, samples)
-    if lora:
-        model = apply_adapter(model, ckpt, base_dir)
-    else:
-        del model
-        model = load_model(ckpt)
-    tuned_text = generate(model, tokenizer, tokens, max_new_tokens)
-    tuned_loss = heldout_loss(model, samples)
-    del model
-
-    merged = None
-    if merge is not None:
-        if not lora:
-            raise UseError(f"{ckpt} is a full fine-tune, already a whole model in HF layout: nothing to merge")
-        merged = str(merge_lora(base_dir, ckpt, Path(merge)))
+    base_text, base_loss, tuned_text, tuned_loss = compare_models(
+        base_dir, ckpt, lora, tokenizer, tokens, samples, max_new_tokens
+    )
     result = {
         "run": str(run_dir),
         "base": str(base_dir),
@@ -442,17 +482,8 @@ def run(
             {"prompt": msgs[-1].text_content if msgs else "", "reference": ref, "base": b, "tuned": t}
             for (msgs, ref), b, t in zip(chats, base_text, tuned_text)
         ],
-        "heldout": {
-            "split": split,
-            "trained_on": trained_on,
-            "rows": len(samples),
-            "split_rows": len(ds),
-            "base_loss": base_loss,
-            "tuned_loss": tuned_loss,
-            "base_ppl": math.exp(base_loss),
-            "tuned_ppl": math.exp(tuned_loss),
-        },
-        "merged": merged,
+        "heldout": heldout_summary(split, trained_on, len(ds), len(samples), base_loss, tuned_loss),
+        "merged": merged_folder(merge, lora, ckpt, base_dir),
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / RESULT).write_text(json.dumps(result, indent=1))
