@@ -172,7 +172,26 @@ def gate_verdict(
         first = next(iter(collective.values()))
         problems.append(f"the collective part failed on {len(collective)} node(s): {first}")
     blame: dict[str, list[str]] = {}
-    # local failures, by kind: a kind on >= half the nodes is the cluster's
+    _blame_local_failures(have, n, blame, problems)
+    _blame_slow_nodes(have, limits, blame, problems)
+    named, unclear = pair_verdict(pairs, limits)
+    problems += unclear
+    for x, reasons in named.items():
+        blame.setdefault(x, []).extend(reasons)
+    if n > 1 and _many(len(blame), n):  # half the allocation bad at once: the cluster, not its nodes
+        problems.append(f"{len(blame)} of {n} node(s) failed their checks: too many to blame the nodes")
+        blame = {}
+    if fabric := fabric_stop(nodes, have, pairs, limits):
+        return GateVerdict({}, fabric, stop=True)
+    unattributed = "; ".join(problems)
+    return GateVerdict(blame, unattributed, stop=bool(unattributed) and limits.strict)
+
+
+def _blame_local_failures(
+    have: Mapping[str, NodeReport], n: int, blame: dict[str, list[str]], problems: list[str]
+) -> None:
+    """Local failures, by kind, into ``blame``: a kind on at least half of the ``n`` nodes is the cluster's (one
+    line in ``problems``)."""
     kinds: dict[str, list[str]] = {}
     for x, r in have.items():
         for f in r.failures:
@@ -184,6 +203,13 @@ def gate_verdict(
         else:
             example = next(f for f in have[where[0]].failures if _kind(f) == kind)
             problems.append(f"{example} on {len(where)} of {n} node(s): a cluster or setting problem, no node blamed")
+
+
+def _blame_slow_nodes(
+    have: Mapping[str, NodeReport], limits: GateThresholds, blame: dict[str, list[str]], problems: list[str]
+) -> None:
+    """Measurements far below the peers' median, or clearly broken on a few nodes, into ``blame``; clearly broken
+    on many, one line in ``problems``."""
     for key, ratio, floor, unit, label in (
         ("matmul_tflops", limits.matmul_peer_ratio, limits.matmul_floor_tflops, "TFLOP/s", "matmul"),
     ):
@@ -203,17 +229,6 @@ def gate_verdict(
                 f"{label} {low:.4g} {unit} < {floor:g} {unit} on {len(broken)} of {len(values)} node(s): "
                 "the fabric or a setting, no node blamed"
             )
-    named, unclear = pair_verdict(pairs, limits)
-    problems += unclear
-    for x, reasons in named.items():
-        blame.setdefault(x, []).extend(reasons)
-    if n > 1 and _many(len(blame), n):  # half the allocation bad at once: the cluster, not its nodes
-        problems.append(f"{len(blame)} of {n} node(s) failed their checks: too many to blame the nodes")
-        blame = {}
-    if fabric := fabric_stop(nodes, have, pairs, limits):
-        return GateVerdict({}, fabric, stop=True)
-    unattributed = "; ".join(problems)
-    return GateVerdict(blame, unattributed, stop=bool(unattributed) and limits.strict)
 
 
 # ---------------------------------------------------------------- the pairwise bandwidth test

@@ -200,26 +200,13 @@ def collective(args: argparse.Namespace, failures: list[str], measures: dict[str
     connects lazily, NCCL without a device binds nothing), so the network part takes two rounds at any size."""
     import torch.distributed as dist
 
-    if "RANK" not in os.environ and args.master:  # one process per node, started by srun (CPU jobs)
-        addr, _, port = args.master.rpartition(":")
-        os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_NTASKS"], LOCAL_RANK="0",
-                          MASTER_ADDR=addr, MASTER_PORT=port)  # fmt: skip
-    if "RANK" not in os.environ:  # run by hand: this process is the whole world
+    if not _in_a_world(args):  # run by hand: this process is the whole world
         return
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     nproc = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     node, local = divmod(rank, nproc)
-    timeout = timedelta(seconds=args.timeout)
-    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # torchrun's agent hosts the store
-    tcp = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0 and not agent,
-                        3 * timeout, wait_for_workers=False)  # fmt: skip
-    store = dist.PrefixStore("cookbook-gate/", tcp)
-    os.environ.setdefault("TORCH_GLOO_LAZY_INIT", "1")  # gloo connects only the ranks that talk
     nccl_log = Path(tempfile.gettempdir()) / f"cookbook-gate-nccl.{os.getpid()}.log"
-    if args.gpus:  # NCCL's own word on its network (NET/OFI, IB or Socket), on the node's own disk
-        os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET", NCCL_DEBUG_FILE=str(nccl_log))
-    dist.init_process_group("nccl" if args.gpus else "gloo", store=dist.PrefixStore("world/", tcp), rank=rank,
-                            world_size=world, timeout=timeout)  # fmt: skip
+    store = _join(args, rank, world, nccl_log)
     store.set(f"ok/{rank}", "0" if [f for f in failures if not f.startswith(NO_NET_PLUGIN)] else "1")
     if local == 0:
         store.set(f"name/{node}", node_name())
@@ -253,12 +240,45 @@ def collective(args: argparse.Namespace, failures: list[str], measures: dict[str
     if measured := [p["gbps"] for p in pairs if p["gbps"] is not None]:
         measures[BUSBW] = min(measured)
     if args.gpus and nccl_log.exists():
-        measures["nccl_net"] = net = nccl_network(nccl_log.read_text(errors="replace"))
-        nccl_log.unlink()
-        if net and os.environ.get("FI_PROVIDER") == "efa":  # NCCL's own line outranks the search for the file
-            failures[:] = [f for f in failures if not f.startswith(NO_NET_PLUGIN)]
-            if "Libfabric" not in net:
-                failures.append(f"{NO_NET_PLUGIN} is not in use: NCCL says 'Using network {net}', not Libfabric")
+        _nccl_network_check(nccl_log, failures, measures)
+
+
+def _in_a_world(args: argparse.Namespace) -> bool:
+    """Whether this process has a world to join: torchrun's, or (one process per node started by srun: CPU jobs)
+    one made from srun's task ids and ``--master``."""
+    if "RANK" not in os.environ and args.master:
+        addr, _, port = args.master.rpartition(":")
+        os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_NTASKS"], LOCAL_RANK="0",
+                          MASTER_ADDR=addr, MASTER_PORT=port)  # fmt: skip
+    return "RANK" in os.environ
+
+
+def _join(args: argparse.Namespace, rank: int, world: int, nccl_log: Path) -> Any:
+    """Join the process group (NCCL on GPUs, its own log in ``nccl_log``; gloo, lazily, on CPUs); the gate's
+    store, shared by every rank."""
+    import torch.distributed as dist
+
+    timeout = timedelta(seconds=args.timeout)
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # torchrun's agent hosts the store
+    tcp = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0 and not agent,
+                        3 * timeout, wait_for_workers=False)  # fmt: skip
+    store = dist.PrefixStore("cookbook-gate/", tcp)
+    os.environ.setdefault("TORCH_GLOO_LAZY_INIT", "1")  # gloo connects only the ranks that talk
+    if args.gpus:  # NCCL's own word on its network (NET/OFI, IB or Socket), on the node's own disk
+        os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET", NCCL_DEBUG_FILE=str(nccl_log))
+    dist.init_process_group("nccl" if args.gpus else "gloo", store=dist.PrefixStore("world/", tcp), rank=rank,
+                            world_size=world, timeout=timeout)  # fmt: skip
+    return store
+
+
+def _nccl_network_check(nccl_log: Path, failures: list[str], measures: dict[str, Any]) -> None:
+    """The network NCCL says it used (its log, then removed); with EFA, not Libfabric is a failure."""
+    measures["nccl_net"] = net = nccl_network(nccl_log.read_text(errors="replace"))
+    nccl_log.unlink()
+    if net and os.environ.get("FI_PROVIDER") == "efa":  # NCCL's own line outranks the search for the file
+        failures[:] = [f for f in failures if not f.startswith(NO_NET_PLUGIN)]
+        if "Libfabric" not in net:
+            failures.append(f"{NO_NET_PLUGIN} is not in use: NCCL says 'Using network {net}', not Libfabric")
 
 
 def _first_round(store: Any, nodes: int, nproc: int, timeout: float) -> dict[int, str]:
