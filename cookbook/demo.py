@@ -2,8 +2,8 @@
 
 1. starts the local Slurm cluster (2 nodes) unless it is up;
 2. builds the tiny assets (a Llama-3-architecture model, tokenizers, datasets, FLUX encoders);
-3. runs the quickstart notebooks with papermill (profile ``local-cpu``: tiny models, real training
-   loops, real Slurm jobs), plus a LoRA-rank sweep compared on one plot;
+3. runs every notebook (00-08) with papermill (profile ``local-cpu``: tiny models, real training loops, real
+   Slurm jobs), 07 being the LoRA-rank sweep as one Slurm array compared on one plot;
 4. writes the executed notebooks and the plots under ``out/demo/`` and prints where they are and how
    to open JupyterLab (``make lab``) through an SSH tunnel.
 """
@@ -52,26 +52,26 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m cookbook.demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None, help="output folder (default: out/demo)")
     ap.add_argument(
-        "--notebooks", nargs="*", default=list(nr.QUICKSTART), help="notebooks to run (default: the quickstart path)"
+        "--notebooks", nargs="*", default=list(nr.QUICKSTART), help="notebooks to run (default: all, 00-08)"
     )
-    ap.add_argument("--no-sweep", action="store_true", help="skip the LoRA-rank sweep")
-    return ap.parse_args(argv)
+    ap.add_argument("--no-sweep", action="store_true", help="skip the LoRA-rank sweep (notebook 07)")
+    args = ap.parse_args(argv)
+    if args.no_sweep:
+        args.notebooks = [n for n in args.notebooks if nr.notebook_name(n) != "07_sweep_lora_rank"]
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the demo's steps; 1 when a notebook stopped or the sweep failed."""
+    """Run the demo's steps; 1 when a notebook stopped."""
     args = _parse_args(argv)
     out = Path(args.out) if args.out else output_dir() / "demo"
     _keep_previous(out)
     nb_out, plots = out / "notebooks", out / "plots"
-    total = 3 + len(args.notebooks) + (0 if args.no_sweep else 1)
+    total = 3 + len(args.notebooks)
     env = _cluster_env(1, total)
     assets = _tiny_assets(2, total)
     results = [_run_notebook(3 + i, total, name, nb_out, plots, assets, env) for i, name in enumerate(args.notebooks)]
     n = 2 + len(args.notebooks)
-    if not args.no_sweep:
-        n += 1
-        results.append(_run_sweep(n, total, out, plots, env))
     return _summary(n + 1, total, results, nb_out, plots)
 
 
@@ -113,36 +113,6 @@ def _run_notebook(
     except nr.NotebookStopped as e:
         result = (name, f"STOPPED at cell {e.cell}: {e.evalue.splitlines()[0]} ({e.path})", time.monotonic() - t0)
     print(f"      {result[1]} [{result[2]:.0f} s]", flush=True)
-    return result
-
-
-def _run_sweep(n: int, total: int, out: Path, plots: Path, env: dict[str, str]) -> Result:
-    """The LoRA-rank sweep as one Slurm array, its plot and table; what came of it."""
-    from cookbook import notebook_runner as nr
-
-    t0 = _step(n, total, "sweep: 03_llama3_3_70b_lora with LoRA rank 4, 16, 64 as one Slurm array (%2), one plot")
-    try:
-        sweep = nr.sweep(
-            "03_llama3_3_70b_lora",
-            {f"rank {r}": {"model.lora_rank": r, "model.lora_alpha": 2 * r} for r in (4, 16, 64)},
-            out_dir=out / "sweep",
-            base_parameters=nr.local_parameters("03_llama3_3_70b_lora"),
-            parallel=2,
-            env=env,
-            array=True,
-        )
-        plots.mkdir(parents=True, exist_ok=True)
-        sweep.plot(out=plots / "sweep_lora_rank.png")
-        table = sweep.table()
-        print(
-            table[["run", "job", "steps", "first loss", "last loss", "median tokens/s/GPU", "error"]].to_string(
-                index=False
-            )
-        )
-        result: Result = ("sweep", f"ok: {plots / 'sweep_lora_rank.png'}", time.monotonic() - t0)
-    except Exception as e:  # noqa: BLE001 - report and go on to the summary
-        result = ("sweep", f"FAILED: {e}", time.monotonic() - t0)
-    _done(t0)
     return result
 
 

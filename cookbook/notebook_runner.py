@@ -594,6 +594,8 @@ QUICKSTART = (
     "02_llama3_3_70b_full_finetune",
     "04_flux_schnell_pretraining",
     "05_profiling",
+    "07_sweep_lora_rank",
+    "08_job_builder",
 )
 
 
