@@ -792,9 +792,8 @@ def arm_stop(job: Job) -> Path:
     for stale in (stop_file, saved_file):
         stale.unlink(missing_ok=True)
     os.environ[files.STOP_FILE_ENV] = str(stop_file)
-    if (
-        job.args.requeue
-    ):  # from here on a stop is kept (through the checks, the gate): the ranks save at their first step
+    # from here on a stop is kept (through the checks, the gate): the ranks save at their first step
+    if job.args.requeue:
         watch_signals(job, stop_file)
     return saved_file
 
