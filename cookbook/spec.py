@@ -180,7 +180,7 @@ class JobSpec:
     requeue: bool = True
     signal_seconds: int | None = GPU_DEFAULTS.signal_seconds  # --signal=B:USR1@N before the time limit; None:
     # the recipe's lead time (render sets it: cookbook/planner/lead_time.py; local-cpu: LOCAL_CPU_DEFAULTS')
-    sizing: Sizing | None = None  # the planner's figures the recipe writes; None: resolve sets them (not local-cpu)
+    sizing: Sizing | None = None  # the planner's figures the recipe writes; None: resolve sets them (GPU profiles)
     env: dict[str, str] = field(default_factory=dict)
     overrides: dict[str, str] = field(default_factory=dict)
     venv: str | None = None  # the Python environment every node runs: a venv or conda prefix (may use $RECIPE_DIR)

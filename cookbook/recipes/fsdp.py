@@ -289,15 +289,16 @@ class FsdpAnyModel(FsdpRecipe):
 
     def command(self, spec: JobSpec) -> Launch:
         launch = super().command(spec)
-        tiny = {"max_steps": super().base_args(spec)["max_steps"]} if spec.local_cpu else {}
+        small = spec.local_cpu  # the bench's shapes and step counts, with nothing to size
+        tiny = {"max_steps": super().base_args(spec)["max_steps"]} if small else {}
         saves = spec.sizing.saves if spec.sizing else {}  # each model's, sized by cookbook.resolve
-        if not (spec.local_cpu or saves):
+        if not (small or saves):
             raise ValueError(f"{self.name}: its models' save sizes are unset: render it through cookbook.resolve")
         cases: dict[str, list[str]] = {}  # the case's assignments -> the models that have them
         for model, _, steps in FSDP_MODELS:
-            shape = ("tiny_moe" if model.startswith("mixtral") else "tiny") if spec.local_cpu else '"$MODEL"'
+            shape = ("tiny_moe" if model.startswith("mixtral") else "tiny") if small else '"$MODEL"'
             save = saves.get(f"fsdp_{model}", (0, 0.0))
-            sizes = "" if spec.local_cpu else f" CKPT_GB={save[0] / 1e9:.0f} SAVE_S={save[1]:.0f}"
+            sizes = "" if small else f" CKPT_GB={save[0] / 1e9:.0f} SAVE_S={save[1]:.0f}"
             cases.setdefault(f"SHAPE={shape} MAX_STEPS={tiny.get('max_steps', str(steps))}{sizes}", []).append(model)
         prelude = render_template(
             "fsdp_model.sh.j2",
