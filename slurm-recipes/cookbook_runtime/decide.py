@@ -399,8 +399,8 @@ def gate_shortcut(passes_tsv: str, job: str, nodes: Sequence[str], now: float, w
             last[node] = max(last.get(node, 0.0), when)
     if not nodes or any(x not in last for x in nodes):
         return None
-    oldest = min(last[x] for x in nodes)
-    return now - oldest if 0 <= now - oldest <= window_s else None
+    age = now - min(last[x] for x in nodes)  # the record's time is rounded to the second: up to 0.5 s ahead
+    return max(age, 0.0) if -1.0 <= age <= window_s else None
 
 
 def collective_timeout(base_s: float, ranks: int) -> float:
