@@ -41,7 +41,7 @@ TITAN_STEP = re.compile(r"step:\s+(\d+)\s+loss:\s+([\d.]+)")
 TITAN_TIMED = re.compile(r"\[titan\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?step:\s+(\d+)\s+loss:")
 TUNE_STEP = re.compile(r"Step (\d+) \| loss:([\d.]+)")
 RECOVERED = re.compile(r"cookbook: recovery: (\S+) \((.*?)\) replaced by spare (\S+) in job (\d+)")
-JOB_LINE = re.compile(r"^job (\d+): 2 node\(s\) \[(\S+?)\]", re.M)
+JOB_LINE = re.compile(r"^job (\d+): 2 node\(s\) \[(\S+)\], rendezvous", re.M)  # nodes in hostlist form
 GOALS = {"crash": 60.0, "lost": 180.0}
 
 
@@ -151,8 +151,8 @@ def run_case(case: Case, res: Result, cluster: Any, client: SlurmClient, assets:
     wait_ready(case, job, client)
     m = JOB_LINE.search(text(job.log))
     assert m, text(job.log)[-2000:]
-    head, other = m.group(2).split(",")
-    res.nodes, res.victim = m.group(2), other
+    head, other = client.hostnames(m.group(2))
+    res.nodes, res.victim = f"{head},{other}", other
     fault, first_seen = fault_until_relaunched(case, cluster, client, job, other)
     info = client.wait(job.job_id, timeout=600)
     res.state = info.state
