@@ -33,7 +33,7 @@ from typing import Any
 from cookbook.analysis.starts import split_starts
 from cookbook.slurm.client import SlurmClient
 from cookbook_runtime.decide import Incident, parse_incidents
-from cookbook_runtime.files import recoveries
+from cookbook_runtime.files import START, recoveries
 
 ROOT = Path(__file__).resolve().parents[1]
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -41,7 +41,6 @@ TITAN_STEP = re.compile(r"step:\s+(\d+)\s+loss:\s+([\d.]+)")
 TITAN_TIMED = re.compile(r"\[titan\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?step:\s+(\d+)\s+loss:")
 TUNE_STEP = re.compile(r"Step (\d+) \| loss:([\d.]+)")
 RECOVERED = re.compile(r"cookbook: recovery: (\S+) \((.*?)\) replaced by spare (\S+) in job (\d+)")
-JOB_LINE = re.compile(r"^job (\d+): 2 node\(s\) \[(\S+)\], rendezvous", re.M)  # nodes in hostlist form
 GOALS = {"crash": 60.0, "lost": 180.0}
 
 
@@ -149,9 +148,9 @@ def run_case(case: Case, res: Result, cluster: Any, client: SlurmClient, assets:
     """Submit the case's job, fault its non-head node once it is ready, and record the recovery in ``res``."""
     job = submit_case(case, res, cluster, client, assets, root)
     wait_ready(case, job, client)
-    m = JOB_LINE.search(text(job.log))
-    assert m, text(job.log)[-2000:]
-    head, other = client.hostnames(m.group(2))
+    m = START.search(text(job.log))  # the runtime's start line: its nodes in Slurm's hostlist form
+    assert m and m.group(3), text(job.log)[-2000:]
+    head, other = client.hostnames(m.group(3))
     res.nodes, res.victim = f"{head},{other}", other
     fault, first_seen = fault_until_relaunched(case, cluster, client, job, other)
     info = client.wait(job.job_id, timeout=600)
