@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
+    from cookbook.analysis.goodput import Attempt
     from cookbook_runtime.decide import Incident
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -286,8 +287,11 @@ def check_telemetry(telemetry: pd.DataFrame | None) -> list[Evidence]:
     return out
 
 
-def check_recoveries(log: str | Path, incidents: Sequence[Incident] | None) -> list[Evidence]:
-    """One fault per recovery of the run, with its parts (:func:`cookbook.analysis.goodput.incident_costs`)."""
+def check_recoveries(
+    log: str | Path, incidents: Sequence[Incident] | None, attempts: Sequence[Attempt] = ()
+) -> list[Evidence]:
+    """One fault per recovery of the run, with its parts (:func:`cookbook.analysis.goodput.incident_costs`); the
+    spares' standing-by time needs Slurm's record of the starts (``attempts``)."""
     if not incidents:
         return []
     from cookbook.analysis.goodput import incident_costs, log_segments
@@ -299,7 +303,7 @@ def check_recoveries(log: str | Path, incidents: Sequence[Incident] | None) -> l
     }
     return [
         Evidence("node_fault", 0.0, c.line("node"), fixes.get(c.incident.action, "check the node"), fault=True)
-        for c in incident_costs(incidents, log_segments(log), [])
+        for c in incident_costs(incidents, log_segments(log), attempts)
         if c.incident.action != "train-on-gate"  # logged, but it cost the job nothing
     ]
 
@@ -352,6 +356,7 @@ def explain_log(
     traces: Sequence[str | Path] | None = None,
     telemetry: pd.DataFrame | None = None,
     incidents: Sequence[Incident] | None = None,
+    attempts: Sequence[Attempt] = (),
 ) -> Explanation:
     """Explain a run's efficiency from its log (plus whatever else is known about it)."""
     from cookbook.analysis.starts import parse_starts
@@ -377,7 +382,7 @@ def explain_log(
         *check_checkpointing(text, recipe, gpu, nodes, gpus_per_node, checkpointing),
         *check_stragglers(log, hosts, procs_per_node or None, telemetry),
     ]
-    evidence += check_telemetry(telemetry) + check_recoveries(log, incidents)
+    evidence += check_telemetry(telemetry) + check_recoveries(log, incidents, attempts)
     if traces:
         evidence += check_trace_stragglers(traces)
     if baseline_log is not None:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from cookbook.cli import UserError
 from cookbook.cli.files import known_gpu, output_file, training_log
+
+if TYPE_CHECKING:
+    from cookbook.analysis.goodput import Attempt
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -73,6 +77,8 @@ def _explain(args: argparse.Namespace) -> int:
     on_gpus = bool(ref.gpus_per_node or args.gpus_per_node or args.gpu)
     hosts = args.hosts.split(",") if args.hosts else job_hosts(ref.log, ref.job_id)
     run_dir = args.run_dir or ref.run_dir  # else the log names the telemetry folder
+    incidents = read_incidents(run_dir, ref.job_id)
+    attempts = _attempts(ref.job_id) if incidents else []  # a spare's standing-by time needs Slurm's starts
     try:
         report = explain_log(
             ref.log,
@@ -91,7 +97,8 @@ def _explain(args: argparse.Namespace) -> int:
             telemetry=read_telemetry(run_dir)
             if (run_dir := args.run_dir or ref.run_dir)
             else telemetry_from_log(ref.log),
-            incidents=read_incidents(run_dir, ref.job_id),
+            incidents=incidents,
+            attempts=attempts,
         )
     except (ValueError, UnknownGpu) as e:  # UnknownGpu: a kind the planner has no MFU for (l4, l40s ...)
         raise UserError(str(e)) from e
@@ -100,3 +107,14 @@ def _explain(args: argparse.Namespace) -> int:
         explain_plot(report).savefig(plot, dpi=100)
         print(f"plot: {plot}")
     return 0
+
+
+def _attempts(job_id: str | None) -> list[Attempt]:
+    """The job's starts from Slurm's accounting, or none where Slurm cannot say (a copied log, no controller)."""
+    from cookbook.analysis.goodput import slurm_attempts
+    from cookbook.slurm.client import SlurmClient, SlurmError
+
+    try:
+        return slurm_attempts(SlurmClient(), job_id) if job_id else []
+    except SlurmError:
+        return []

@@ -274,3 +274,16 @@ def test_goodput_and_explain_read_the_run_folders_recoveries(tmp_path, capsys, m
     assert "recoveries (1):" in out and re.search(r"^\s+spare\s+50\.0", out, re.M)
     (fault,) = check_recoveries(log, read_incidents(run_dir))
     assert fault.fault and fault.kind == "node_fault" and "spare n3 swapped in" in fault.finding
+    assert "stood by" not in fault.finding, "without Slurm's starts the standing-by time is unknown, not shown"
+    (fault,) = check_recoveries(log, read_incidents(run_dir), attempts)
+    assert "the spare(s) stood by" in fault.finding
+    # `cookbook explain` asks Slurm for the starts, as `goodput` does
+    import cookbook.analysis.explain as explain
+
+    seen = {}
+    real = explain.check_recoveries
+    monkeypatch.setattr(
+        explain, "check_recoveries", lambda lg, inc, att=(): seen.setdefault("att", att) and real(lg, inc, att)
+    )
+    cli_main(["explain", str(tmp_path)])
+    assert seen.get("att") == attempts
