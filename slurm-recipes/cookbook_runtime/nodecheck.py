@@ -73,11 +73,13 @@ def interface_present(spec: str) -> str | None:
 
 def fabric_device_problem() -> str | None:
     """The InfiniBand HCA (``NCCL_IB_HCA``) or EFA device (``FI_PROVIDER=efa``) the profile names, present."""
-    have = sorted(os.listdir("/sys/class/infiniband")) if os.path.isdir("/sys/class/infiniband") else []
+    from .probe import efa_devices, rdma_devices  # one reading of the devices: the rehearsal's, the probe's
+
+    have = rdma_devices()
     hca = os.environ.get("NCCL_IB_HCA", "")
     if hca and not devices_selected(hca, have):
         return f"InfiniBand HCA {hca} not present under /sys/class/infiniband (have {', '.join(have) or 'none'})"
-    if os.environ.get("FI_PROVIDER") == "efa" and not any(h.startswith(("efa", "rdmap")) for h in have):
+    if os.environ.get("FI_PROVIDER") == "efa" and not efa_devices():
         return "EFA device not present under /sys/class/infiniband"
     return None
 
