@@ -89,7 +89,7 @@ def default_parameters(notebook: str | os.PathLike) -> dict[str, Any]:
     The cell in the .ipynb spells them out for its reader; a test checks that it agrees with this.
     """
     c = cluster_parameters()
-    job = {k: c[k] for k in ("nodes", "gpus_per_node", "partition", "time_limit")}
+    job = {k: c[k] for k in ("nodes", "spare_nodes", "gpus_per_node", "partition", "time_limit")}
     table: dict[str, dict[str, Any]] = {
         "00_setup": {
             "profile": c["profile"],
