@@ -152,6 +152,38 @@ def test_the_engine_imports_neither_a_front_end_nor_the_local_bench():
     )  # the rule has teeth
 
 
+# DESIGN.md "The core and the layers on it": what renders and submits a job and reads its metrics.
+CORE = (
+    "cookbook.spec", "cookbook.profiles", "cookbook.gpus", "cookbook.versions", "cookbook.paths", "cookbook.noise",
+    "cookbook.recipes", "cookbook.resolve", "cookbook.render", "cookbook.templating", "cookbook.slurm",
+    "cookbook.executor", "cookbook.metrics", "cookbook.tracking", "cookbook.secure_files",
+)  # fmt: skip
+# The only places the core reaches a layer, each named in DESIGN.md: the planner's lead time and save sizes
+# (resolve, once per submission), the profiler's schedule (the recipes' profiling overrides), and the Job API's
+# goodput() and rehearse() (imported when called).
+CORE_USES = {
+    ("cookbook.resolve", "cookbook.planner.lead_time"),
+    ("cookbook.resolve", "cookbook.planner.recipes"),
+    ("cookbook.resolve", "cookbook.planner.recovery"),
+    ("cookbook.recipes.torchtune", "cookbook.profiling.enable"),
+    ("cookbook.recipes.torchtitan", "cookbook.profiling.enable"),
+    ("cookbook.recipes.fsdp", "cookbook.profiling.enable"),
+    ("cookbook.executor", "cookbook.analysis.goodput"),
+    ("cookbook.executor", "cookbook.rehearsal.rehearse"),
+}
+
+
+def _core(module: str) -> bool:
+    return any(module == c or module.startswith(c + ".") for c in CORE) and not module.startswith(CONFIGS)
+
+
+def test_the_core_reaches_a_layer_only_where_design_names_it():
+    graph = import_graph()
+    uses = {(m, d) for m, deps in graph.items() if _core(m) for d in deps if not _core(d) and _engine(d)}
+    assert uses - CORE_USES == set(), "a new core -> layer import: move it to the layer, or name it in DESIGN.md"
+    assert CORE_USES - uses == set(), "DESIGN.md names a core -> layer import that is gone: drop it there and here"
+
+
 def test_the_local_bench_is_only_reached_through_rendered_scripts():
     """A local-cpu job names the shims on its launch line; the engine's code never imports them."""
     from cookbook.recipes import get_recipe
