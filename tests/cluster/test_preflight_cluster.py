@@ -2,9 +2,12 @@
 
 - the pre-flight gate fails on one node (its GPU reports an XID, through the bench's fake NVML): the log names
   the node and the reason; it is the batch host, which no spare can replace, so the SAME job is requeued without
-  it (requeuehold, ExcNodeList, release: its comment and time limit kept, no sbatch) and completes on the other
-  two; the failing node ran no training step; the run's telemetry names the GPU that throttled, the XID and the
-  NIC with errors in explain, watch and the plot;
+  it (requeuehold, ExcNodeList, release: no sbatch) and completes on the other two. The job runs in a reservation
+  of the 3 nodes (whose eligible nodes the runtime counts before excluding), under an account and a partition;
+  its reservation, account, partition, time limit and comment are the same after the requeue. Its `--qos` cannot
+  be: this Slurm has no accounting storage (no slurmdbd, `accounting_storage/none`), which defines no QOS and
+  drops the option (QOS=(null)), as the test asserts. The failing node ran no training step; the run's telemetry
+  names the GPU that throttled, the XID and the NIC with errors in explain, watch and the plot;
 - a node dies mid-run (its slurmd killed, the node set DOWN: Slurm ends the run NODE_FAIL and requeues it):
   the requeued run starts without it, says so, and completes;
 - with no recovery left (COOKBOOK_MAX_RETRIES=0) a node blamed at the gate is named and the job trains on it.
@@ -12,13 +15,14 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
-from dataclasses import replace
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,10 +38,26 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 BATCH = re.compile(r"Batch (\d+) Loss")
 REQUEUED = re.compile(r"cookbook: excluding (\S+) \(pre-flight: .*\): job (\d+) requeued with ExcNodeList=(\S+), every")
+RESERVATION, ACCOUNT, QOS = "cookbook-requeue-test", "cookbook-test", "normal"
+KEPT = ("Partition", "Account", "QOS", "Reservation", "TimeLimit", "Comment")  # what a requeue must not change
+
+
+@pytest.fixture
+def nodes3_reserved(nodes3_cluster) -> Iterator[str]:
+    """A reservation of the 3 nodes for this user, deleted after the test (IGNORE_JOBS: another test's job may
+    hold them now; PURGE_COMP: Slurm drops it 2 min after it holds no job, should the test die first)."""
+    slurm = SlurmClient(nodes3_cluster.env())
+    slurm.run("scontrol", "delete", f"ReservationName={RESERVATION}", check=False)  # a dead run's
+    slurm.run("scontrol", "create", "reservation", f"ReservationName={RESERVATION}", f"Users={getpass.getuser()}",
+              "StartTime=now", "Duration=30", "Nodes=ALL", "Flags=IGNORE_JOBS,PURGE_COMP=00:02:00")  # fmt: skip
+    try:
+        yield RESERVATION
+    finally:
+        slurm.run("scontrol", "delete", f"ReservationName={RESERVATION}", check=False)
 
 
 def test_a_gpu_with_an_xid_excludes_its_node_and_the_telemetry_names_the_throttled_gpu_the_xid_and_the_nic(
-    nodes3_cluster, tiny_assets, job_dir: Path
+    nodes3_cluster, nodes3_reserved: str, tiny_assets, job_dir: Path
 ):
     """#32 on real Slurm, with the local bench's fake NVML (recorded values, per node) and a sysfs of InfiniBand
     counters per node: n1's GPU 1 reports an XID at the gate, n1 is excluded (the same job, requeued without it)
@@ -66,13 +86,16 @@ def test_a_gpu_with_an_xid_excludes_its_node_and_the_telemetry_names_the_throttl
         "COOKBOOK_IB_SYSFS": str(job_dir / "ib-{node}"),
     }
     slurm = SlurmClient(env)
-    spec = replace(_spec(job_dir, tiny_assets, "preflight-test", 6, 0.5), sbatch_extra=["--comment=kept"])
+    spec = _spec(job_dir, tiny_assets, "preflight-test", 6, 0.5, sbatch_extra=["--comment=kept"], partition="debug",
+                 account=ACCOUNT, qos=QOS, reservation=nodes3_reserved)  # fmt: skip
     script = write_job(spec, job_dir / "job.sbatch")
     assert (job_dir / "cookbook_runtime" / "nodecheck.py").is_file()  # the runtime, in the job folder
     (job_dir / "logs").mkdir()
     first = slurm.submit(script, cwd=job_dir)
     log_path = job_dir / "logs" / f"preflight-test-{first}.out"
     asked = slurm.show_job(first)
+    assert f"#SBATCH --qos={QOS}" in script.read_text()  # asked, and dropped: no accounting storage, no QOS
+    assert [asked[k] for k in KEPT] == ["debug", ACCOUNT, "(null)", nodes3_reserved, "00:10:00", "kept"], asked
     _wait_for(lambda: REQUEUED.search(read_output(log_path)), 300, "the same job requeued without n1")
     log = read_output(log_path)
     assert "cookbook: pre-flight failed on n1: GPU 1 reported an XID: 79 (`dmesg | grep -i xid` on the node)" in log
@@ -84,7 +107,7 @@ def test_a_gpu_with_an_xid_excludes_its_node_and_the_telemetry_names_the_throttl
 
     second = first  # the same job, every option kept
     record = slurm.show_job(second)
-    assert (record["ExcNodeList"], record["Comment"], record["TimeLimit"]) == ("n1", "kept", asked["TimeLimit"])
+    assert record["ExcNodeList"] == "n1" and {k: record[k] for k in KEPT} == {k: asked[k] for k in KEPT}, record
     samples = job_dir / "run" / ".cookbook" / "telemetry" / f"{second}-1" / "n3.csv"
     _wait_for(lambda: samples.is_file() and len(samples.read_text().splitlines()) > 2, 300, "n3's first samples")
     (counters["n3"] / "symbol_error").write_text("1200007\n")  # the link errs during the run
