@@ -1,11 +1,19 @@
 """A property test of the whole safety net (issue #41 item 10): 10,000 generated sites, in seconds.
 
 Healthy sites -- 1 to 1,000 nodes, spares, filesystems that may or may not report sizes, run folders near full
-by the planner's estimate, reservations the job's size, NODE_FAIL and requeue histories whose drains came after
-the run, a slow controller that answers nothing, mixed Python and package versions, GPUs as fast as their peers
-within noise -- must make every decision say "train". A single-node fault (its own check failed, a GPU far
-below its peers, its ranks killed first, the node down during the run) must name exactly that node, and a spare,
-where there is one, must take its place. Each scenario's seed is in the failure message.
+by the planner's estimate, user quotas (tight ones included), reservations the job's size, NODE_FAIL and requeue
+histories whose drains came after the run, a slow controller that answers nothing, mixed Python and package
+versions, GPUs as fast as their peers within noise, node pairs as fast as each other within noise (both rounds of
+the pairwise bandwidth test), preemption by partition or by QOS with a grace that covers the save -- must make
+every decision say "train". A single-node fault (its own check failed, an XID, a GPU far below its peers, a slow
+NIC seen by the pairwise test, the shared run folder missing there, its ranks killed first, the node down during the
+run) must name exactly that node, and a spare, where there is one, must take its place. Each scenario's seed is
+in the failure message.
+
+Known limits of the pairwise test, by design: a pair is judged against its peers from three pairs on
+(:func:`decide.slow_pairs`), so at 4-5 nodes a slow NIC is named only below the fabric's floor (the generator's
+slow NICs there are under it); at 3 nodes a slow NIC on a node of the first pair is named by nobody (its second
+pair shares it with the suspect; the third pair is never run), and the job trains.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import random
 import pytest
 
 from cookbook_runtime import decide
-from cookbook_runtime.decide import GateThresholds, Incident, NodeReport, NodeState, RunRecord
+from cookbook_runtime.decide import GateThresholds, Incident, NodeReport, NodeState, PairResult, Quota, RunRecord
 
 SCENARIOS = 10_000
 T0 = 1_800_000_000.0
@@ -47,6 +55,43 @@ def _site(seed: int) -> dict:
         for x in nodes
     }
     return {"rng": rng, "n": n, "spares": spares, "nodes": nodes, "gpus": gpus, "reports": reports}
+
+
+def _pair_rounds(nodes: list[str], limits: GateThresholds, gbps) -> list[PairResult]:
+    """Both rounds of the pairwise test, each pair's figure from ``gbps(a, b)``."""
+    first = [PairResult(a, b, gbps(a, b), 1) for a, b in decide.first_pairs(nodes)]
+    return first + [PairResult(a, b, gbps(a, b), 2) for a, b in decide.second_pairs(nodes, first, limits)]
+
+
+def _healthy_site_checks(s: dict, why: str) -> None:
+    """Pairs alike within noise, quotas, a reservation the job's size, preemption grace: all say train."""
+    rng, nodes, n = s["rng"], s["nodes"], s["n"]
+    limits = GateThresholds(busbw_floor_gbps=rng.choice((0.0, 5.0)))
+    bw = 40 * rng.uniform(0.5, 2.0)
+    pairs = _pair_rounds(nodes, limits, lambda a, b: bw * rng.uniform(0.8, 1.2))
+    assert not [p for p in pairs if p.round == 2 and n % 2 == 0], (why, "a healthy even site needs no round 2")
+    verdict = decide.gate_verdict(nodes, s["reports"], limits, pairs)
+    assert not verdict.blame and not verdict.stop and not verdict.unattributed.startswith("the pair"), (why, verdict)
+    # a quota, tight or not: an estimate never stops; a checkpoint already there that fits never does
+    room = rng.choice((10**8, 5 * 10**9, 10**12))
+    quota = Quota(used=rng.choice((0, 10**12)), limit=0, tool="lfs quota")
+    quota = Quota(quota.used, quota.used + room, "lfs quota")
+    measured = rng.choice((0, room // 2))
+    need = rng.choice((0, 10**9, 141 * 10**9))
+    free = rng.choice((10**9, 10**13)) + measured  # the filesystem holds another checkpoint like the last one
+    _, stop = decide.run_dir_space_problem(free, 10**14, need, measured, quota)
+    assert not stop, (why, room, measured, need)
+    # a reservation exactly the job's size (spares included), every node in service
+    job = nodes + [f"spare{i}" for i in range(s["spares"])]
+    states = {x: NodeState(rng.choice(("allocated", "mixed", "idle", "completing")), None) for x in job}
+    assert decide.eligible_nodes(states, ()) == len(job), why
+    # preemption by partition or by QOS: the grace that applies covers the save, the other one may not
+    save = rng.uniform(5, 900)
+    kind = rng.choice(("preempt/none", "preempt/partition_prio", "preempt/qos"))
+    ample, short = save * rng.uniform(1.0, 3.0), rng.choice((None, 0.0, save / 10))
+    grace = decide.preemption_grace(kind, ample if kind != "preempt/qos" else short,
+                                    ample if kind == "preempt/qos" else short)  # fmt: skip
+    assert decide.kill_wait_problem(save, save * rng.uniform(1.0, 2.0), grace) == "", (why, kind, grace)
 
 
 def _healthy_decisions(seed: int) -> None:
@@ -88,6 +133,7 @@ def _healthy_decisions(seed: int) -> None:
     assert decide.lead_problem(rng.uniform(0, limit / 2), limit) == "", why
     old = [Incident(T0 - rng.uniform(HOUR, 48 * HOUR), "812", (nodes[-1],), "crash", "spare") for _ in range(3)]
     assert decide.budget_left(old, T0, 2, HOUR) == 2, why
+    _healthy_site_checks(s, why)
 
 
 def _single_fault(seed: int) -> None:
@@ -97,12 +143,33 @@ def _single_fault(seed: int) -> None:
         return  # a fault needs peers to be told from a setting (1-2 nodes: tests/unit/test_runtime_decide.py)
     bad = rng.choice(nodes)
     why = f"seed {seed}: {n} nodes, {bad} at fault"
-    kind = rng.choice(("local", "slow", "crash", "node_fail"))
+    kind = rng.choice(("local", "slow", "crash", "node_fail", "slow_nic", "unshared"))
     if kind == "local":
         reports = dict(s["reports"])
-        failure = rng.choice(("GPU 3 fell off the bus", "7 GPU(s) visible, the job needs 8", "mlx5_2: port down"))
+        failure = rng.choice(("GPU 3 fell off the bus", "7 GPU(s) visible, the job needs 8", "mlx5_2: port down",
+                              "XID 79 on PCI:0000:3b:00 at 2026-11-28T10:15:32+00:00",
+                              "GPU 2 has a row remap pending a GPU reset (NVML)"))  # fmt: skip
         reports[bad] = NodeReport(failures=(failure,), matmul_tflops=reports[bad].matmul_tflops)
         named = decide.gate_verdict(nodes, reports, GateThresholds()).exclude
+    elif kind == "slow_nic" and n > 3:  # at 3 nodes the pair never run (the first pair's other node with the
+        # third) is the one that would tell which side of the first pair is slow: nobody is named, the job trains
+        few = len(decide.first_pairs(nodes)) < 3  # too few pairs for a peer ratio: the floor names it
+        limits = GateThresholds(busbw_floor_gbps=5.0 if few else rng.choice((0.0, 5.0)))
+        bw = 40 * rng.uniform(0.8, 1.5)
+        slow = rng.uniform(0.02, 0.1) if few else rng.uniform(0.05, 0.4)
+
+        def gbps(a: str, b: str) -> float:
+            return bw * (slow if bad in (a, b) else 1.0) * rng.uniform(0.9, 1.1)
+
+        named = decide.gate_verdict(nodes, s["reports"], limits, _pair_rounds(nodes, limits, gbps)).exclude
+    elif kind == "slow_nic":
+        return
+    elif kind == "unshared":
+        reports = {x: NodeReport(matmul_tflops=r.matmul_tflops, unseen=(bad,)) for x, r in s["reports"].items()}
+        del reports[bad]  # its report went to its local disk: nobody sees it
+        reports = {x: NodeReport(failures=(f"run folder is not shared: {bad} unseen",), matmul_tflops=r.matmul_tflops,
+                                 unseen=r.unseen) if x != bad else r for x, r in reports.items()}  # fmt: skip
+        named = decide.gate_verdict(nodes, decide.name_unshared(nodes, reports), GateThresholds()).exclude
     elif kind == "slow":
         reports = dict(s["reports"])
         reports[bad] = NodeReport(matmul_tflops=reports[bad].matmul_tflops * rng.uniform(0.05, 0.4))  # type: ignore[operator]
