@@ -35,9 +35,10 @@ DEFAULT_IGNORE: tuple[str, ...] = ("original/consolidated*",)
 REPO_ID_FILE = "original_repo_id.json"
 
 TOKEN_HELP = (
-    "set HF_TOKEN in the environment (export HF_TOKEN=...; on Slurm it is inherited by the job) "
-    "or run `hf auth login` (older: `huggingface-cli login`), which stores it in "
-    f"{constants.HF_TOKEN_PATH}. Create a read token at https://huggingface.co/settings/tokens"
+    "run `hf auth login` (older: `huggingface-cli login`), which stores the token in "
+    f"{constants.HF_TOKEN_PATH}, where jobs on the nodes read it too, or export HF_TOKEN=... for this "
+    "shell only (the cookbook never passes it to Slurm, which would keep it in its record of the job). "
+    "Create a read token at https://huggingface.co/settings/tokens"
 )
 NETWORK_HELP = (
     "Compute nodes often have no internet: download on the login node into the shared filesystem. "

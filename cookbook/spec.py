@@ -485,8 +485,8 @@ def _env_and_mount_problems(spec: JobSpec) -> list[str]:
             p.append(f"env name {name!r} is not a valid variable name (letters, digits, _)")
         if name.upper() in SECRET_NAMES:
             p.append(
-                f"env {name}: secrets are never written into scripts; export {name} before sbatch "
-                "(Slurm passes your environment) or use its token file"
+                f"env {name}: secrets are never written into scripts nor given to Slurm (it keeps a job's "
+                "environment in its record): use its file on the node (`hf auth login`, `wandb login`)"
             )
     for m in spec.container_mounts:
         if len(m.split(":")) not in (2, 3):

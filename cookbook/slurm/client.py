@@ -6,14 +6,20 @@ cluster. Slurm's own error text reaches the caller in :class:`SlurmError`.
 
 from __future__ import annotations
 
+import configparser
+import netrc
 import os
 import re
 import shutil
 import subprocess
+import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from cookbook.spec import SECRET_NAMES
 
 TERMINAL_STATES = frozenset(
     {
@@ -106,6 +112,89 @@ def controller(env: Mapping[str, str]) -> str:
     return " or ".join(f"{host}:{port}" for host in hosts) + f" (SlurmctldHost of {source})"
 
 
+# ------------------------------------------------------------------ secrets
+# sbatch's default --export=ALL copies the caller's environment into the job, and slurmctld keeps it in its state
+# (StateSaveLocation/hash.*/job.*/environment; in accounting with AccountingStoreFlags=job_env): no Slurm command
+# the cookbook runs sees a secret. A job reads each one on the node from the file its library reads by itself.
+W_AND_B_HOST = "https://api.wandb.ai"
+
+
+def without_secrets(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` minus :data:`cookbook.spec.SECRET_NAMES`: what every Slurm command is run with."""
+    return {k: v for k, v in env.items() if k not in SECRET_NAMES}
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    """The home folder the job gets (``HOME`` is exported with the rest of the environment)."""
+    return Path(env.get("HOME") or os.path.expanduser("~"))
+
+
+def hf_token_file(env: Mapping[str, str]) -> Path:
+    """The token file the job runtime's ``read_hf_token`` (and huggingface_hub) reads on the node."""
+    home = env.get("HF_HOME") or str(_home(env) / ".cache" / "huggingface")
+    return Path(env.get("HF_TOKEN_PATH") or f"{home}/token")
+
+
+def _has_hf_token_file(env: Mapping[str, str]) -> bool:
+    path = hf_token_file(env)
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def _has_wandb_netrc(env: Mapping[str, str]) -> bool:
+    """Whether ``wandb login``'s ``~/.netrc`` (or ``$NETRC``) has a key for the W&B host the job talks to."""
+    path = Path(env["NETRC"]).expanduser() if env.get("NETRC") else _home(env) / ".netrc"
+    host = urlsplit(env.get("WANDB_BASE_URL") or W_AND_B_HOST).netloc
+    try:
+        entry = netrc.netrc(str(path)).authenticators(host)
+    except (OSError, netrc.NetrcParseError):
+        return False
+    return bool(entry and entry[2])
+
+
+def _has_mlflow_credentials(env: Mapping[str, str]) -> bool:
+    """Whether MLflow's own ``~/.mlflow/credentials`` (``[mlflow]`` section) holds a password."""
+    parser = configparser.ConfigParser()
+    try:
+        parser.read(_home(env) / ".mlflow" / "credentials")
+    except configparser.Error:
+        return False
+    return bool(parser.get("mlflow", "mlflow_tracking_password", fallback=""))
+
+
+#: each secret: whether the node finds it in its library's own file, and how to put it there. MLflow reads no
+#: token from a file (3.x: only MLFLOW_TRACKING_TOKEN), so a token server is reached with its username/password.
+NODE_SOURCES: dict[str, tuple[Callable[[Mapping[str, str]], bool], str]] = {
+    "HF_TOKEN": (_has_hf_token_file, "run `hf auth login` (it writes the token file the job reads)"),
+    "HUGGING_FACE_HUB_TOKEN": (_has_hf_token_file, "run `hf auth login` (it writes the token file the job reads)"),
+    "WANDB_API_KEY": (_has_wandb_netrc, "run `wandb login` (it writes ~/.netrc, which the job reads)"),
+    "MLFLOW_TRACKING_PASSWORD": (
+        _has_mlflow_credentials,
+        "put mlflow_tracking_username/mlflow_tracking_password under [mlflow] in ~/.mlflow/credentials (chmod 600)",
+    ),
+    "MLFLOW_TRACKING_TOKEN": (
+        lambda env: False,
+        "MLflow reads no token from a file: use ~/.mlflow/credentials (mlflow_tracking_username/password, chmod 600)",
+    ),
+}
+
+
+def withheld_secrets_warning(env: Mapping[str, str]) -> str | None:
+    """One line naming each secret of ``env`` the job will not get (Slurm is not given it) and no file on the
+    node gives it, with the fix; never a value. None when there is none."""
+    missing = [(name, fix) for name, (has_file, fix) in NODE_SOURCES.items() if env.get(name) and not has_file(env)]
+    if not missing:
+        return None
+    names = ", ".join(name for name, _ in missing)
+    fixes = "; ".join(dict.fromkeys(fix for _, fix in missing))
+    return (
+        f"warning: {names} in your environment: not given to the job (Slurm would keep it in its record of the "
+        f"job), and no file on the node holds it; {fixes}"
+    )
+
+
 class JobTimeout(TimeoutError):
     """``wait`` gave up before the job ended."""
 
@@ -126,12 +215,14 @@ class JobInfo:
 
 
 class SlurmClient:
-    """Runs Slurm commands with one environment (``SLURM_CONF`` and PATH)."""
+    """Runs Slurm commands with one environment (``SLURM_CONF`` and PATH; never a secret of
+    :data:`cookbook.spec.SECRET_NAMES`: :func:`without_secrets`)."""
 
     def __init__(self, env: Mapping[str, str] | None = None, timeout: float = 60):
         base = dict(os.environ if env is None else env)
         base["PATH"] = base.get("PATH", "") + ":/usr/sbin:/sbin"
         self.env, self.timeout = base, timeout
+        self._warned: set[str] = set()
 
     # ------------------------------------------------------------------ plumbing
     def run(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -149,7 +240,12 @@ class SlurmClient:
             raise SlurmError(args, 1, f"SLURM_CONF={conf}: no such file")
         try:
             r = subprocess.run(
-                [exe, *args[1:]], capture_output=True, text=True, env=self.env, timeout=self.timeout, input=input
+                [exe, *args[1:]],
+                capture_output=True,
+                text=True,
+                env=without_secrets(self.env),
+                timeout=self.timeout,
+                input=input,
             )
         except subprocess.TimeoutExpired as e:
             raise SlurmUnreachable(args, 124, f"no answer within {self.timeout:.0f} s", self.env) from e
@@ -166,18 +262,24 @@ class SlurmClient:
             return True
         if not any(text in said for text in AMBIGUOUS):
             return False
-        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env=self.env, timeout=self.timeout)
+        ping = subprocess.run(
+            ["scontrol", "ping"], capture_output=True, text=True, env=without_secrets(self.env), timeout=self.timeout
+        )
         return " is DOWN" in ping.stdout and " is UP" not in ping.stdout
 
     # ------------------------------------------------------------------ verbs
     def submit(
         self, script: str | os.PathLike[str], *sbatch_args: str, cwd: str | os.PathLike[str] | None = None
     ) -> str:
-        """``sbatch`` a script; return the job id."""
+        """``sbatch`` a script (the environment without secrets; a warning line on stderr for a secret the job
+        then finds nowhere, once per client); return the job id."""
         args = ["sbatch", "--parsable", *sbatch_args, str(Path(script).resolve())]
         if cwd is not None:
             args.insert(2, f"--chdir={Path(cwd).resolve()}")
         out = self.run(*args).stdout.strip()
+        if (warning := withheld_secrets_warning(self.env)) and warning not in self._warned:
+            self._warned.add(warning)
+            print(warning, file=sys.stderr)
         return out.split(";")[0].splitlines()[-1]
 
     def test_only(self, script: str | os.PathLike[str], *sbatch_args: str) -> str:
