@@ -160,6 +160,8 @@ class Segment:
     restore_s: float = 0.0
     steps: list[tuple[int, datetime | None]] = field(default_factory=list)  # (step, end time) in order
     saves: list[tuple[datetime, float]] = field(default_factory=list)  # (logged at, seconds)
+    gate_s: float | None = None  # the pre-flight gate's seconds at this start (None: no gate ran)
+    gate_local: bool = False  # its nodes' own checks only: they passed the whole gate in this job recently
 
 
 def _titan_events(seg: Segment) -> None:
@@ -185,6 +187,15 @@ def _titan_events(seg: Segment) -> None:
                 seg.saves.append((t, secs))
 
 
+def _gate_events(seg: Segment) -> None:
+    """The gate's seconds at this start, and whether it ran its nodes' own checks only (the restart shortcut)."""
+    from cookbook_runtime.files import GATE_SHORTCUT, NODE_LINES
+
+    if took := NODE_LINES["preflight_time"].search(seg.text):
+        seg.gate_s = float(took.group("rest").split()[0])
+        seg.gate_local = GATE_SHORTCUT.search(seg.text) is not None
+
+
 def log_segments(log: str | Path) -> list[Segment]:
     """The log split at each start of the batch script (:func:`cookbook.analysis.starts.split_starts`), with
     step end times and framework events."""
@@ -197,6 +208,7 @@ def log_segments(log: str | Path) -> list[Segment]:
         line = START.search(part)
         seg = Segment(job_id, part, int(line.group(2)) if line else None)
         _titan_events(seg)
+        _gate_events(seg)
         df = parse_text(seg.text)
         if len(df):
             df = df[df["split"] == "train"] if "split" in df else df
@@ -326,6 +338,7 @@ class Ledger:
     notes: list[str] = field(default_factory=list)
     gpus: dict[str, float] | None = None  # what the GPUs did meanwhile (the nodes' telemetry): clock, power, kWh
     incidents: list[IncidentCost] = field(default_factory=list)  # the recoveries (recoveries.tsv), oldest first
+    gates: list[tuple[float, bool]] = field(default_factory=list)  # each start's gate: (seconds, own checks only)
 
     @property
     def allocated_s(self) -> float:
@@ -396,6 +409,9 @@ class Ledger:
                 f"the GPUs meanwhile: {g['gpus']:.0f} sampled, mean SM clock {g['mean_sm_mhz']:,.0f} MHz, "
                 f"mean power {g['mean_power_w']:.0f} W, energy {g['energy_kwh']:.3g} kWh"
             )
+        if self.gates:
+            each = [f"{s:.0f} s ({'own checks only' if local else 'full'})" for s, local in self.gates]
+            lines.append(f"pre-flight gate per start: {', '.join(each)}")
         if self.incidents:
             lines.append(f"recoveries ({len(self.incidents)}):")
             lines += [f"  {c.line(self.unit)}" for c in self.incidents]
@@ -492,6 +508,7 @@ def goodput_ledger(
         None,
         notes,
         incidents=incident_costs(incidents, segments, attempts),
+        gates=[(s.gate_s, s.gate_local) for s in segments if s.gate_s is not None],
     )
     if ledger.price == 0 and price is None and unit == "GPU":
         notes.append("no price known for this GPU kind or profile: pass --price-per-gpu-hour for the cost")

@@ -13,7 +13,7 @@ Everything the job keeps lives in ``RUN_DIR/.cookbook/``:
 ``recoveries.tsv``                  one line per recovery: when, nodes, why, action, fault and step-end times
 ``exits/<job>-<restart>.<launch>/``  each node's launcher: how its ranks ended (``<node>.json``), for the culprit
 ``runs.tsv``                        one line per run: job, restart, nodes, start, end, outcome (NODE_FAIL reads it)
-``preflight-<job>.<restart>/``      the gate's reports (``<node>.<local rank>.json``)
+``preflight-<job>.<restart>/``      the gate's reports (``<node>.json``, one a node)
 ``hang/<job>-<restart>/``           the hang watch's dumps (``HANG``, flight recorder, stacks)
 ``telemetry/<job>-<restart>/``      each node's GPU and NIC samples, ``<node>.csv`` (:mod:`~cookbook_runtime.telemetry`)
 ``complete``                        the run finished its training: a new submission does nothing
@@ -108,3 +108,5 @@ NODE_LINES: dict[str, re.Pattern[str]] = {
     "recovered": re.compile(r"cookbook: recovery: (?P<node>\S+) (?P<rest>.*)"),
     "not_excluded": re.compile(r"cookbook: (?:not excluding|not retrying|could not exclude|keeping) (?P<rest>.*)"),
 }
+# run.recent_pass: a restart on nodes that passed the whole gate in this job runs their own checks only
+GATE_SHORTCUT = re.compile(r"cookbook: pre-flight: every node passed the whole gate in job \S+ (\d+) min ago")

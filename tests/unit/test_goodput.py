@@ -287,3 +287,22 @@ def test_goodput_and_explain_read_the_run_folders_recoveries(tmp_path, capsys, m
     )
     cli_main(["explain", str(tmp_path)])
     assert seen.get("att") == attempts
+
+
+def test_the_ledger_shows_each_starts_gate_whole_or_own_checks_only(tmp_path):
+    """Issue #41 item 5: a restart on nodes that passed the whole gate in this job runs their own checks only;
+    the ledger shows each start's gate seconds and which it was (the batch step against the fake Slurm)."""
+    from batch_step import FakeSlurm
+
+    from cookbook.analysis.goodput import Ledger
+
+    fake = FakeSlurm(tmp_path)
+    argv = ["--nproc-per-node=1", "--gate", "--", "torchrun", "-m", "train"]
+    first = fake.run_step(argv, FAKE_GATE="ok")
+    again = fake.run_step(argv, FAKE_GATE="ok", SLURM_RESTART_COUNT="1")
+    log = tmp_path / "job.out"
+    log.write_text(first.out + again.out)
+    gates = [(s.gate_s, s.gate_local) for s in log_segments(log) if s.gate_s is not None]
+    assert [local for _, local in gates] == [False, True], first.out + again.out
+    ledger = Ledger({}, {}, 0.0, [], 0, 0, [], gates=gates)
+    assert re.search(r"pre-flight gate per start: \d+ s \(full\), \d+ s \(own checks only\)", ledger.render())
