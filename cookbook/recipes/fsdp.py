@@ -234,8 +234,8 @@ class FsdpRecipe(Recipe):
         tok = args.get("tokenizer") or _train_module().SHAPES[self.shape].tokenizer or ""
         if not spec.local_cpu and tok.startswith(_GATED):
             out.append(
-                f"{tok} is gated: accept its licence on the Hub and export HF_TOKEN (or `huggingface-cli "
-                "login`) before sbatch; or pass --set tokenizer=/shared/folder"
+                f"{tok} is gated: accept its licence on the Hub and run `hf auth login` (the job reads its token "
+                "file; an exported HF_TOKEN is not given to Slurm); or pass --set tokenizer=/shared/folder"
             )
         if spec.container_image and not spec.container_mounts:
             out.append(
