@@ -9,6 +9,7 @@ The HF token is only reported as present or absent.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import sys
 import textwrap
@@ -208,8 +209,7 @@ def _gpus(gres: str) -> int:
 
 
 # ------------------------------------------------------------------------------------------- probe
-PROBE_SH = "doctor_probe.sh"  # templates/: one task per node writes node-<host>.txt
-PROBE_SBATCH = "doctor_probe.sbatch.j2"  # templates/: the job that runs it on every usable node
+PROBE_SBATCH = "doctor_probe.sbatch.j2"  # templates/: the job that runs the runtime's probe on every usable node
 
 
 def probe_report(
@@ -228,7 +228,8 @@ def probe_report(
 ) -> NodeReport:
     """What one node saw in the probe job, as the runtime's one :class:`NodeReport` (its ``facts``): ``gpus`` -1
     without nvidia-smi; ``pyenv`` the venv's answer (``cookbook_runtime.pyenv``) or its error (Exec format
-    error...); ``nccl_net`` aws-ofi-nccl's NCCL plugin (libnccl-net*.so), where found."""
+    error...); ``efa`` libfabric and ``/opt/amazon/efa``, ``efa_devices`` the RDMA devices (InfiniBand or EFA)
+    under ``/sys/class/infiniband``; ``nccl_net`` aws-ofi-nccl's NCCL plugin (libnccl-net*.so), where found."""
     facts = dict(gpus=gpus, gpu_names=gpu_names, nccl=nccl, efa=efa, efa_devices=efa_devices, marker_ok=marker_ok,
                  python_ok=python_ok, free_bytes=free_bytes or {}, pyenv=pyenv, nccl_net=nccl_net)  # fmt: skip
     return NodeReport(node=host, facts=facts)
@@ -264,7 +265,7 @@ def probe_nodes(
     except JobTimeout:
         client.cancel(job)
         raise
-    reports = [_read_probe_file(f, token) for f in sorted(work.glob("node-*.txt"))]
+    reports = [_read_probe_file(f, token) for f in sorted(work.glob("node-*.json"))]
     if info.state != "COMPLETED" and not reports:
         out = client.output_path(job) or work / f"probe-{job}.out"
         raise SlurmError(
@@ -276,9 +277,14 @@ def probe_nodes(
 
 
 def _write_probe_job(work: Path, token: str, partition: str, nodes: int, disk_paths: Sequence[str | Path]) -> Path:
-    """Write the marker, the probe and the job that runs it on ``nodes`` nodes into ``work``; return the job."""
+    """Write the marker, the runtime (its :mod:`cookbook_runtime.probe` runs on each node) and the job that runs
+    it on ``nodes`` nodes into ``work``; return the job."""
+    from cookbook.render import runtime_files  # what a job ships; here, not at import: render is ~1 s of imports
+
     (work / "marker").write_text(token)
-    (work / "probe.sh").write_text(render_template(PROBE_SH))
+    for name, text in runtime_files().items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text(text)
     site = next((p for p in sys.path if p.endswith("site-packages")), "")
     script = work / "probe.sbatch"
     script.write_text(
@@ -297,27 +303,20 @@ def _write_probe_job(work: Path, token: str, partition: str, nodes: int, disk_pa
 
 
 def _read_probe_file(f: Path, token: str) -> NodeReport:
-    """One node's ``node-<host>.txt`` (``key=value`` lines; ``disk_kib:PATH`` the free KiB there) as its report."""
-    d: dict[str, str] = {}
-    free: dict[str, int] = {}
-    for line in f.read_text().splitlines():
-        key, _, value = line.partition("=")
-        if key.startswith("disk_kib:"):
-            free[key[len("disk_kib:") :]] = int(value) * 1024 if value.isdigit() else 0
-        else:
-            d[key] = value.strip()
+    """One node's ``node-<host>.json`` (:mod:`cookbook_runtime.probe`'s facts) as its report."""
+    d = json.loads(f.read_text())
     return probe_report(
-        d.get("host", f.stem[5:]),
-        gpus=int(d.get("gpus") or -1),
-        gpu_names=d.get("gpu_names", ""),
-        nccl=d.get("nccl", ""),
-        efa=d.get("efa", ""),
-        efa_devices=d.get("efa_devices", ""),
-        marker_ok=d.get("marker") == token,
-        python_ok=d.get("python") == "yes",
-        free_bytes=free,
-        pyenv=d.get("pyenv", ""),
-        nccl_net=d.get("nccl_net", ""),
+        d["host"],
+        gpus=int(d["gpus"]),
+        gpu_names=d["gpu_names"],
+        nccl=d["nccl"],
+        efa=d["efa"],
+        efa_devices=d["efa_devices"],
+        marker_ok=d["marker"] == token,
+        python_ok=bool(d["python_ok"]),
+        free_bytes={path: int(n) for path, n in d["free_bytes"].items()},
+        pyenv=d["pyenv"],
+        nccl_net=d["nccl_net"],
     )
 
 

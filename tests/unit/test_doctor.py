@@ -104,3 +104,45 @@ def test_a_gpu_node_without_nvidia_ml_py_is_a_warning_naming_it_and_the_pin():
     assert check.status == "warn" and "no nvidia-ml-py on n2:" in check.detail and "n1" not in check.detail
     assert check.fix == "pip install nvidia-ml-py==12.575.51 into the venv"
     assert gpu_telemetry_on_nodes(both[:1]).status == "pass"
+
+
+def test_the_runtimes_probe_run_by_the_nodes_python_reports_this_machine(tmp_path):
+    """The probe job's program (``cookbook_runtime.probe``, issue #43: no node program under ``cookbook/``), run
+    as the job runs it -- a bare ``python3`` with only the copied runtime on its path -- and read back by
+    ``doctor`` into the one report type: the shared marker, the venv's pinned stack, free space."""
+    import shutil
+    import subprocess
+    import sys
+
+    from cookbook.render import runtime_files
+
+    for name, text in runtime_files().items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "marker").write_text("token-1")
+    bare = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    subprocess.run(
+        [bare, "-m", "cookbook_runtime.probe", "--out", str(tmp_path), "--marker", str(tmp_path / "marker"),
+         "--python", sys.executable, "--needs", "torch", "torchtune", "torchao", "torchtitan",
+         "--disk", str(tmp_path / "not" / "yet")],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path), "SLURMD_NODENAME": "n7"},
+        check=True, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    report = doctor._read_probe_file(tmp_path / "node-n7.json", "token-1")
+    assert report.node == "n7" and report.facts["marker_ok"] and report.facts["python_ok"]
+    assert report.facts["free_bytes"][str(tmp_path / "not" / "yet")] > 0  # its nearest existing folder's
+    assert doctor.stack_on_nodes([report]).status == "pass"
+    assert not doctor._read_probe_file(tmp_path / "node-n7.json", "token-2").facts["marker_ok"]
+
+
+def test_one_efa_test_for_the_gate_the_rehearsal_and_the_probe(tmp_path):
+    """An EFA device is one named so (``rdmap*``, ``efa*``) or bound to the ``efa`` driver; an HCA is not."""
+    from cookbook_runtime.probe import efa_devices, rdma_devices
+
+    for name in ("mlx5_0", "rdmap16s27", "ib9"):
+        (tmp_path / name / "device").mkdir(parents=True)
+    (tmp_path / "drivers" / "efa").mkdir(parents=True)
+    (tmp_path / "ib9" / "device" / "driver").symlink_to(tmp_path / "drivers" / "efa")
+    assert rdma_devices(tmp_path) == ["drivers", "ib9", "mlx5_0", "rdmap16s27"]
+    assert efa_devices(tmp_path) == ["ib9", "rdmap16s27"]
+    assert efa_devices(tmp_path / "absent") == []

@@ -13,6 +13,7 @@ from cookbook.cli import main
 from cookbook.render import generate_recipes, generated_files, quote_with_vars, render_job, write_job
 from cookbook.spec import JobSpec, SpecError, make_spec
 from cookbook_runtime import resume, run
+from cookbook_runtime.probe import build_parser as _probe_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
@@ -202,11 +203,10 @@ def test_every_committed_script_passes_shellcheck():
 
 
 def test_probe_and_rehearsal_files_pass_shellcheck_and_keep_a_hostile_partition_one_word(tmp_path):
-    from cookbook.doctor import PROBE_SBATCH, PROBE_SH
+    from cookbook.doctor import PROBE_SBATCH
     from cookbook.render import render_template
 
     work = tmp_path / "probe dir"
-    (tmp_path / "probe.sh").write_text(render_template(PROBE_SH))
     sbatch = tmp_path / "probe.sbatch"
     sbatch.write_text(
         render_template(
@@ -223,11 +223,14 @@ def test_probe_and_rehearsal_files_pass_shellcheck_and_keep_a_hostile_partition_
     from cookbook.rehearsal.rehearse import CHECK_TEMPLATE
 
     (tmp_path / "node-check").write_text(render_template(CHECK_TEMPLATE, node_check=str(work / "node_check.py")))
-    assert shellcheck(tmp_path / "probe.sh", sbatch, tmp_path / "node-check") == ""
+    assert shellcheck(sbatch, tmp_path / "node-check") == ""
     line = next(ln for ln in sbatch.read_text().splitlines() if ln.startswith("#SBATCH --partition="))
     assert shlex.split(line.split("=", 1)[1]) == ["gpu $(touch PWNED)"]
     srun = next(ln for ln in sbatch.read_text().splitlines() if ln.startswith("srun "))
-    assert shlex.split(srun)[-4:] == [str(work / "probe.sh"), str(work), str(work / "marker"), "/data/my models"]
+    probe = _probe_parser().parse_args(shlex.split(srun)[5:])  # the runtime's own parser reads the line as written
+    assert (probe.out, probe.marker, probe.disk) == (str(work), str(work / "marker"), ["/data/my models"])
+    assert probe.needs == ["torch", "torchtune"]
+    assert shlex.split(srun)[2:5] == ["python3", "-m", "cookbook_runtime.probe"]
 
 
 def test_shellcheck_catches_an_unquoted_variable(tmp_path):
