@@ -9,8 +9,8 @@ A request ``{"datasets": true}`` is answered ``{"datasets": {name: path}}``: tor
 under ``tests/`` ships with torchtitan; any other is a Hub id every rank fetches when ``dataset_path`` is unset).
 
 Where triton is not installed (a login node's CPU or aarch64 torch), the child imports torchtitan through
-:mod:`cookbook.recipes.titan_import` first; where it is, nothing is patched. The config module
-(``--module``) is found on ``PYTHONPATH``, which the parent sets.
+:mod:`cookbook_runtime.titan_import` first (the runtime's: the rehearsal's parse on a node uses it too); where
+it is, nothing is patched. The config module (``--module``) is found on ``PYTHONPATH``, which the parent sets.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import os
 import sys
 from typing import Any
 
-from cookbook.recipes.titan_import import import_torchtitan_without_triton
+from cookbook_runtime.titan_import import import_torchtitan_without_triton
 
 
 def plain(value: Any) -> Any:
@@ -65,7 +65,7 @@ def parse(args: list[str]) -> dict[str, Any]:
     except ModuleNotFoundError as e:
         reason = f"torchtitan cannot be imported here ({type(e).__name__}: {e})"
         if e.name == "triton":  # a torchtitan module that imports triton, unknown to titan_import
-            reason += "; add it to cookbook.recipes.titan_import.TORCHTITAN_TRITON_IMPORTERS"
+            reason += "; add it to cookbook_runtime.titan_import.TORCHTITAN_TRITON_IMPORTERS"
         return {"config": None, "fields": [], "error": reason}
     except Exception as e:  # noqa: BLE001  (torchtitan's own validation message)
         return {"config": None, "fields": [], "error": f"{type(e).__name__}: {e}"}

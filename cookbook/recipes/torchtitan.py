@@ -42,6 +42,7 @@ from cookbook.recipes.base import (
 from cookbook.recipes.shims import shim_launch
 from cookbook.spec import JobSpec
 from cookbook.versions import tested_version
+from cookbook_runtime import titan_import
 
 CONFIG_MODULE = f"{PROGRAMS}.cookbook_titan"  # its trainer, cookbook_titan_trainer, saves on a stop request
 _MODULE_FILE = program_source(CONFIG_MODULE)
@@ -131,7 +132,7 @@ def _answer_cache(request: dict[str, Any]) -> Path:
     digest = hashlib.sha256(json.dumps(request, sort_keys=True).encode())
     digest.update(importlib.metadata.version("torchtitan").encode())
     here = Path(__file__).parent
-    files = [here / "titan_parse.py", here / "titan_import.py", *sorted(_MODULE_FILE.parent.glob("*.py"))]
+    files = [here / "titan_parse.py", Path(titan_import.__file__), *sorted(_MODULE_FILE.parent.glob("*.py"))]
     for name in request.get("modules") or ():
         files += sorted(Path(name).parent.glob("*.py")) if Path(name).is_file() else [Path(name)]
     args = request.get("args") or []

@@ -22,6 +22,13 @@ The optional layers, with torch, in the processes the batch step starts:
 - ``nodecheck``: the gate's checks on every node, and their verdict
 - ``gpus``: GPU kinds and their peak FLOP/s
 - ``telemetry``: each node's GPU (NVML) and NIC samples beside the launcher, and the gate's GPU health
+- ``titan_import``: torchtitan imported where triton is not installed (an inert stand-in while its kernels load)
+
+Checks run beside a job, standard library only, on every node:
+
+- ``probe``: what a node has (GPUs, RDMA/EFA devices, libraries, free space), read one way for the gate, the
+  rehearsal and ``cookbook doctor``'s probe job (``python3 -m cookbook_runtime.probe``)
+- ``rehearsal``: ``cookbook rehearse``'s check on every node, in the launcher's place
 """
 
 import sys as _sys

@@ -30,7 +30,6 @@ Standard library only: it runs under any ``python3`` on the node; framework code
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import platform
@@ -42,6 +41,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from cookbook_runtime import probe
+from cookbook_runtime.decide import ENV_FIX, devices_selected, interface_matches
 
 SECRET = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)($|_)|_KEY($|_)", re.I)
 ENV_SHOWN = re.compile(
@@ -93,15 +95,12 @@ def program_of(words: list[str], args: list[str]) -> tuple[str, list[str]]:
 
 # ------------------------------------------------------------------------------------------ parse
 def torchtitan_without_triton() -> bool:
-    """Runs in the training interpreter: where triton is not installed, import torchtitan through the engine's
-    stand-in (:mod:`cookbook.recipes.titan_import`), as the engine's parser and local-cpu jobs do. True when it
-    was used; False where triton is installed, or where the cookbook is not (torchtitan's own import then
-    reports the missing triton)."""
-    try:  # the engine's, where the cookbook is installed (a CPU bench); a GPU node has triton and needs none
-        stand_in = importlib.import_module("cookbook.recipes.titan_import")
-    except ImportError:
-        return False
-    return bool(stand_in.import_torchtitan_without_triton())
+    """Runs in the training interpreter: where triton is not installed, import torchtitan through the runtime's
+    inert stand-in (:mod:`cookbook_runtime.titan_import`), as the engine's parser and local-cpu jobs do. True
+    when it was used; False where triton is installed (a GPU node: nothing is patched)."""
+    from cookbook_runtime.titan_import import import_torchtitan_without_triton
+
+    return import_torchtitan_without_triton()
 
 
 def parse_in_training_env(framework: str, args: list[str], keys: list[str]) -> dict:
@@ -182,10 +181,8 @@ def interpreter_of(launcher: str) -> str | None:
 def gpus(expected: int, uses_gpus: bool) -> tuple[dict, list[str]]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     count = len([d for d in (visible or "").split(",") if d.strip()]) if visible is not None else None
-    smi = None
-    if shutil.which("nvidia-smi"):
-        r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-        smi = len([ln for ln in r.stdout.splitlines() if ln.startswith("GPU ")]) if r.returncode == 0 else None
+    names = probe.gpu_names()
+    smi = None if names is None else len(names)
     info = {"CUDA_VISIBLE_DEVICES": visible, "visible": count, "nvidia_smi": smi}
     problems = []
     if uses_gpus:
@@ -242,18 +239,16 @@ def interfaces() -> list[str]:
 
 
 def interface_problems(names: list[str]) -> tuple[dict, list[str]]:
-    """NCCL_SOCKET_IFNAME (prefixes, ``=exact``, ``^exclusions``) and GLOO_SOCKET_IFNAME against this node."""
+    """NCCL_SOCKET_IFNAME (prefixes, ``=exact``, ``^exclusions``: the gate's parser, ``decide.interface_matches``)
+    and GLOO_SOCKET_IFNAME against this node."""
     nccl, gloo = os.environ.get("NCCL_SOCKET_IFNAME"), os.environ.get("GLOO_SOCKET_IFNAME")
     info = {"interfaces": names, "NCCL_SOCKET_IFNAME": nccl, "GLOO_SOCKET_IFNAME": gloo}
     problems = []
-    if nccl and not nccl.startswith("^"):
-        wanted = [w for w in nccl.split(",") if w]
-        ok = [w for w in wanted if (w[1:] in names if w.startswith("=") else any(n.startswith(w) for n in names))]
-        if not ok:
-            problems.append(
-                f"NCCL_SOCKET_IFNAME={nccl}: no such interface on this node (it has {', '.join(names)}); "
-                "unset it to let the script detect the interface, or name one of these"
-            )
+    if nccl and not any(interface_matches(nccl, n) for n in names):
+        problems.append(
+            f"NCCL_SOCKET_IFNAME={nccl}: no such interface on this node (it has {', '.join(names)}); "
+            "unset it to let the script detect the interface, or name one of these"
+        )
     if gloo and any(g not in names for g in gloo.split(",")):
         problems.append(f"GLOO_SOCKET_IFNAME={gloo}: no such interface on this node (it has {', '.join(names)})")
     return info, problems
@@ -462,17 +457,11 @@ def rdma_check(
     HCA, prefixes / ``=exact`` / ``^exclusions``, ``:port`` ignored) present under ``sysfs``: (info, problems,
     notes). Missing is a problem on a GPU node (``nvidia-smi`` present), a note elsewhere (a CPU test bench)."""
     root = Path(sysfs)
-    devices = sorted(d.name for d in root.iterdir()) if root.is_dir() else []
+    devices = probe.rdma_devices(root)
     info: dict[str, object] = {"devices": devices}
     missing = []
     if os.environ.get("FI_PROVIDER") == "efa":
-        efa = [
-            d
-            for d in devices
-            if d.startswith(("rdmap", "efa"))
-            or os.path.basename(os.path.realpath(root / d / "device" / "driver")) == "efa"
-        ]
-        info["efa"] = efa
+        info["efa"] = efa = probe.efa_devices(root)  # the gate's and the doctor's EFA test too
         if not efa:
             missing.append(f"FI_PROVIDER=efa but no EFA device under {root} (has: {', '.join(devices) or 'none'})")
         from cookbook_runtime.nodecheck import nccl_net_plugin
@@ -484,9 +473,7 @@ def rdma_check(
                 "/opt/amazon/ofi-nccl/lib or the ld cache: NCCL would fall back to sockets"
             )
     hca = os.environ.get("NCCL_IB_HCA", "")
-    if hca and not hca.startswith("^"):
-        from cookbook_runtime.decide import devices_selected  # the one NCCL_IB_HCA parser (the gate's too)
-
+    if hca and not hca.startswith("^"):  # the one NCCL_IB_HCA parser, the gate's too
         info["NCCL_IB_HCA"] = ok = devices_selected(hca, devices)
         if not ok:
             missing.append(f"NCCL_IB_HCA={hca} matches no device under {root} (has: {', '.join(devices) or 'none'})")
@@ -499,21 +486,8 @@ def python_environment(interp: str, needs: dict[str, str], login_machine: str) -
     """The training interpreter's answer (``cookbook_runtime.pyenv``: its machine, the installed versions of
     ``needs``) and the problems: a package missing or at another version than tested, or an interpreter that
     does not run here (built for the login node's machine, not this node's)."""
-    from cookbook_runtime import pyenv
-    from cookbook_runtime.decide import ENV_FIX
-
-    try:
-        r = subprocess.run(
-            [interp, "-m", "cookbook_runtime.pyenv", *needs], capture_output=True, text=True, timeout=120
-        )
-        answer, why = (
-            next(iter(pyenv.read_answers(r.stdout).values()), None),
-            r.stderr.strip() or f"exit {r.returncode}",
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:  # Exec format error: built for another machine
-        answer, why = None, str(e)
+    answer, why = probe.ask_python(interp, list(needs))  # Exec format error: built for another machine
     if answer is None:
-        why = why.splitlines()[-1]
         here = platform.machine()
         other = f" (this node is {here}, the login node {login_machine})" if login_machine not in ("", here) else ""
         return {"python": interp, "error": why}, [f"the training interpreter {interp} does not run here{other}: {why}. "
@@ -634,7 +608,7 @@ def config_values(
         if parsed.get("triton_standin") and args[:2] != ["-m", "cookbook.local.compat.cpu"]:
             notes.append(
                 f"triton is not installed for {interp}: torchtitan imports it to train on GPUs; the config "
-                "was parsed with an inert stand-in (cookbook.recipes.titan_import)"
+                "was parsed with an inert stand-in (cookbook_runtime.titan_import)"
             )
         return parsed["values"], [], notes
     if first:

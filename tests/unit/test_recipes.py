@@ -80,8 +80,8 @@ def test_torchtitan_rejection_reason_read_from_a_coloured_utf8_box(monkeypatch):
 
     import tyro._fmtlib
 
-    from cookbook.recipes.titan_import import import_torchtitan_without_triton
     from cookbook.recipes.torchtitan import _MODULE_FILE, CONFIG_MODULE, cli_args, parse_config, tyro_reason
+    from cookbook_runtime.titan_import import import_torchtitan_without_triton
 
     import_torchtitan_without_triton()
     from torchtitan.config.manager import ConfigManager

@@ -1,5 +1,5 @@
 """torchtitan's config is checked on a login node whose torch has no triton (CPU or aarch64 wheels) with nothing
-to set: the engine's parser child imports torchtitan through :mod:`cookbook.recipes.titan_import` (issue #30,
+to set: the engine's parser child imports torchtitan through :mod:`cookbook_runtime.titan_import` (issue #30,
 item 11). Where triton is installed, nothing is patched."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cookbook.recipes import titan_import
+from cookbook_runtime import titan_import
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -44,7 +44,7 @@ DIMS = FluxDims()
 
 def autoencoder_config(dims: FluxDims = DIMS):
     """torchtitan's ``AutoEncoder.Config`` for the tiny autoencoder (imports torchtitan)."""
-    from cookbook.recipes.titan_import import import_torchtitan_without_triton
+    from cookbook_runtime.titan_import import import_torchtitan_without_triton
 
     import_torchtitan_without_triton()
     from torchtitan.models.flux.model.autoencoder import AutoEncoder

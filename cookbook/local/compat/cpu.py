@@ -243,7 +243,7 @@ CPU_DEVICE_TYPE = Shim(
 
 
 def _import_without_triton() -> None:
-    from cookbook.recipes.titan_import import import_torchtitan_without_triton
+    from cookbook_runtime.titan_import import import_torchtitan_without_triton
 
     import_torchtitan_without_triton()
 
@@ -254,7 +254,7 @@ TRITON_STANDIN = Shim(
     upstream="torchtitan/distributed/minimal_async_ep/kernels.py:10 import triton (via torchtitan.trainer); "
     "overrides/fused_swiglu.py, overrides/fused_mla.py",
     fix="imports those modules with an inert triton stand-in in sys.modules, then removes it "
-    "(cookbook/recipes/titan_import.py); the GPU kernels are never called",
+    "(slurm-recipes/cookbook_runtime/titan_import.py); the GPU kernels are never called",
     apply=_import_without_triton,
 )
 

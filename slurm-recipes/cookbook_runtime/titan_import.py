@@ -10,8 +10,9 @@ torchtitan, nor check a job's overrides with torchtitan's own parser: ``No modul
 triton"), then puts an inert ``triton`` / ``triton.language`` in ``sys.modules`` only while those torchtitan
 modules are imported, and removes it afterwards (one left there would break torch, which then tries
 ``triton.backends.compiler``). The kernels are never called. Where triton is installed nothing is patched.
-Used by the engine's parser child (:mod:`cookbook.recipes.titan_parse`), the rehearsal's parse in the training
-interpreter, and the local CPU bench.
+Part of the runtime (standard library at import; torch only inside the call) because a node uses it: the
+rehearsal's parse in the training interpreter (:mod:`cookbook_runtime.rehearsal`) and the local CPU bench's
+jobs; the engine's parser child (:mod:`cookbook.recipes.titan_parse`) imports it from here.
 """
 
 from __future__ import annotations
