@@ -77,3 +77,25 @@ def test_one_nccl_ib_hca_parser_in_the_repository():
 
     readers = [p for p in _python_files() if re.search(r"environ\.get\(\s*\"NCCL_IB_HCA\"", p.read_text())]
     assert readers and [p.name for p in readers if "devices_selected" not in p.read_text()] == []
+
+
+def _shipped_and_engine_files() -> list[Path]:
+    return [p for p in _python_files() if p.relative_to(ROOT).parts[0] != "tests"]
+
+
+def test_one_nccl_socket_ifname_parser_in_the_repository():
+    """Every program that reads ``NCCL_SOCKET_IFNAME`` matches interfaces with the gate's one parser,
+    ``decide.interface_matches`` (the rehearsal had its own, which skipped ``^exclusion`` lists)."""
+    import re
+
+    readers = [
+        p for p in _shipped_and_engine_files() if re.search(r"environ\.get\(\s*\"NCCL_SOCKET_IFNAME\"", p.read_text())
+    ]
+    assert readers and [p.name for p in readers if "interface_matches" not in p.read_text()] == []
+
+
+def test_one_efa_device_test_in_the_repository():
+    """An EFA device is told by one function, ``cookbook_runtime.probe.efa_devices`` (the gate's, the rehearsal's
+    and the doctor's probe's): its names (``rdmap*``) are written in that file only."""
+    named = [p.relative_to(ROOT).as_posix() for p in _shipped_and_engine_files() if '"rdmap"' in p.read_text()]
+    assert named == ["slurm-recipes/cookbook_runtime/probe.py"]
