@@ -22,7 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cookbook.render import test_only, validate, write_array, write_job
+from cookbook.render import array_task_scripts, test_only, write_array, write_job
+from cookbook.resolve import placed, resolve
 from cookbook.slurm.client import (
     REQUEUED_STATES,
     TERMINAL_STATES,
@@ -228,11 +229,11 @@ class Executor:
     def spec(self, recipe: str, **overrides: Any) -> JobSpec:
         """The validated job ``submit`` would run (:class:`cookbook.spec.SpecError` names what is wrong)."""
         spec = self._spec(recipe, **overrides)
-        validate(spec)
+        resolve(spec)
         return spec
 
     def _spec(self, recipe: str, **overrides: Any) -> JobSpec:
-        """The job ``submit`` would run, not yet validated: rendering it validates it, once."""
+        """The job ``submit`` would run, not yet validated: submitting it resolves it, once."""
         return make_spec(
             recipe, self.profile, **self.parameters, overrides={str(k): str(v) for k, v in overrides.items()}
         )
@@ -240,7 +241,7 @@ class Executor:
     def test_only(self, recipe: str, **overrides: Any) -> str:
         """Slurm's answer to ``sbatch --test-only`` of the job ``submit`` would run (nothing queued);
         :class:`cookbook.spec.SpecError` with Slurm's own message when it refuses."""
-        return test_only(self._spec(recipe, **overrides), self.client)
+        return test_only(resolve(self._spec(recipe, **overrides)), self.client)
 
     def submit(self, recipe: str, **overrides: Any) -> Job:
         """Render ``recipe`` with its config ``overrides`` into ``folder/<name>-<time>/`` and sbatch it."""
@@ -252,24 +253,33 @@ class Executor:
         """A sweep: one task per override set, as ONE Slurm array (``--array=0-N%parallelism``: at most
         ``parallelism`` tasks run at once; None: all) in ``folder/<name>-array-<time>/``, task N's script in
         ``task-N/``; each :class:`Job` is one task (``job_id`` ``<array id>_<N>``), requeued on its own.
-        ``array=False``: one separate job per override set instead."""
-        base = self.spec(recipe)
-        specs = [replace(self.spec(recipe, **o), job_name=f"{base.name}-{i}") for i, o in enumerate(overrides)]
+        ``array=False``: one separate job per override set instead. Each task is resolved once (validated, its
+        lead time and sizes computed); the sweep's own name is the recipe's job name, not a job of its own."""
+        name = self._spec(recipe).name
+        specs = [replace(self._spec(recipe, **o), job_name=f"{name}-{i}") for i, o in enumerate(overrides)]
         if not array:
             return [self.submit_spec(spec) for spec in specs]
-        folder = (self.folder / f"{base.name}-array-{_stamp()}").resolve()
-        script = write_array(specs, folder, base.name, parallelism)
-        log_dir = Path(base.log_dir) if Path(base.log_dir).is_absolute() else folder / base.log_dir
+        folder = (self.folder / f"{name}-array-{_stamp()}").resolve()
+        scripts = array_task_scripts(folder, len(specs))
+        tasks = [resolve(placed(spec, script)) for spec, script in zip(specs, scripts, strict=True)]
+        script = write_array(tasks, folder, name, parallelism)
+        return self._submit_array(script, name, [(t.spec, s) for t, s in zip(tasks, scripts, strict=True)])
+
+    def _submit_array(self, script: Path, name: str, tasks: list[tuple[JobSpec, Path]]) -> list[Job]:
+        """sbatch the array ``script`` (job ``name``; each task's resolved spec and script) and record a
+        :class:`Job` per task."""
+        folder, specs = script.parent, [spec for spec, _ in tasks]
+        log_dir = Path(specs[0].log_dir) if Path(specs[0].log_dir).is_absolute() else folder / specs[0].log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         client = self.client or SlurmClient()
         array_id = client.submit(script, cwd=folder)
         jobs = []
-        for i, spec in enumerate(specs):
-            task = folder / f"task-{i}"
+        for i, (spec, task_script) in enumerate(tasks):
+            task = task_script.parent
             job = Job(
                 job_id=f"{array_id}_{i}",
-                script=task / "job.sbatch",
-                log=log_dir / f"{base.name}-{array_id}_{i}.out",
+                script=task_script,
+                log=log_dir / f"{name}-{array_id}_{i}.out",
                 run_dir=Path(spec.run_dir) if spec.run_dir else task / "runs" / spec.name,
                 recipe=spec.recipe,
                 profile=spec.profile,
@@ -282,10 +292,12 @@ class Executor:
         return jobs
 
     def submit_spec(self, spec: JobSpec) -> Job:
-        """Render and sbatch a :class:`JobSpec` (validated and resolved once, as it is rendered:
+        """Render and sbatch a :class:`JobSpec` (resolved once, :func:`cookbook.resolve.resolve`, then rendered:
         :class:`cookbook.spec.SpecError` names what is wrong); :class:`SlurmError` with Slurm's text if refused."""
         folder = (self.folder / f"{spec.name}-{_stamp()}").resolve()
-        script = write_job(spec, folder / "job.sbatch")
+        resolved = resolve(placed(spec, folder / "job.sbatch"))
+        spec = resolved.spec
+        script = write_job(resolved, folder / "job.sbatch")
         log_dir = Path(spec.log_dir)
         (log_dir if log_dir.is_absolute() else folder / log_dir).mkdir(parents=True, exist_ok=True)
         client = self.client or SlurmClient()

@@ -1,21 +1,27 @@
-"""JobSpec + Recipe -> sbatch script (Jinja2, every user value shell-quoted) and its config files.
+"""A resolved job -> sbatch script (Jinja2, every user value shell-quoted) and its config files.
 
-Nothing is written unless the whole job validates (:func:`validate` raises :class:`SpecError`
-listing every problem). The script is written once per job; its configs go next to it.
+The writers (:func:`write_job`, :func:`write_array`, :func:`test_only`) take the :class:`ResolvedJob` that
+:func:`cookbook.resolve.resolve` made once per submission, and neither check nor size it again. A bare
+:class:`JobSpec` handed to them (the API's convenience for a script or a test) is resolved at that one front door,
+:func:`_resolved`; the engine's own submissions (``Executor``, ``cookbook render``, the notebooks' steps) pass the
+resolved job. Nothing is written unless the whole job validates. The script is written once per job; its configs
+go next to it.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import cookbook_runtime
 from cookbook.recipes import LOCAL_CPU, get_recipe
 from cookbook.recipes.base import Launch, Recipe, resolve_here
-from cookbook.resolve import ResolvedJob, resolve, with_signal
+from cookbook.resolve import ResolvedJob, placed, resolve, with_signal
 from cookbook.secure_files import make_executable
 from cookbook.slurm.client import SlurmClient, SlurmError, SlurmUnreachable
 from cookbook.spec import SHARED_PORT_SPAN, JobSpec, SpecError, check_spec, profile_defaults, profiles
@@ -133,14 +139,24 @@ def program_lines(args: tuple[str, ...], names: tuple[str, ...]) -> list[str]:
 def validate(spec: JobSpec) -> Recipe:
     """The spec's recipe, once the spec and the recipe both accept it; SpecError with every problem
     (:func:`cookbook.resolve.resolve`)."""
-    return resolve(spec).recipe
+    return _resolved(spec).recipe
 
 
 def render_job(spec: JobSpec, recipe: Recipe | None = None) -> RenderedJob:
     """Validate ``spec`` and render its sbatch script and config files (nothing written). ``recipe``: render
     with this one instead of the spec's (validated all the same), e.g. the FSDP script for any model, whose
-    lead time is its largest model's."""
-    return render(resolve(spec, recipe))
+    lead time is its largest model's. A caller that holds the resolved job calls :func:`render`."""
+    return render(_resolved(spec, recipe=recipe))
+
+
+def _resolved(job: ResolvedJob | JobSpec, script_path: Path | None = None, recipe: Recipe | None = None) -> ResolvedJob:
+    """``job`` placed at ``script_path`` (:func:`placed`; None: as it is). A resolved job is not checked or sized
+    again; a bare :class:`JobSpec` (the API's convenience, e.g. a test's) is resolved here (``recipe``: see
+    :func:`render_job`), the one place in this module that resolves: the engine's submissions resolve before
+    they render (:func:`cookbook.resolve.resolve`) and pass the resolved job."""
+    if isinstance(job, ResolvedJob):
+        return job if script_path is None else replace(job, spec=placed(job.spec, script_path))
+    return resolve(job if script_path is None else placed(job, script_path), recipe)
 
 
 def render(job: ResolvedJob) -> RenderedJob:
@@ -266,26 +282,33 @@ def mount_problems(spec: JobSpec, recipe: Recipe) -> list[str]:
     return out
 
 
-def placed(spec: JobSpec, script_path: str | Path) -> JobSpec:
-    """``spec`` as written to ``script_path``: the script's name, and its folder as the recipe folder unless
-    ``spec.recipe_dir`` says otherwise (the start-up paths are resolved and checked against it)."""
-    script_path = Path(script_path)
-    return replace(spec, script_name=script_path.name, recipe_dir=spec.recipe_dir or str(script_path.parent.resolve()))
+def script_file(script_path: str | Path) -> Path:
+    """``script_path`` as the script's file; :class:`SpecError` (one line) where it names a folder: it ends in a
+    path separator or is an existing folder (the script and ``cookbook_runtime/`` would land beside it)."""
+    text = os.fspath(script_path)
+    path = Path(script_path)
+    if text.endswith(tuple(filter(None, (os.sep, os.altsep)))) or path.is_dir():
+        raise SpecError(
+            [f"script path {text!r} names a folder; a job script is a file: give its name, e.g. {path / 'job.sbatch'}"]
+        )
+    return path
 
 
-def write_job(spec: JobSpec, script_path: str | Path, job: RenderedJob | None = None) -> Path:
-    """Render ``spec`` and write the script to ``script_path``, its configs next to it; return the path.
+def write_job(job: ResolvedJob | JobSpec, script_path: str | Path, rendered: RenderedJob | None = None) -> Path:
+    """Write ``job``'s script to ``script_path``, its configs next to it; return the path.
 
-    Without ``spec.recipe_dir`` the script refers to its configs through the folder it is written to.
-    ``job``: the rendering of ``placed(spec, script_path)`` the caller already made (its warnings shown).
+    ``job``: resolved from ``placed(spec, script_path)`` (a bare spec is resolved first, :func:`_resolved`);
+    without ``spec.recipe_dir`` the script refers to its configs through the folder it is written to.
+    ``rendered``: the rendering of ``job`` the caller already made (its warnings shown). A ``script_path`` that
+    names a folder is refused before anything is written (:func:`script_file`).
     """
-    script_path = Path(script_path)
-    job = job or render(resolve(placed(spec, script_path)))
+    script_path = script_file(script_path)
+    rendered = rendered or render(_resolved(job, script_path))
     script_path.parent.mkdir(parents=True, exist_ok=True)
-    for name, text in job.files.items():
+    for name, text in rendered.files.items():
         (script_path.parent / name).parent.mkdir(parents=True, exist_ok=True)  # cookbook_runtime/
         (script_path.parent / name).write_text(text)
-    script_path.write_text(job.script)
+    script_path.write_text(rendered.script)
     make_executable(script_path)  # +x where the user's umask lets reads through
     return script_path
 
@@ -321,32 +344,41 @@ def write_command_job(
     return script
 
 
-def write_array(specs: list[JobSpec], folder: str | Path, name: str, parallelism: int | None = None) -> Path:
-    """Write one Slurm array for ``specs`` (a sweep: same Slurm settings, different config overrides): each task's
-    full job script in ``folder/task-N/job.sbatch`` (rendered and validated as :func:`write_job` does) and the
-    array script ``folder/job.sbatch`` (job ``name``, ``--array=0-(N-1)[%parallelism]``, the first spec's
-    ``#SBATCH`` lines, log ``<name>-<array id>_<task>.out``) that runs task N's script in task N's allocation.
-    Returns its path."""
-    if not specs:
+def array_task_scripts(folder: str | Path, count: int) -> list[Path]:
+    """The job scripts of an array's ``count`` tasks in the array folder ``folder``: ``folder/task-N/job.sbatch``."""
+    return [Path(folder).resolve() / f"task-{task}" / "job.sbatch" for task in range(count)]
+
+
+def write_array(
+    tasks: Sequence[ResolvedJob | JobSpec], folder: str | Path, name: str, parallelism: int | None = None
+) -> Path:
+    """Write one Slurm array for ``tasks`` (a sweep: same Slurm settings, different config overrides): each task's
+    full job script in ``folder/task-N/job.sbatch`` (:func:`array_task_scripts`; each resolved from its spec placed
+    there, a bare spec resolved first as :func:`write_job` does) and the array script ``folder/job.sbatch`` (job
+    ``name``, ``--array=0-(N-1)[%parallelism]``, the first task's ``#SBATCH`` lines with its lead time, log
+    ``<name>-<array id>_<task>.out``) that runs task N's script in task N's allocation. Returns its path."""
+    if not tasks:
         raise SpecError(["an array needs at least one task"])
     if parallelism is not None and parallelism < 1:
         raise SpecError([f"parallelism={parallelism}: run at least 1 task at a time (or leave it unset: all)"])
-    first = specs[0]
+    scripts = array_task_scripts(folder, len(tasks))
+    jobs = [_resolved(task, script) for task, script in zip(tasks, scripts, strict=True)]
+    first = jobs[0].spec
     slurm = {f: getattr(first, f) for f in _SLURM_FIELDS}
-    differ = sorted({f for s in specs[1:] for f in _SLURM_FIELDS if getattr(s, f) != slurm[f]})
+    differ = sorted({f for j in jobs[1:] for f in _SLURM_FIELDS if getattr(j.spec, f) != slurm[f]})
     if differ:
         raise SpecError([f"the tasks of one array share their Slurm settings; these differ: {', '.join(differ)}"])
+    for job, script in zip(jobs, scripts, strict=True):
+        write_job(job, script)
     folder = Path(folder).resolve()
-    for i, spec in enumerate(specs):
-        write_job(spec, folder / f"task-{i}" / "job.sbatch")
-    base = replace(with_signal(first, get_recipe(first.recipe)), job_name=name)
+    base = replace(first, job_name=name)
     limit = f"%{parallelism}" if parallelism else ""
     text = render_template(
         "array.sbatch.j2",
         spec=base,
-        recipe=get_recipe(first.recipe),
-        count=len(specs),
-        array=f"0-{len(specs) - 1}{limit}",
+        recipe=jobs[0].recipe,
+        count=len(jobs),
+        array=f"0-{len(jobs) - 1}{limit}",
         log_file=log_file(base).replace("%j", "%A_%a"),
         array_dir=quote(str(folder)),
         task_script="job.sbatch",
@@ -365,13 +397,16 @@ _SLURM_FIELDS = (
 )  # fmt: skip
 
 
-def test_only(spec: JobSpec, client: SlurmClient | None = None) -> str:
-    """Ask Slurm whether it would run ``spec``: ``sbatch --test-only`` of the rendered script (nothing queued,
-    nothing kept). Returns Slurm's answer (``Job 12 to start at ... on nodes n2 ...``); :class:`SpecError` with
-    Slurm's own message when it refuses (unknown reservation or partition, excluded every node, no such
-    feature, more memory than a node has ...)."""
+def test_only(
+    job: ResolvedJob | JobSpec, client: SlurmClient | None = None, rendered: RenderedJob | None = None
+) -> str:
+    """Ask Slurm whether it would run ``job``: ``sbatch --test-only`` of its script (``rendered``: the rendering
+    the caller already made; nothing queued, nothing kept). Returns Slurm's answer (``Job 12 to start at ... on
+    nodes n2 ...``); :class:`SpecError` with Slurm's own message when it refuses (unknown reservation or
+    partition, excluded every node, no such feature, more memory than a node has ...)."""
+    spec = job.spec if isinstance(job, ResolvedJob) else job
     with tempfile.TemporaryDirectory(prefix="cookbook-test-only-") as tmp:
-        script = write_job(spec, Path(tmp) / f"{spec.script_stem}.sbatch")
+        script = write_job(job, Path(tmp) / f"{spec.script_stem}.sbatch", rendered)
         try:
             return (client or SlurmClient()).test_only(script)
         except SlurmUnreachable as e:  # not the job's fault: the controller named, SLURM_CONF
@@ -508,7 +543,7 @@ __all__ = [
     "quote_with_vars",
     "render",
     "render_job",
-    "resolve",
+    "script_file",
     "render_template",
     "resolve_here",
     "start_path_warnings",

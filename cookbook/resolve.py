@@ -10,6 +10,7 @@ The checks are the one validation layer: :func:`cookbook.spec.type_problems` and
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from cookbook.planner.lead_time import MIN_SIGNAL_SECONDS, largest_save_bytes, save_seconds
 from cookbook.planner.recovery import sized_save_steps
@@ -65,6 +66,14 @@ def resolve(spec: JobSpec, recipe: Recipe | None = None) -> ResolvedJob:
     job = _sized(spec, own) if own is not None and recipe is None else None
     own = _check(spec, job.spec if job else with_signal(spec, recipe or own), own, missing)
     return job or _sized(spec, recipe or own)
+
+
+def placed(spec: JobSpec, script_path: str | Path) -> JobSpec:
+    """``spec`` as written to ``script_path``: the script's name, and its folder as the recipe folder unless
+    ``spec.recipe_dir`` says otherwise (the start-up paths are resolved and checked against it): resolve the
+    placed spec."""
+    script_path = Path(script_path)
+    return replace(spec, script_name=script_path.name, recipe_dir=spec.recipe_dir or str(script_path.parent.resolve()))
 
 
 def _sized(spec: JobSpec, recipe: Recipe) -> ResolvedJob:

@@ -158,10 +158,11 @@ def _render_check(spec: JobSpec, gpu: str | None, report: CheckReport) -> list[s
     """Render ``spec`` as a submission would: its line and warnings into ``report``, or its problems."""
     from cookbook.gpus import UnknownGpu
     from cookbook.planner import job_fit_warning
-    from cookbook.render import render_job
+    from cookbook.render import render
+    from cookbook.resolve import resolve
 
     try:
-        job = render_job(spec)
+        job = render(resolve(spec))
         report.lines.append(
             f"job valid: {spec.recipe}, {spec.nodes} node(s) x "
             + (f"{spec.gpus_per_node} GPU(s)" if spec.gpus_per_node else "CPU")
@@ -343,9 +344,11 @@ def rehearse_job(
     the notebook with the per-node table and what to change."""
     from cookbook.rehearsal import RehearsalError, rehearse
     from cookbook.render import write_job
+    from cookbook.resolve import placed, resolve
 
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
-    script = write_job(spec, (Path(root) / f"{spec.name}-rehearsal-{stamp}").resolve() / "job.sbatch")
+    path = (Path(root) / f"{spec.name}-rehearsal-{stamp}").resolve() / "job.sbatch"
+    script = write_job(resolve(placed(spec, path)), path)
     try:
         report = rehearse(script, client or slurm_client(spec.profile), timeout=timeout)
     except RehearsalError as e:

@@ -250,24 +250,26 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
 
 def _render(args: argparse.Namespace) -> int:
     from cookbook.cli.files import output_file
-    from cookbook.render import placed, render_job, test_only, write_job
+    from cookbook.render import render, test_only, write_job
+    from cookbook.resolve import placed, resolve
 
     # checked before any work: a folder, a file above it, no write access; its folder is made, configs go beside it
     output = output_file(args.output, "-o", make_folder=True, example="job.sbatch")
     spec = placed(spec_from_args(args), output)  # the folder known: start-up paths resolve against it, and warn
     try:
-        job = render_job(spec)
+        job = resolve(spec)  # once: validated and sized; rendered once, for the warnings, Slurm's test and the file
+        rendered = render(job)
     except SpecError as e:
         raise UserError(str(e)) from e
     from cookbook.planner import job_fit_warning
 
-    warnings: list[str | None] = [*job.warnings, job_fit_warning(spec, args.gpu)]
+    warnings: list[str | None] = [*rendered.warnings, job_fit_warning(spec, args.gpu)]
     for w in filter(None, warnings):
         print(f"warning: {w}", file=sys.stderr)
     try:
         if args.test_only:
-            print(f"sbatch --test-only: {test_only(spec)}", file=sys.stderr)
-        path = write_job(spec, output, job)
+            print(f"sbatch --test-only: {test_only(job, rendered=rendered)}", file=sys.stderr)
+        path = write_job(job, output, rendered)
     except SpecError as e:
         raise UserError(str(e)) from e
     print(path)
