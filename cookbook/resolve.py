@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cookbook.planner.lead_time import MIN_SIGNAL_SECONDS, largest_save_bytes, save_seconds
+from cookbook.planner.recipes import lora_rank_problem
 from cookbook.planner.recovery import sized_save_steps
 from cookbook.recipes import get_recipe
 from cookbook.recipes.base import Recipe
@@ -125,16 +126,20 @@ def _check(spec: JobSpec, lead: JobSpec, recipe: Recipe | None, missing: str) ->
     """``recipe``, or :class:`SpecError` with every problem of ``spec`` (``lead``: it with its lead time;
     ``recipe``: its own, None when ``missing`` says why): the Slurm/profile side (:func:`check_spec`, the lead
     time held against ``--time``), the recipe's value rules (:meth:`Recipe.value_problems`: a LoRA rank, a
-    learning rate > 0) and its own checks, the tracker's."""
+    learning rate > 0; a LoRA rank within the model's hidden size) and its own checks, the tracker's. A wrong
+    value is said alone: the lead time computed from it is not held against ``--time``."""
+    values = [] if recipe is None else recipe.value_problems(spec)
+    if recipe is not None and not values and (rank := lora_rank_problem(spec.recipe, spec.overrides)):
+        values.append(rank)
     source = "" if spec.signal_seconds is not None else " (the recipe's lead time for its stop-save)"
-    problems = check_spec(lead, signal_source=source)
+    problems = check_spec(spec if values else lead, signal_source=source)
     if recipe is None:
         raise SpecError(problems + [missing])
     try:
         known = spec.profile in profiles()
     except ProfileError:  # a profile file with a mistake: check_spec reported it
         known = False
-    problems += recipe.value_problems(spec)
+    problems += values
     if known and not problems:  # recipe checks assume a known profile and a job the checks above accept
         problems += recipe.validate(spec)
     problems += tracker_problems(spec)

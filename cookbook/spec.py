@@ -219,6 +219,18 @@ class JobSpec:
     def world_size(self) -> int:
         return self.nodes * self.procs_per_node
 
+    def describe(self) -> str:
+        """The job in short for a notebook (``repr`` shows all 35 fields): recipe, profile, shape, time and
+        partition on one line, then one line per override."""
+        nodes = f"{self.nodes} node{'s' if self.nodes != 1 else ''}"
+        spare = f" (+{self.spare_nodes} spare)" if self.spare_nodes else ""
+        gpus = f" x {self.gpus_per_node} GPUs" if self.gpus_per_node else ", CPU only"
+        line = (
+            f"{self.name}: {self.recipe} on {self.profile}, {nodes}{spare}{gpus}, time {self.time}, "
+            f"partition {self.partition or 'default'}"
+        )
+        return "\n".join([line, *(f"  {key} = {value}" for key, value in self.overrides.items())])
+
 
 def is_local_cpu(profile: str) -> bool:
     """Whether jobs under ``profile`` run the tiny CPU variant of the local bench: ``local-cpu`` itself or any

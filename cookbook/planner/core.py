@@ -18,7 +18,14 @@ from cookbook.planner.estimate import (
 )
 from cookbook.planner.hardware import GIB, GpuSpec, get_gpu
 from cookbook.planner.models import FluxShape, ModelShape, get_model
-from cookbook.planner.recipes import RECIPES, RecipeDefaults, ignorable_overrides, recipe_defaults, settings_overrides
+from cookbook.planner.recipes import (
+    RECIPES,
+    RecipeDefaults,
+    ignorable_overrides,
+    lora_rank_problem,
+    recipe_defaults,
+    settings_overrides,
+)
 
 if TYPE_CHECKING:
     from cookbook.spec import JobSpec
@@ -173,6 +180,8 @@ def plan(
     s.validate()
     if defaults.settings.lora_rank and s.lora_rank < 1:  # 0 would plan a full fine-tune under the LoRA name
         raise ValueError(f"lora_rank={s.lora_rank}: {recipe} is a LoRA recipe; its rank must be > 0 (e.g. 16)")
+    if problem := lora_rank_problem(recipe, settings):
+        raise ValueError(problem)
     world = nodes * gpus_per_node
     if world % s.tp:
         raise ValueError(f"tensor-parallel degree {s.tp} does not divide {world} GPUs")

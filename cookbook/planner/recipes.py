@@ -3,6 +3,7 @@ as each recipe states them (:meth:`cookbook.recipes.Recipe.planner_defaults`).""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -75,14 +76,17 @@ def _coerce(field: str, value: Any) -> Any:
             number = float(value)
         except (TypeError, ValueError):
             raise ValueError(f"{field}: expected a whole number, got {value!r}") from None
-        if number != int(number):
+        if not math.isfinite(number) or number != int(number):  # int() of inf is an OverflowError
             raise ValueError(f"{field}: expected a whole number, got {value!r}")
         return max(int(number), 1) if field == "tp" else int(number)
     if isinstance(default, float):
         try:
-            return float(value)
+            number = float(value)
         except (TypeError, ValueError):
-            raise ValueError(f"{field}: expected a number, got {value!r}") from None
+            number = math.nan
+        if not math.isfinite(number):
+            raise ValueError(f"{field}: expected a finite number, got {value!r}")
+        return number
     return str(value)
 
 
@@ -103,6 +107,26 @@ def ignorable_overrides(raw: Mapping[str, Any]) -> dict[str, Any]:
     """Like :func:`settings_overrides` but silently drops keys that do not change memory or speed."""
     known = set(Settings.__dataclass_fields__) | set(SETTING_KEYS)
     return settings_overrides({k: v for k, v in raw.items() if k in known})
+
+
+def lora_rank_problem(recipe: str, overrides: Mapping[str, Any]) -> str | None:
+    """One line when ``overrides`` give ``recipe`` a LoRA rank (``lora_rank``, ``model.lora_rank`` ...) above its
+    model's hidden size, the width of the smallest matrix an adapter factors; None otherwise (no rank, a rank
+    that is no whole number, which the recipe's own checks report, or a recipe the planner does not know)."""
+    model = MODELS.get(RECIPES[recipe].model) if recipe in RECIPES else None
+    for key, value in overrides.items():
+        if (key if key in Settings.__dataclass_fields__ else SETTING_KEYS.get(key)) != "lora_rank":
+            continue
+        try:
+            rank = _coerce("lora_rank", value)
+        except ValueError:
+            return None
+        if isinstance(model, ModelShape) and rank > model.hidden:
+            return (
+                f"{key}={value}: a LoRA rank cannot exceed the hidden size of {model.name} ({model.hidden}); "
+                "give a smaller rank, e.g. 16"
+            )
+    return None
 
 
 def recipe_defaults(name: str) -> RecipeDefaults:

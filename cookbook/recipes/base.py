@@ -36,6 +36,7 @@ launcher flags and everything else stay the same.
 
 from __future__ import annotations
 
+import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -249,19 +250,23 @@ class Recipe(ABC):
         return out
 
     def value_problems(self, spec: JobSpec) -> list[str]:
-        """One line for each override of :attr:`positive_keys` that is not a number > 0 (a word: where the
-        framework's parser does not say so itself, :attr:`typed_config`)."""
+        """One line for each override of :attr:`positive_keys` that is not a finite number > 0 (``inf`` and ``nan``
+        parse as numbers, and train nothing; a word: where the framework's parser does not say so itself,
+        :attr:`typed_config`)."""
         out = []
         for key, what in self.positive_keys.items():
             if key not in spec.overrides:
                 continue
             value = spec.overrides[key]
             try:
-                ok = float(value) > 0
+                number = float(value)
+                ok = math.isfinite(number) and number > 0
             except ValueError:
                 ok = self.typed_config
             if not ok:
-                out.append(f"{key}={value!r}: {what} must be a number > 0; set it with --set {key}=NUMBER or drop it")
+                out.append(
+                    f"{key}={value!r}: {what} must be a finite number > 0; set it with --set {key}=NUMBER or drop it"
+                )
         return out
 
     @abstractmethod

@@ -20,7 +20,7 @@ import ipywidgets as W
 from cookbook.planner import GPUS, job_fit_warning
 from cookbook.recipes import list_recipes
 from cookbook.render import render_job, validate
-from cookbook.spec import JobSpec, SpecError, parse_overrides, profile_defaults, profiles
+from cookbook.spec import MAX_NODES, JobSpec, SpecError, parse_overrides, profile_defaults, profiles
 from cookbook.walkthrough import Job, NotebookStop, check_job, job_spec, submit
 from cookbook.widgets.monitor import JobMonitor
 
@@ -88,10 +88,11 @@ class JobBuilder:
         self.profile = W.Dropdown(
             options=list(profiles()), value=profile, description="profile", style=style, layout=lay
         )
-        self.nodes = W.BoundedIntText(value=nodes, min=0, max=4096, description="nodes", style=style, layout=lay)
+        # bounded by the spec's own limit; a value the rules refuse below it is said by validate()
+        self.nodes = W.BoundedIntText(value=nodes, min=0, max=MAX_NODES, description="nodes", style=style, layout=lay)
         # nodes that stand by beside the training ones: a node at fault is swapped for one inside the job
         self.spare_nodes = W.BoundedIntText(
-            value=spare_nodes, min=0, max=4096, description="spare nodes", style=style, layout=lay
+            value=spare_nodes, min=0, max=MAX_NODES, description="spare nodes", style=style, layout=lay
         )
         self.gpus = W.BoundedIntText(value=gpus, min=0, max=64, description="GPUs per node", style=style, layout=lay)
         self.gpu = W.Dropdown(options=sorted(GPUS), value=gpu, description="GPU kind", style=style, layout=lay)
