@@ -60,21 +60,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--split", default="train")
     c.add_argument("--name", default=None, help="Hub dataset config name")
     c.add_argument("--packed", action="store_true", help="write packed: true (and tokenizer.max_seq_len)")
-    c.add_argument("--plot", type=Path, help="save the token-length histogram here (.png/.svg)")
+    c.add_argument("--plot", help="save the token-length histogram here (.png/.svg)")
     c.add_argument("--format", choices=("yaml", "overrides"), default="yaml")
     _job_options(c)
     c.set_defaults(func=_check)
 
     w = verbs.add_parser("c4", help="lay out text/jsonl files as a local C4 `en` folder for torchtitan")
     w.add_argument("files", nargs="+", type=Path)
-    w.add_argument("--output-dir", required=True, type=Path)
+    w.add_argument("--output-dir", required=True)
     w.add_argument("--column", default="text")
     _job_options(w)
     w.set_defaults(func=_c4)
 
     cc = verbs.add_parser("cc12m", help="write image+caption pairs (IMG.jpg/png + IMG.txt) as webdataset shards")
     cc.add_argument("images", type=Path, help="folder with images and same-named .txt captions")
-    cc.add_argument("--output-dir", required=True, type=Path)
+    cc.add_argument("--output-dir", required=True)
     cc.add_argument("--shard-size", type=int, default=1000)
     _job_options(cc)
     cc.set_defaults(func=_cc12m)
@@ -159,7 +159,7 @@ def _column_map(items: list[str]) -> dict[str, str]:
 def _check(args: argparse.Namespace) -> int:
     at_least(args.max_seq_len, 1, "--max-seq-len", "tokens per sample")
     at_least(args.sample, 1, "--sample", "rows to tokenize")
-    plot = args.plot and output_file(args.plot, "--plot", plot=True)
+    plot = None if args.plot is None else output_file(args.plot, "--plot", plot=True)
     if submitted(args):
         return 0
     from cookbook.data import DataError, DatasetSpec, TokenizerSpec, check_dataset, dataset_overrides, dataset_yaml
@@ -195,7 +195,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _c4(args: argparse.Namespace) -> int:
-    output_folder(args.output_dir, "--output-dir")
+    output_dir = output_folder(args.output_dir, "--output-dir")
     if submitted(args):  # the inputs may be an earlier job's output (--dependency): looked at by the job
         return 0
     for path in args.files:
@@ -204,7 +204,7 @@ def _c4(args: argparse.Namespace) -> int:
     from cookbook.data.titan import check_c4, texts_from_files, write_c4
 
     try:
-        out = write_c4(texts_from_files(args.files, args.column), args.output_dir)
+        out = write_c4(texts_from_files(args.files, args.column), output_dir)
     except ValueError as e:  # DataError, a file of another type, a .txt that is not UTF-8
         raise UserError(str(e)) from None
     report = check_c4(out)
@@ -217,7 +217,7 @@ def _c4(args: argparse.Namespace) -> int:
 
 def _cc12m(args: argparse.Namespace) -> int:
     at_least(args.shard_size, 1, "--shard-size", "samples per tar shard")
-    output_folder(args.output_dir, "--output-dir")
+    output_dir = output_folder(args.output_dir, "--output-dir")
     if submitted(args):
         return 0
     if not args.images.is_dir():
@@ -240,7 +240,7 @@ def _cc12m(args: argparse.Namespace) -> int:
             pairs.append((img, cap.read_text().strip()))
     if not pairs:
         raise UserError(f"{args.images}: no images (.jpg/.png/.webp with a same-named .txt)")
-    out = write_cc12m(pairs, args.output_dir, shard_size=args.shard_size)
+    out = write_cc12m(pairs, output_dir, shard_size=args.shard_size)
     report = check_cc12m(out)
     print(f"wrote {len(pairs)} samples to {out}; {report.details}")
     return 0 if report.ok else 1

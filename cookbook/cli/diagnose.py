@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 
 from cookbook.cli import UserError
-from cookbook.cli.files import training_log
+from cookbook.cli.files import given_path, training_log
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +25,7 @@ def _diagnose(args: argparse.Namespace) -> int:
     from cookbook.analysis.hang import hang_report
     from cookbook.cli.metrics import print_log_diagnosis
 
-    target = Path(args.run)
+    target = given_path(args.run, "diagnose", "log or folder")
     log: Path | None = target if target.is_file() else None
     if target.is_dir() and (target / "job.json").is_file():
         from cookbook.slurm.record import JobRecord

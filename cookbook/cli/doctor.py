@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from cookbook.cli import UserError
+from cookbook.cli.files import at_least, given_path, output_folder
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -24,8 +27,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_doctor)
 
 
+def _check_options(args: argparse.Namespace) -> None:
+    """The options' values before any check runs: no empty name or path, a finite timeout (UserError)."""
+    if args.partition is not None and not args.partition.strip():
+        raise UserError(
+            f"--partition {args.partition!r}: an empty name names no partition; leave it out for Slurm's default"
+        )
+    if args.model_dir is not None:
+        given_path(args.model_dir, "--model-dir", "folder")
+    if args.shared_dir is not None:
+        output_folder(args.shared_dir, "--shared-dir")
+    at_least(args.timeout, 1, "--timeout", "seconds to wait for the probe job")
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from cookbook import doctor  # here, not at module level: fast `cookbook --help` (no huggingface_hub)
+
+    _check_options(args)
 
     checks = doctor.run_checks(
         args.partition,

@@ -9,6 +9,8 @@ in one line (exit 2) before anything is written, so a refused command leaves not
 
 from __future__ import annotations
 
+import math
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -49,6 +51,24 @@ def _fillable_folder(folder: Path, where: str) -> None:
     _writable(found, where)
 
 
+def given_path(path: str | Path, option: str, what: str) -> Path:
+    """``path`` as a Path once its text names a ``what`` (file, folder): not empty or blank, which ``Path("")``
+    would read as the current folder."""
+    text = os.fspath(path)
+    if not text.strip():
+        raise UserError(f"{option} {text!r}: an empty path names no {what}; give one")
+    return Path(text)
+
+
+def _file_named(path: str | Path, option: str, example: str) -> Path:
+    """``path`` as a file's Path: not empty, and not ending in a slash (``Path("new/")`` drops it, and the
+    command would write a file named ``new``)."""
+    text = os.fspath(path)
+    if text.endswith(("/", os.sep)):
+        raise UserError(f"{option} {text}: names a folder (it ends in /); name a file in it, e.g. {text}{example}")
+    return given_path(text, option, "file")
+
+
 def plot_formats() -> list[str]:
     """The file suffixes matplotlib can save a figure as (``png``, ``svg``, ``pdf`` ...)."""
     from matplotlib.backend_bases import FigureCanvasBase
@@ -63,8 +83,8 @@ def output_file(
     existing (or, with ``make_folder``, one the command may create), writable; for ``plot`` a suffix matplotlib
     writes. Raises :class:`UserError` with the value, the rule and the fix (``example``: a file name to suggest);
     creates nothing."""
-    p, where = Path(path), f"{option} {path}"
     example = "plot.png" if plot else example
+    p, where = _file_named(path, option, example), f"{option} {path}"
     if p.is_dir():
         raise UserError(f"{where}: is a folder, not a file; name a file in it, e.g. {option} {p / example}")
     if plot:
@@ -91,8 +111,8 @@ def output_file(
 
 def output_folder(path: str | Path, option: str) -> Path:
     """``path`` as the folder ``option`` names, which the command creates (with its parents) and fills: not a
-    file, under a folder the user can write to. Raises :class:`UserError`; creates nothing."""
-    p, where = Path(path), f"{option} {path}"
+    file, not empty, under a folder the user can write to. Raises :class:`UserError`; creates nothing."""
+    p, where = given_path(path, option, "folder"), f"{option} {path}"
     if p.exists() and not p.is_dir():
         raise UserError(f"{where}: is a file, not a folder; name a folder (it is created if missing)")
     _fillable_folder(p, where)
@@ -141,7 +161,12 @@ def known_gpu(name: str | None, option: str = "--gpu") -> str | None:
     return name
 
 
-def at_least(value: int | None, minimum: int, option: str, meaning: str) -> None:
-    """Refuse a number below ``minimum`` (``--sample -3``) in one line that says what the option means."""
-    if value is not None and value < minimum:
-        raise UserError(f"{option} {value}: must be >= {minimum} ({meaning})")
+def at_least(value: float | None, minimum: float, option: str, meaning: str) -> None:
+    """Refuse a number below ``minimum`` (``--sample -3``) or not finite (``--hours nan``, ``--seq-len inf``:
+    ``float()`` reads both) in one line that says what the option means."""
+    if value is None:
+        return
+    if not math.isfinite(value):
+        raise UserError(f"{option} {value}: not a finite number; give a number >= {minimum:g} ({meaning})")
+    if value < minimum:
+        raise UserError(f"{option} {value:g}: must be >= {minimum:g} ({meaning})")

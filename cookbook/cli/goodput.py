@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from cookbook.cli import UserError
-from cookbook.cli.files import known_gpu, output_file
+from cookbook.cli.files import at_least, given_path, known_gpu, output_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,11 +33,11 @@ def _goodput(args: argparse.Namespace) -> int:
     from cookbook.analysis.goodput import resolve_run, run_ledger
     from cookbook.slurm.client import SlurmError
 
-    if args.price_per_gpu_hour is not None and args.price_per_gpu_hour < 0:
-        raise UserError("--price-per-gpu-hour must be >= 0")
+    given_path(args.run, "goodput", "log or folder")
+    at_least(args.price_per_gpu_hour, 0, "--price-per-gpu-hour", "the price of one GPU-hour")
     known_gpu(args.gpu)
-    csv = args.csv and output_file(args.csv, "--csv", example="goodput.csv")
-    plot = args.plot and output_file(args.plot, "--plot", plot=True)
+    csv = None if args.csv is None else output_file(args.csv, "--csv", example="goodput.csv")
+    plot = None if args.plot is None else output_file(args.plot, "--plot", plot=True)
     try:
         ref = resolve_run(args.run, args.log)
         ledger = run_ledger(ref, gpu=args.gpu, price=args.price_per_gpu_hour)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from cookbook.cli import UserError
+from cookbook.cli.files import at_least
 from cookbook.slurm.client import JobTimeout, SlurmClient, SlurmError
 from cookbook.slurm.jobs import JobView, describe, require_own, user_jobs
 
@@ -100,6 +101,9 @@ def _rank_lines(text: str, rank: int | None) -> str:
 
 
 def _logs(args: argparse.Namespace) -> int:
+    at_least(args.tail, 0, "--tail", "the last N lines, 0 = all")
+    at_least(args.rank, 0, "--rank", "a global rank, 0 for the first")
+    at_least(args.interval, 0.1, "--interval", "seconds between polls with -f")
     client = SlurmClient()
     (view,) = _views(client, [args.job_id])
     if view.log is None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cookbook.cli import UserError
-from cookbook.cli.files import at_least, known_gpu, output_file, training_log
+from cookbook.cli.files import at_least, given_path, known_gpu, output_file, training_log
 
 if TYPE_CHECKING:  # pandas is imported by the handlers only: fast `cookbook --help`
     import pandas as pd
@@ -90,18 +90,28 @@ def format_rows(df: pd.DataFrame, header: bool = True) -> str:
     return view.to_string(index=False, header=header, col_space=10, float_format=lambda v: f"{v:.6g}", na_rep="-")
 
 
+def _check_flops_inputs(args: argparse.Namespace) -> None:
+    """The numbers the derived FLOPs and MFU are computed from, each finite and positive (UserError naming the
+    flag): a negative one would print negative FLOPs."""
+    at_least(args.flops_per_token, 1, "--flops-per-token", "model training FLOPs per logged token")
+    at_least(args.seq_len, 1, "--seq-len", "tokens per sample")
+    at_least(args.image_size, 16, "--image-size", "FLUX image side in pixels")
+    at_least(args.gpus, 1, "--gpus", "GPUs in the job")
+
+
 def _metrics(args: argparse.Namespace) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     from cookbook.metrics import best_source, parse_log
 
-    path = Path(args.log)
+    path = given_path(args.log, "metrics", "log or folder")
     if not path.exists():
         raise UserError(f"{path} does not exist")
     known_gpu(args.gpu)
     at_least(args.tail, 0, "--tail", "rows to print, 0 = all")
-    csv = args.csv and output_file(args.csv, "--csv", example="metrics.csv")
-    plot = args.plot and output_file(args.plot, "--plot", plot=True)
+    _check_flops_inputs(args)
+    csv = None if args.csv is None else output_file(args.csv, "--csv", example="metrics.csv")
+    plot = None if args.plot is None else output_file(args.plot, "--plot", plot=True)
     pool = ThreadPoolExecutor(1)  # diagnose's scan (pyarrow's RE2) releases the GIL: it reads the log beside the parse
     try:
         if path.is_dir():
@@ -203,7 +213,14 @@ def print_log_diagnosis(log: Path, read: tuple[list[Finding], list[tuple[int, st
 def _watch(args: argparse.Namespace) -> int:
     from cookbook.metrics import LogFollower
     from cookbook.slurm.client import SlurmClient, SlurmError
+    from cookbook.slurm.jobs import check_job_id
 
+    try:
+        check_job_id(args.job_id)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    at_least(args.interval, 0.1, "--interval", "seconds between polls")
+    at_least(args.timeout, 0, "--timeout", "seconds to watch; leave it out to watch until the job ends")
     client = SlurmClient()
     try:
         info = client.state(args.job_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from cookbook.cli import UserError
+from cookbook.cli.files import given_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,6 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _outputs(args: argparse.Namespace) -> int:
     from cookbook.use.outputs import NoOutputs, describe
+
+    given_path(args.run, "outputs", "folder")
 
     try:
         print(describe(args.run).render())

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from cookbook.cli import UserError
+from cookbook.cli.files import at_least
 from cookbook.planner import GPUS, RECIPES, plan, suggest
 from cookbook.planner.recovery import recovery_text
 from cookbook.spec import GPU_DEFAULTS, SpecError, parse_overrides, time_seconds
@@ -45,15 +46,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
-    """The plan's own numbers: hours >= 0, dataset sizes > 0, --max-nodes >= 1 (UserError naming the flag)."""
-    for flag, value, low, rule in (
-        ("--hours", args.hours, 0, "cannot be negative"),
-        ("--dataset-tokens", args.dataset_tokens, 1, "need at least 1"),
-        ("--dataset-samples", args.dataset_samples, 1, "need at least 1"),
-        ("--max-nodes", args.max_nodes, 1, "need at least 1"),
-    ):
-        if value is not None and value < low:
-            raise UserError(f"{flag} {value:g}: {rule}; give a larger value or leave it out for the default")
+    """The plan's own numbers, each finite: hours >= 0, dataset sizes >= 1, --max-nodes >= 1 (UserError naming
+    the flag)."""
+    at_least(args.hours, 0, "--hours", "hours the job runs; leave it out for the time limit")
+    at_least(args.dataset_tokens, 1, "--dataset-tokens", "tokens per epoch")
+    at_least(args.dataset_samples, 1, "--dataset-samples", "samples per epoch")
+    at_least(args.max_nodes, 1, "--max-nodes", "the largest node count --suggest tries")
 
 
 def _plan(args: argparse.Namespace) -> int:

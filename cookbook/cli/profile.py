@@ -17,12 +17,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("run_dir", type=Path, help="torchtune output_dir / torchtitan dump folder (or above)")
     c.add_argument("--ranks", type=_int_list, default=None, help="e.g. 0,1,7 (default: all)")
     c.add_argument("--iterations", type=_int_list, default=None, help="iteration_N folders (default: latest)")
-    c.add_argument("--out", type=Path, default=None, help="view folder (default: RUN_DIR/profile_view)")
+    c.add_argument("--out", default=None, help="view folder (default: RUN_DIR/profile_view)")
     c.set_defaults(func=_collect)
 
     s = verbs.add_parser("summary", help="step time, top operators, compute/comm/idle per rank")
     s.add_argument("path", type=Path, help="a trace file, or a folder of traces (latest iteration is used)")
-    s.add_argument("--plot", type=Path, default=None, help="write the summary plot here (PNG/SVG/PDF)")
+    s.add_argument("--plot", default=None, help="write the summary plot here (PNG/SVG/PDF)")
     s.add_argument("--top", type=int, default=15, help="rows in the operator table")
     s.set_defaults(func=_summary)
 
@@ -55,7 +55,7 @@ def _collect(args: argparse.Namespace) -> int:
 
     if not args.run_dir.is_dir():
         raise UserError(f"{args.run_dir}: no such folder (give the run's output_dir or dump folder)")
-    out = output_folder(args.out or args.run_dir / "profile_view", "--out")
+    out = output_folder(args.run_dir / "profile_view" if args.out is None else args.out, "--out")
     try:
         found = find_traces(args.run_dir)
         copied = collect(args.run_dir, out, ranks=args.ranks, iterations=args.iterations)
@@ -100,7 +100,7 @@ def _summary(args: argparse.Namespace) -> int:
     from cookbook.profiling.summarize import plot_summary, summarize
 
     at_least(args.top, 1, "--top", "rows in the operator table")
-    plot = args.plot and output_file(args.plot, "--plot", plot=True)
+    plot = None if args.plot is None else output_file(args.plot, "--plot", plot=True)
     paths = _trace_paths(args.path)
     try:
         summary = summarize(paths, n_top=args.top)

@@ -28,7 +28,7 @@ def _rehearse(args: argparse.Namespace) -> int:
     from cookbook.rehearsal import RehearsalError, rehearse
     from cookbook.slurm.client import JobTimeout, SlurmClient, SlurmError
 
-    if args.json:
+    if args.json is not None:
         output_file(args.json, "--json", example="rehearsal.json")
     try:
         report = rehearse(args.script, SlurmClient(dict(os.environ)), timeout=args.timeout, time_limit=args.time_limit)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 from cookbook.cli import UserError
 from cookbook.cli.files import output_folder
@@ -12,21 +11,24 @@ from cookbook.cli.files import output_folder
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tiny", help="build the tiny model, tokenizers and datasets for local-cpu runs")
-    p.add_argument("--root", type=Path, default=None, help="where to put them (default: .cache/tiny)")
+    p.add_argument(
+        "--root",
+        default=None,
+        help="where to put them: a new or empty folder, or an earlier build (default: .cache/tiny)",
+    )
     p.add_argument("--force", action="store_true", help="rebuild even if a current copy exists")
     p.set_defaults(func=_tiny)
 
 
 def _tiny(args: argparse.Namespace) -> int:
-    from cookbook.local.assets.tiny import TinyAssets, default_root, ensure_tiny_assets
+    from cookbook.local.assets.tiny import TinyRootTaken, default_root, ensure_tiny_assets
 
-    root = args.root if args.root is not None else default_root()
-    output_folder(root, "--root")
-    if args.force and TinyAssets(root).marker.exists():
-        TinyAssets(root).marker.unlink()
+    root = output_folder(args.root, "--root") if args.root is not None else default_root()
     start = time.monotonic()
     try:
-        assets = ensure_tiny_assets(root)
+        assets = ensure_tiny_assets(root, force=args.force)
+    except TinyRootTaken as e:
+        raise UserError(f"--root {e}") from None
     except PermissionError as e:
         raise UserError(f"cannot write tiny assets under {root}: {e}") from e
     print(f"tiny assets in {assets.root} ({time.monotonic() - start:.1f} s)")

@@ -86,17 +86,30 @@ CLI_ROWS: list[tuple[str, list[str], str]] = [
     ("env a secret", render("--env", "HF_TOKEN=hf_x"), "secrets are never written"),
     ("set without a value", render("--set", "lr"), "override 'lr' is not KEY=VALUE"),
     ("set an empty key", render("--set", "=3"), "override '=3' is not KEY=VALUE"),
-    ("learning rate negative", render("--set", "lr=-1"), "lr='-1': the learning rate must be a number > 0"),
-    ("learning rate zero", render("--set", "lr=0"), "the learning rate must be a number > 0"),
+    ("learning rate negative", render("--set", "lr=-1"), "lr='-1': the learning rate must be a finite number > 0"),
+    ("learning rate zero", render("--set", "lr=0"), "the learning rate must be a finite number > 0"),
     ("learning rate a word", render("--set", "lr=fast"), "--lr: invalid float value: 'fast'"),
-    ("sequence length zero", render("--set", "seq_len=0"), "the sequence length must be a number > 0"),
-    ("steps negative", render("--set", "max_steps=-10"), "the training steps must be a number > 0"),
+    ("sequence length zero", render("--set", "seq_len=0"), "the sequence length must be a finite number > 0"),
+    ("steps negative", render("--set", "max_steps=-10"), "the training steps must be a finite number > 0"),
     ("unknown flag of the script", render("--set", "learning_rate=1"), "not a flag of the FSDP train.py"),
     ("LoRA rank negative", ["render", LORA, "--set", "model.lora_rank=-4", "-o", OUT], "the LoRA rank must be"),
     ("LoRA rank zero", ["render", LORA, "--set", "model.lora_rank=0", "-o", OUT], "model.lora_rank='0'"),
     ("LoRA learning rate", ["render", LORA, "--set", "optimizer.lr=-3e-4", "-o", OUT], "the learning rate must"),
     ("LoRA learning rate a word", ["render", LORA, "--set", "optimizer.lr=fast", "-o", OUT], "optimizer.lr='fast'"),
     ("LoRA alpha zero", ["render", LORA, "--set", "model.lora_alpha=0", "-o", OUT], "LoRA's alpha must be"),
+    # render: inf and nan parse as numbers, and are none of these
+    ("learning rate infinite", render("--set", "lr=inf"), "lr='inf': the learning rate must be a finite number > 0"),
+    ("learning rate nan", render("--set", "lr=nan"), "lr='nan': the learning rate must be a finite number"),
+    ("sequence length infinite", render("--set", "seq_len=inf"), "seq_len='inf'"),
+    ("LoRA learning rate infinite", ["render", LORA, "--set", "optimizer.lr=inf", "-o", OUT], "optimizer.lr='inf'"),
+    ("LoRA alpha nan", ["render", LORA, "--set", "model.lora_alpha=nan", "-o", OUT], "model.lora_alpha='nan'"),
+    ("LoRA rank infinite", ["render", LORA, "--set", "model.lora_rank=inf", "-o", OUT], "model.lora_rank='inf'"),
+    (
+        "LoRA rank above the hidden size",
+        ["render", LORA, "--set", "model.lora_rank=1000000000", "-o", OUT],
+        "model.lora_rank=1000000000: a LoRA rank cannot exceed the hidden size of Llama 3.3 70B (8192)",
+    ),
+    ("titan learning rate infinite", ["render", "llama3_8b_c4", "--set", "optimizer.lr=inf", "-o", OUT], "'inf'"),
     ("titan learning rate", ["render", "llama3_8b_c4", "--set", "optimizer.lr=-1", "-o", OUT], "optimizer.lr='-1'"),
     ("titan steps", ["render", "llama3_8b_c4", "--set", "training.steps=0", "-o", OUT], "training steps"),
     ("recipe unknown", ["render", "llama3_8b_lora", "-o", OUT], "unknown recipe 'llama3_8b_lora'"),
@@ -117,8 +130,15 @@ CLI_ROWS: list[tuple[str, list[str], str]] = [
     ("plan setting unknown", ["plan", LORA, "--set", "batchsize=4"], "unknown setting 'batchsize'"),
     ("plan checkpointing unknown", ["plan", LORA, "--set", "checkpointing=some"], "checkpointing must be one of"),
     ("plan tp not dividing", ["plan", LORA, "--set", "tp=3"], "does not divide"),
-    ("plan hours negative", ["plan", LORA, "--hours=-1"], "--hours -1: cannot be negative"),
+    ("plan hours negative", ["plan", LORA, "--hours=-1"], "--hours -1: must be >= 0"),
     ("plan dataset tokens negative", ["plan", LORA, "--dataset-tokens=-5"], "--dataset-tokens -5"),
+    ("plan hours nan", ["plan", LORA, "--hours", "nan"], "--hours nan: not a finite number"),
+    ("plan hours infinite", ["plan", LORA, "--hours", "inf"], "--hours inf: not a finite number"),
+    ("plan dataset tokens infinite", ["plan", LORA, "--dataset-tokens", "inf"], "--dataset-tokens inf: not a finite"),
+    ("plan dataset samples nan", ["plan", LORA, "--dataset-samples", "nan"], "--dataset-samples nan: not a finite"),
+    ("plan LoRA rank above the hidden size", ["plan", LORA, "--set", "lora_rank=100000"], "cannot exceed the hidden"),
+    ("plan LoRA rank infinite", ["plan", LORA, "--set", "lora_rank=inf"], "expected a whole number, got 'inf'"),
+    ("plan a setting nan", ["plan", LORA, "--set", "fragmentation=nan"], "expected a finite number, got 'nan'"),
     ("plan max nodes zero", ["plan", LORA, "--suggest", "--max-nodes", "0"], "--max-nodes 0"),
     ("plan recipe unknown", ["plan", "llama3_70b"], "unknown recipe 'llama3_70b'"),
     ("plan gpu unknown", ["plan", LORA, "--gpu", "h1000"], "invalid choice: 'h1000'"),
@@ -126,6 +146,23 @@ CLI_ROWS: list[tuple[str, list[str], str]] = [
     ("status of a word", ["status", "abc"], "'abc' is not a Slurm job id"),
     ("cancel a negative id", ["cancel", "-5"], "'-5' is not a Slurm job id"),
     ("logs of a path", ["logs", "../x"], "'../x' is not a Slurm job id"),
+    ("logs tail negative", ["logs", "5", "--tail=-3"], "--tail -3: must be >= 0"),
+    ("logs rank negative", ["logs", "5", "--rank=-1"], "--rank -1: must be >= 0"),
+    ("logs interval zero", ["logs", "5", "-f", "--interval", "0"], "--interval 0: must be >= 0.1"),
+    ("logs rank a word", ["logs", "5", "--rank", "first"], "invalid int value: 'first'"),
+    ("watch a word", ["watch", "5x"], "'5x' is not a Slurm job id"),
+    ("watch interval zero", ["watch", "5", "--interval", "0"], "--interval 0: must be >= 0.1"),
+    ("watch timeout nan", ["watch", "5", "--timeout", "nan"], "--timeout nan: not a finite number"),
+    ("list with an argument", ["list", "5"], "unrecognized arguments: 5"),
+    ("outputs of an empty path", ["outputs", ""], "outputs '': an empty path names no folder"),
+    ("metrics of an empty path", ["metrics", ""], "metrics '': an empty path names no log or folder"),
+    ("diagnose an empty path", ["diagnose", " "], "diagnose ' ': an empty path"),
+    ("goodput of an empty path", ["goodput", ""], "goodput '': an empty path"),
+    ("outputs of a missing folder", ["outputs", "runs/nope"], "runs/nope: no such folder"),
+    ("doctor partition empty", ["doctor", "--partition", ""], "--partition '': an empty name names no partition"),
+    ("doctor timeout nan", ["doctor", "--timeout", "nan"], "--timeout nan: not a finite number"),
+    ("doctor model dir empty", ["doctor", "--model-dir", " "], "--model-dir ' ': an empty path names no folder"),
+    ("doctor shared dir empty", ["doctor", "--shared-dir", ""], "--shared-dir '': an empty path"),
     ("profile shown unknown", ["profiles", "show", "nope"], "unknown profile 'nope'"),
     ("submit a missing script", ["submit", "nope.sbatch"], "no such script"),
     ("stage an unknown recipe", ["stage", "nope", "--root", "shared"], "unknown recipe 'nope'"),
@@ -193,7 +230,7 @@ API_ROWS: list[tuple[str, Callable[[Path], Callable[[], object]], str]] = [
     (
         "LoRA rank negative",
         lambda t: lambda: validate(JobSpec(LORA, overrides={"model.lora_rank": "-4"})),
-        "the LoRA rank must be a number > 0",
+        "the LoRA rank must be a finite number > 0",
     ),
     ("make_spec nodes a word", lambda t: lambda: validate(make_spec(FSDP, nodes="2")), "nodes='2'"),
     ("Executor nodes a word", lambda t: _executor_spec(t, nodes="two"), "nodes='two': give a whole number"),
@@ -215,6 +252,13 @@ API_ROWS: list[tuple[str, Callable[[Path], Callable[[], object]], str]] = [
     ),
     ("plan nodes beyond", lambda t: lambda: plan(LORA, nodes=100_000), "no Slurm partition holds more than"),
     ("plan LoRA rank zero", lambda t: lambda: plan(LORA, lora_rank=0), "its rank must be > 0"),
+    ("plan LoRA rank too big", lambda t: lambda: plan(LORA, lora_rank=10**9), "cannot exceed the hidden size"),
+    ("lr infinite", lambda t: lambda: validate(JobSpec(FSDP, overrides={"lr": "inf"})), "must be a finite number"),
+    (
+        "LoRA rank too big",
+        lambda t: lambda: validate(JobSpec(LORA, overrides={"model.lora_rank": "9000"})),
+        "model.lora_rank=9000: a LoRA rank cannot exceed",
+    ),
 ]
 
 
@@ -306,3 +350,14 @@ def test_plan_suggest_prints_render_arguments(capsys):
     assert main(["plan", FSDP, "--suggest"]) in (0, 1)
     lines = [ln.strip() for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("--nodes")]
     assert lines and all("--set train_batch_size=" in ln and "micro_batch" not in ln for ln in lines)
+
+
+def test_job_builder_takes_every_node_count_the_rules_allow():
+    """The builder's boxes are bounded by the spec's own limit, not a smaller one of their own."""
+    from cookbook.spec import MAX_NODES
+    from cookbook.widgets.builder import JobBuilder
+
+    b = JobBuilder(FSDP, profile="generic", nodes=2)
+    assert b.nodes.max == b.spare_nodes.max == MAX_NODES
+    b.nodes.value = MAX_NODES
+    assert b.nodes.value == MAX_NODES

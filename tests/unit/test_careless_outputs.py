@@ -27,9 +27,9 @@ LOG = FIXTURES / "logs" / "torchtune_tqdm.log"
 TRACES = FIXTURES / "traces" / "torchtune"
 DATA = FIXTURES / "data" / "openai_good.jsonl"
 
-# (argv, a fragment the one line must hold); {locked} is a folder nobody may write to, the rest lie in the
-# test's own folder: dir/ (a folder), text.txt (plain text), bin.dat (random bytes), latin1.txt (not UTF-8),
-# imgs/ (bad.jpg, not an image, with its caption), missing/ (absent)
+# (argv, a fragment the one line must hold); {locked} is a folder nobody may write to, {empty} an empty argument,
+# the rest lie in the test's own folder: dir/ (a folder), text.txt (plain text), bin.dat (random bytes),
+# latin1.txt (not UTF-8), imgs/ (bad.jpg, not an image, with its caption: a user's folder), missing/ (absent)
 CASES: list[tuple[str, str]] = [
     # render: its -o folder is created, so a file above it, a folder as the script, no write access
     ("render fsdp_llama3_1_8b --profile local-cpu -o dir", "-o dir: is a folder, not a file"),
@@ -97,6 +97,38 @@ CASES: list[tuple[str, str]] = [
     ("tiny --root text.txt/tiny", "text.txt is a file, not a folder"),
     ("download org/model --output-dir text.txt --dry-run", "--output-dir text.txt: is a file"),
     ("stage llama3_8b_c4 --root text.txt --dry-run", "--root text.txt: is a file"),
+    # a user's folder is never replaced by the tiny assets; an empty path is no folder (Path("") is the cwd)
+    ("tiny --root imgs", "--root imgs: holds files the cookbook did not write (bad.jpg, bad.txt; no VERSION"),
+    ("tiny --root {empty}", "--root '': an empty path names no folder"),
+    ("stage llama3_8b_c4 --root {empty} --dry-run", "--root '': an empty path names no folder"),
+    ("download org/model --output-dir {empty}", "--output-dir '': an empty path names no folder"),
+    ("data c4 text.txt --output-dir {empty}", "--output-dir '': an empty path"),
+    ("data cc12m imgs --output-dir {empty}", "--output-dir '': an empty path"),
+    ("profile collect {traces} --out {empty}", "--out '': an empty path"),
+    # a file option ending in "/" names a folder: Path() would drop the slash and write a file of that name
+    ("render fsdp_llama3_1_8b --profile local-cpu -o newdir/", "-o newdir/: names a folder (it ends in /); name a"),
+    (
+        "render fsdp_llama3_1_8b --profile local-cpu -o dir/",
+        "-o dir/: names a folder (it ends in /); name a file in it, e.g. dir/job.sbatch",
+    ),
+    ("render fsdp_llama3_1_8b --profile local-cpu -o {empty}", "-o '': an empty path names no file"),
+    ("metrics {log} --csv newcsv/", "--csv newcsv/: names a folder (it ends in /)"),
+    ("metrics {log} --plot p.png/", "--plot p.png/: names a folder (it ends in /)"),
+    ("metrics {log} --csv {empty}", "--csv '': an empty path names no file"),
+    ("goodput {log} --csv g/", "--csv g/: names a folder"),
+    ("goodput {log} --plot g.png/", "--plot g.png/: names a folder"),
+    ("goodput {log} --price-per-gpu-hour nan", "--price-per-gpu-hour nan: not a finite number"),
+    ("profile summary {traces} --plot s.png/", "--plot s.png/: names a folder"),
+    ("profile summary {traces} --plot {empty}", "--plot '': an empty path"),
+    ("data check {data} --style openai --model-dir missing --plot h.png/", "--plot h.png/: names a folder"),
+    ("rehearse text.txt --json r/", "--json r/: names a folder"),
+    # the numbers the derived FLOPs come from: negative or infinite ones printed negative FLOPs
+    ("metrics {log} --model llama3_1_8b --gpu h100 --seq-len -5", "--seq-len -5: must be >= 1"),
+    ("metrics {log} --model flux_schnell --image-size 0", "--image-size 0: must be >= 16"),
+    ("metrics {log} --flops-per-token -5", "--flops-per-token -5: must be >= 1"),
+    ("metrics {log} --flops-per-token inf", "--flops-per-token inf: not a finite number"),
+    ("metrics {log} --flops-per-token nan", "--flops-per-token nan: not a finite number"),
+    ("metrics {log} --gpus 0", "--gpus 0: must be >= 1"),
 ]
 
 
@@ -136,7 +168,7 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_careless_file_is_one_line_exit_2_nothing_written(command, fragment, workdir, tmp_path, capsys):
     locked = _unwritable(tmp_path) if "{locked}" in command else None
     argv = [
-        word.format(log=LOG, traces=TRACES, data=DATA, locked=locked)
+        word.format(log=LOG, traces=TRACES, data=DATA, locked=locked, empty="")
         for word in command.split()  # no value of the table holds a space
     ]
     before = _files(workdir, *([locked] if locked else []))
@@ -147,6 +179,28 @@ def test_careless_file_is_one_line_exit_2_nothing_written(command, fragment, wor
     assert len(err.splitlines()) == 1, err
     assert err.startswith("error: ") and fragment in err, err
     assert _files(workdir, *([locked] if locked else [])) == before
+
+
+@pytest.mark.parametrize(
+    "names",
+    [("precious.txt",), ("notes/a.txt", "b.txt"), ("llama3/config.json",)],
+    ids=["a user's file", "a user's folder", "a build's folder without VERSION"],
+)
+def test_tiny_assets_never_replace_a_folder_the_cookbook_did_not_write(names, tmp_path):
+    """The tiny assets replace their whole root on a rebuild: a root that is not empty and has no VERSION marker
+    of a build is refused before anything is written, forced or not."""
+    from cookbook.local.assets.tiny import TinyRootTaken, ensure_tiny_assets
+
+    root = tmp_path / "mydata"
+    for name in names:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("mine\n")
+    before = _files(tmp_path)
+    for force in (False, True):
+        with pytest.raises(TinyRootTaken) as info:
+            ensure_tiny_assets(root, force=force)
+        assert str(info.value).startswith(f"{root}: holds files the cookbook did not write")
+        assert "\n" not in str(info.value) and _files(tmp_path) == before
 
 
 def test_table_is_large_and_distinct():

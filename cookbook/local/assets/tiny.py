@@ -70,6 +70,11 @@ class TinyAssets:
             return False
 
 
+class TinyRootTaken(ValueError):
+    """The root given for the tiny assets holds files the cookbook did not write there (no ``VERSION`` marker):
+    building would replace, and so delete, them."""
+
+
 def default_root() -> Path:
     return cache_dir() / "tiny"
 
@@ -91,23 +96,44 @@ def build_tiny_assets(root: Path) -> TinyAssets:
     return assets
 
 
-def ensure_tiny_assets(root: Path | None = None) -> TinyAssets:
-    """Build the tiny assets if missing or stale (cached, deterministic) and return their paths.
+def _check_ours(root: Path, given: Path) -> None:
+    """Refuse (:class:`TinyRootTaken`, naming ``given``: ``root`` as the caller wrote it) a ``root`` that is a
+    file, or a folder that is not empty and has no ``VERSION`` marker: only a tree a build wrote (of this
+    layout or an older one) or an empty folder may be replaced."""
+    if not root.exists() or (root / MARKER).is_file():
+        return
+    if not root.is_dir():
+        raise TinyRootTaken(f"{given}: is a file, not a folder; give a new or empty folder")
+    names = sorted(p.name for p in root.iterdir())
+    if names:
+        raise TinyRootTaken(
+            f"{given}: holds files the cookbook did not write ({', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
+            f"; no {MARKER} file of a tiny build) and a build replaces the whole folder; give a new or empty folder"
+        )
+
+
+def ensure_tiny_assets(root: Path | None = None, *, force: bool = False) -> TinyAssets:
+    """Build the tiny assets if missing or stale (``force``: in any case; cached, deterministic) and return their
+    paths. A ``root`` holding anything but a tiny build (or nothing) is refused with :class:`TinyRootTaken`: a
+    rebuild replaces the whole folder.
 
     Safe against concurrent callers: each builds in its own temporary folder and renames it into place;
     a caller that loses the race discards its copy and uses the winner's.
     """
-    assets = TinyAssets(Path(root) if root is not None else default_root())
-    if assets.is_current():
+    given = Path(root) if root is not None else default_root()
+    assets = TinyAssets(given.absolute())
+    if assets.is_current() and not force:
         return assets
+    _check_ours(assets.root, given)
     parent = assets.root.parent
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{assets.root.name}.building-", dir=parent))
     try:
         build_tiny_assets(tmp)
-        if assets.is_current():  # someone else finished first
+        if assets.is_current() and not force:  # someone else finished first
             return assets
-        if assets.root.exists():  # stale or incomplete: move it aside, then swap the new tree in
+        if assets.root.exists():  # a stale build or an empty folder: move it aside, then swap the new tree in
+            _check_ours(assets.root, given)
             old = Path(tempfile.mkdtemp(prefix=f".{assets.root.name}.old-", dir=parent))
             os.replace(assets.root, old / "tree")
             shutil.rmtree(old, ignore_errors=True)
