@@ -3,12 +3,15 @@
 - torchtitan llama3 and torchtune LoRA (tiny models): every training process of the non-head node is SIGKILLed
   mid-run (a crash). The runtime names the node, swaps the spare in and relaunches in the SAME job from the newest
   checkpoint; the redone step's loss is the first run's, and the job completes;
-- torchtitan: the non-head node's network is cut (its veth down: a node lost). The batch host's watch finds it,
-  the spare takes its place.
+- torchtitan and torchtune LoRA: the non-head node's network is cut (its veth down: a node lost). The batch
+  host's watch finds it, the spare takes its place.
 
-The seconds from the fault to the first new step are printed, not asserted (on a loaded 2-core machine they
-stretch): the goals (a crash <= 60 s, a lost node <= 3 min) are measured by benchmarks/recovery.py, figures in
-benchmarks/README.md.
+The seconds from the fault to the first new step are held against the issue's goals (a crash <= 60 s, a lost
+node <= 3 min) with twice the room, for a loaded 2-core machine: the relaunch is CPU-bound (torch's and the
+framework's imports on 2 nodes), 15 s after a crash on an idle machine (benchmarks/recovery.py, whose breakdown of
+each recovery is in benchmarks/README.md), 22-37 s beside other tests (load ~4); of a lost node's 55-58 s, ~38 are
+the batch host's watch finding it. Measured as this test sees it: from the fault to the poll (every 0.3 s) that
+finds the new step in the log, so never less than the truth.
 
 No sbatch anywhere: one job id from start to end. (The gate's blame with no spare on a 2-node cluster, and a
 requeue of the same job with ExcNodeList: tests/cluster/test_preflight_cluster.py.)
@@ -21,6 +24,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,9 +41,15 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TITAN_STEP = re.compile(r"step:\s+(\d+)\s+loss:\s+([\d.]+)")
 TUNE_STEP = re.compile(r"Step (\d+) \| loss:([\d.]+)")
 RECOVERED = re.compile(r"cookbook: recovery: (\S+) \((.*?)\) replaced by spare (\S+) in job (\d+)")
+GOALS = {"crash": 60.0, "lost": 180.0}  # seconds from the fault to the first new step (issue #40; the benchmark's)
+LOADED = 2.0  # the room a loaded 2-core machine gets over those goals
 TITAN_STEPS, LORA_STEPS = 9, 8  # a few steps past the recovery: enough to see the loss go on
 TITAN = {"training.steps": str(TITAN_STEPS), "checkpoint.interval": "3", "metrics.log_freq": "1"}
 LORA = {"epochs": "1", "max_steps_per_epoch": str(LORA_STEPS), "save_every_n_steps": "2", "throttle_seconds": "0.3"}
+# the lost node: cut just after step 3 (or 5), past the checkpoint of the step before; 1 s at each step boundary
+# keeps the next step from ending before the cut, so that step is redone after the recovery, and the rest follows
+LORA_LOST_STEPS = 6
+LORA_LOST = {**LORA, "max_steps_per_epoch": str(LORA_LOST_STEPS), "throttle_seconds": "1"}
 
 
 def _text(path: Path) -> str:
@@ -87,15 +97,58 @@ def _back_in_service(cluster, client: SlurmClient, node: str) -> None:
     _wait_for(responding, 300, f"{node} back in service, responding")
 
 
-def _first_new_step(job, steps: re.Pattern[str], started: float, timeout: float) -> float:
-    """Seconds from ``started`` until the run after the recovery logs its first step (the log polled)."""
+def _tune_runs(job) -> list[dict[int, float]]:
+    """Step -> loss of each launch of the torchtune ranks (one DiskLogger file each, oldest first)."""
+    logs = sorted(job.run_dir.glob("logs/log_*.txt"), key=lambda p: p.stat().st_mtime)
+    return [{int(s): float(v) for s, v in TUNE_STEP.findall(p.read_text(errors="replace"))} for p in logs]
 
-    def after() -> bool:
-        text = _text(job.log)
-        return bool(RECOVERED.search(text)) and bool(steps.search(text.split("cookbook: relaunching on", 1)[-1]))
 
-    _wait_for(after, timeout, "the first step after the recovery", poll=0.3)
+def _titan_relaunched(job) -> bool:
+    """The runtime recovered and the relaunched torchtitan ranks logged a step."""
+    text = _text(job.log)
+    return bool(RECOVERED.search(text)) and bool(TITAN_STEP.search(text.split("cookbook: relaunching on", 1)[-1]))
+
+
+def _tune_relaunched(job) -> bool:
+    """The runtime recovered and the relaunched torchtune ranks logged a step."""
+    runs = _tune_runs(job)
+    return bool(RECOVERED.search(_text(job.log))) and len(runs) == 2 and bool(runs[1])
+
+
+def _seconds_until(relaunched: Callable[[object], bool], job, started: float, timeout: float = 600) -> float:
+    """Seconds from ``started`` until ``relaunched(job)`` (the log polled every 0.3 s)."""
+    _wait_for(lambda: relaunched(job), timeout, "the first step after the recovery", poll=0.3)
     return time.monotonic() - started
+
+
+def _lose(cluster, client: SlurmClient, job, node: str, relaunched: Callable[[object], bool]) -> float:
+    """Cut ``node``'s network (its veth down) until the run is relaunched without it: the seconds that took. Then
+    the link is up again, what is left of the lost step there killed, and the node back in service."""
+    veth = f"{cluster.cfg.netns_prefix}v{node[1:]}"
+    cut = time.monotonic()
+    subprocess.run(["ip", "link", "set", veth, "down"], check=True)
+    try:
+        return _seconds_until(relaunched, job, cut)
+    finally:
+        subprocess.run(["ip", "link", "set", veth, "up"], check=False)
+        for pid in _ranks_on(cluster, node, job.run_dir):
+            subprocess.run(["kill", "-KILL", str(pid)], check=False)
+        _back_in_service(cluster, client, node)
+
+
+def _within_goal(took: float, fault: str) -> None:
+    """``took`` seconds from the ``fault`` ("crash", "lost") to the first new step: within its goal, with room."""
+    limit = GOALS[fault] * LOADED
+    assert took <= limit, f"{fault}: first new step {took:.1f} s after the fault (goal {GOALS[fault]:.0f} s)"
+
+
+def _check_lost(job, node: str, head: str) -> None:
+    """The batch host's watch named ``node`` lost and the spare took its place in the same job (no sbatch)."""
+    text = _text(job.log)
+    assert f"cookbook: lost {node}: its slurmd does not answer the batch host" in text, text[-3000:]
+    lost, why, spare, same = RECOVERED.search(text).groups()  # type: ignore[union-attr]
+    assert (lost, same) == (node, job.job_id) and spare not in (head, node) and why.startswith("lost"), text
+    assert "sbatch" not in text.split("cookbook: recovery:", 1)[1] and "Submitted batch job" not in text
 
 
 def _wait_running(client: SlurmClient, job, ready, what: str) -> None:
@@ -134,7 +187,7 @@ def test_torchtitan_a_crashed_node_is_replaced_by_the_spare_in_the_same_job(node
     assert victims, f"no training process of {job.run_dir} on {other}"
     killed = time.monotonic()
     subprocess.run(["kill", "-KILL", *map(str, victims)], check=False)
-    took = _first_new_step(job, TITAN_STEP, killed, 600)
+    took = _seconds_until(_titan_relaunched, job, killed)
     text = _text(job.log)
     node, why, spare, same = RECOVERED.search(text).groups()  # type: ignore[union-attr]
     assert (node, same) == (other, job.job_id) and spare not in (head, other) and "SIGKILL" in why, text[-3000:]
@@ -145,17 +198,14 @@ def test_torchtitan_a_crashed_node_is_replaced_by_the_spare_in_the_same_job(node
     if resumed in runs[0]:  # the redone step: the same loss as the first time
         assert runs[1][resumed] == pytest.approx(runs[0][resumed], rel=1e-3), runs
     print(f"torchtitan crash: first new step {took:.1f} s after the kill; {max(runs[0]) - resumed + 1} step(s) redone")
+    _within_goal(took, "crash")
 
 
 def test_torchtune_lora_a_crashed_node_is_replaced_by_the_spare_in_the_same_job(nodes3_cluster, tiny_assets, tmp_path):
     job, client = _submit(nodes3_cluster, tiny_assets, "llama3_3_70b_lora", "spare-lora", LORA, tmp_path)
 
-    def losses() -> list[dict[int, float]]:
-        logs = sorted(job.run_dir.glob("logs/log_*.txt"), key=lambda p: p.stat().st_mtime)
-        return [{int(s): float(v) for s, v in TUNE_STEP.findall(p.read_text(errors="replace"))} for p in logs]
-
     def ready() -> bool:
-        first = losses()[:1]
+        first = _tune_runs(job)[:1]
         return any(job.run_dir.glob("step_*/recipe_state/recipe_state.pt")) and bool(first) and max(first[0]) >= 3
 
     _wait_running(client, job, ready, "step 3 after a step checkpoint")
@@ -164,19 +214,18 @@ def test_torchtune_lora_a_crashed_node_is_replaced_by_the_spare_in_the_same_job(
     assert victims, f"no training process of {job.run_dir} on {other}"
     killed = time.monotonic()
     subprocess.run(["kill", "-KILL", *map(str, victims)], check=False)
-    _wait_for(lambda: RECOVERED.search(_text(job.log)) and len(losses()) == 2 and losses()[1], 600,
-              "the first step after the recovery", poll=0.3)  # fmt: skip
-    took = time.monotonic() - killed
+    took = _seconds_until(_tune_relaunched, job, killed)
     node, why, spare, same = RECOVERED.search(_text(job.log)).groups()  # type: ignore[union-attr]
     assert (node, same) == (other, job.job_id) and spare not in (head, other) and "SIGKILL" in why
     info = wait_done(client, job.job_id, job.log)
     assert info.state == "COMPLETED", f"{info}\n{_text(job.log)[-4000:]}"
-    first, second = losses()
+    first, second = _tune_runs(job)
     resumed = min(second)
     assert (resumed - 1) % 2 == 0 and resumed <= max(first) + 1 and max(second) == LORA_STEPS, (first, second)
     if resumed in first:
         assert second[resumed] == pytest.approx(first[resumed], rel=1e-3), (first, second)
     print(f"torchtune LoRA crash: first new step {took:.1f} s after the kill; {max(first) - resumed + 1} redone")
+    _within_goal(took, "crash")
 
 
 def test_torchtitan_a_lost_node_is_found_by_the_batch_host_and_replaced(nodes3_cluster, tiny_assets, tmp_path):
@@ -190,19 +239,31 @@ def test_torchtitan_a_lost_node_is_found_by_the_batch_host_and_replaced(nodes3_c
 
     _wait_running(client, job, ready, "step 4 after a checkpoint")
     head, other = _training_nodes(job, client)
-    veth = f"{nodes3_cluster.cfg.netns_prefix}v{other[1:]}"
-    cut = time.monotonic()
-    subprocess.run(["ip", "link", "set", veth, "down"], check=True)
-    try:
-        took = _first_new_step(job, TITAN_STEP, cut, 600)
-    finally:
-        subprocess.run(["ip", "link", "set", veth, "up"], check=False)
-        for pid in _ranks_on(nodes3_cluster, other, job.run_dir):  # what is left of the lost step there
-            subprocess.run(["kill", "-KILL", str(pid)], check=False)
-        _back_in_service(nodes3_cluster, client, other)
-    text = _text(job.log)
-    assert f"cookbook: lost {other}: its slurmd does not answer the batch host" in text, text[-3000:]
-    node, why, spare, same = RECOVERED.search(text).groups()  # type: ignore[union-attr]
-    assert (node, same) == (other, job.job_id) and spare not in (head, other) and why.startswith("lost"), text
+    took = _lose(nodes3_cluster, client, job, other, _titan_relaunched)
+    _check_lost(job, other, head)
     _check_completed(client, job, TITAN_STEP, TITAN_STEPS)
     print(f"torchtitan lost node: first new step {took:.1f} s after the cut")
+    _within_goal(took, "lost")
+
+
+def test_torchtune_lora_a_lost_node_is_found_by_the_batch_host_and_replaced(nodes3_cluster, tiny_assets, tmp_path):
+    if nodes3_cluster.status().mode != "netns":
+        pytest.skip("cutting one node's network needs the netns mode of the local cluster")
+    job, client = _submit(nodes3_cluster, tiny_assets, "llama3_3_70b_lora", "spare-lora-lost", LORA_LOST, tmp_path)
+
+    def ready() -> bool:  # just after a step that saves nothing (an odd one), past a checkpoint
+        first = _tune_runs(job)[:1]
+        return any(job.run_dir.glob("step_*/recipe_state/recipe_state.pt")) and bool(first) and max(first[0]) in (3, 5)
+
+    _wait_running(client, job, ready, "step 3 or 5, after a checkpoint")
+    head, other = _training_nodes(job, client)
+    took = _lose(nodes3_cluster, client, job, other, _tune_relaunched)
+    _check_lost(job, other, head)
+    info = wait_done(client, job.job_id, job.log)
+    assert info.state == "COMPLETED", f"{info}\n{_text(job.log)[-4000:]}"
+    first, second = _tune_runs(job)
+    redone = max(first)  # resumed from the checkpoint of the step before, the newest
+    assert (min(second), max(second)) == (redone, LORA_LOST_STEPS), (first, second)
+    assert second[redone] == pytest.approx(first[redone], rel=1e-3), (first, second)  # the redone step's loss
+    print(f"torchtune LoRA lost node: first new step {took:.1f} s after the cut")
+    _within_goal(took, "lost")
