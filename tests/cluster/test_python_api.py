@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -23,26 +24,52 @@ def readme_example() -> str:
     return re.search(r"```python\n(.*?)```", section, re.S)[1]  # type: ignore[index]
 
 
-def test_the_readme_example_runs_as_written(slurm, tiny_assets, tmp_path):
+def slurm_record(slurm, cluster, job_id: str) -> tuple[str, bytes, list[bytes]]:
+    """What Slurm keeps of a live job: ``scontrol show job -dd``, its environment file in the controller's state
+    folder (StateSaveLocation/hash.N/job.ID/environment), every environment file there."""
+    shown = slurm.run("scontrol", "show", "job", "-dd", job_id).stdout
+    state = cluster.cfg.root / "state"
+    own = state / f"hash.{int(job_id) % 10}" / f"job.{job_id}" / "environment"
+    return shown, own.read_bytes(), [p.read_bytes() for p in state.rglob("environment")]
+
+
+def test_the_readme_example_runs_as_written(slurm, local_cluster, tiny_assets, tmp_path):
+    """... with HF_TOKEN exported (issue 40): Slurm's record of the job holds no secret, and the job reads the
+    token from the token file of its HF_HOME."""
     code = readme_example()
     assert len(code.strip().splitlines()) <= 12
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env={**os.environ, **slurm.env},
-        capture_output=True,
-        text=True,
-        timeout=OUTER_LIMIT_S,  # a loaded machine stretches the job: no tighter deadline
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    first = r.stdout.splitlines()[0].split()
+    exported, in_file = f"hf_EXPORTED{secrets.token_hex(12)}", f"hf_INFILE{secrets.token_hex(12)}"
+    hf_home = tmp_path / "hf-home"
+    hf_home.mkdir(mode=0o700)
+    (hf_home / "token").write_text(in_file)
+    env = {**os.environ, **slurm.env, "HF_TOKEN": exported, "HF_HOME": str(hf_home), "PYTHONUNBUFFERED": "1"}
+    with subprocess.Popen(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as p:
+        first_line = p.stdout.readline() if p.stdout else ""
+        record = slurm_record(slurm, local_cluster, first_line.split()[0]) if first_line[:1].isdigit() else None
+        try:
+            rest, err = p.communicate(timeout=OUTER_LIMIT_S)  # a loaded machine stretches the job: no tighter deadline
+        finally:
+            p.kill()
+    stdout = first_line + rest
+    assert p.returncode == 0, stdout + err
+    first = stdout.splitlines()[0].split()
     assert first[0].isdigit() and first[1] in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "COMPLETED")
-    steps = re.findall(r"(?m)^\s*(\d+)\s+(\d+\.\d+)\s*$", r.stdout)
-    assert [int(s) for s, _ in steps] == [1, 2, 3, 4], r.stdout
+    steps = re.findall(r"(?m)^\s*(\d+)\s+(\d+\.\d+)\s*$", stdout)
+    assert [int(s) for s, _ in steps] == [1, 2, 3, 4], stdout
     assert float(steps[-1][1]) < float(steps[0][1])  # it learns
-    assert "goodput" in r.stdout and "allocated" in r.stdout
+    assert "goodput" in stdout and "allocated" in stdout
     (run,) = (tmp_path / "runs").iterdir()
     assert (run / "metrics.png").is_file() and (run / "job.json").is_file()
+    # no secret in Slurm's record of the job (its own environment file holds the rest of ours); the job has the token
+    assert record is not None
+    shown, own, every = record
+    assert f"HF_HOME={hf_home}".encode() in own and b"HF_TOKEN" not in own
+    assert exported not in shown and not any(exported.encode() in e or in_file.encode() in e for e in every)
+    assert "warning:" not in err  # the token file is there: nothing to say
+    (log,) = run.rglob("*.out")
+    assert "HF token: present" in log.read_text() and exported not in log.read_text()
 
 
 def test_map_array_submits_one_job_per_override_set_and_failures_name_their_cause(slurm, tiny_assets, tmp_path):

@@ -432,7 +432,8 @@ def second_user():
 def test_second_user_finds_no_token_and_is_refused_by_every_server(session, second_user):
     from cookbook.local.cluster import LocalCluster
 
-    # Slurm's controller keeps each live job's environment (HF_TOKEN included): not for other users
+    # Slurm's controller keeps each live job's environment: the cookbook gives it no secret (SlurmClient drops
+    # SECRET_NAMES; test_python_api checks the record), and another user must not read it either way
     state_envs = [str(p) for p in (LocalCluster().cfg.root / "state").rglob("environment")]
     cfg = {
         "secrets": session.secrets,
