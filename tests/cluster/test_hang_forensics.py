@@ -49,7 +49,9 @@ def test_a_rank_that_never_enters_the_collective_is_named_with_its_host_seq_and_
     script = write_job(spec, job_dir / "job.sbatch")
     assert (job_dir / "cookbook_runtime" / "hang.py").is_file()
     (job_dir / "logs").mkdir()
-    client = SlurmClient({**slurm.env, "HF_TOKEN": KNOWN_TOKEN})
+    token = job_dir / "hf-token"  # the ranks get it from the token file; Slurm is never given it (issue 40)
+    token.write_text(KNOWN_TOKEN)
+    client = SlurmClient({**slurm.env, "HF_TOKEN": KNOWN_TOKEN, "HF_TOKEN_PATH": str(token)})
     started = time.monotonic()
     job = client.submit(script, cwd=job_dir)
     log_path = job_dir / "logs" / f"hang-forensics-test-{job}.out"

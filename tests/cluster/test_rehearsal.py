@@ -81,6 +81,14 @@ def stage(root: Path) -> dict[str, str]:
     return {"FLUX_DIR": str(root / "models" / "FLUX.1-schnell")}
 
 
+def hf_token_file(root: Path) -> Path:
+    """A token file holding SECRET, as `hf auth login` writes one (outside the rehearsals' folders)."""
+    path = root / "hf-token"
+    if not path.exists():
+        path.write_text(SECRET)
+    return path
+
+
 def job_env(root: Path, script: str) -> dict[str, str]:
     """What a user exports before `sbatch`: the model folder, a run folder, the training venv."""
     model = "Llama-3.1-8B" if "llama3_8b_c4" in script else "Llama-3.3-70B-Instruct"
@@ -89,7 +97,8 @@ def job_env(root: Path, script: str) -> dict[str, str]:
         "FLUX_DIR": str(root / "models" / "FLUX.1-schnell"),
         "RUN_DIR": str(root / "runs" / Path(script).stem),
         "TRAINED_DIR": str(root / "trained" / ("flux" if "flux" in script else "torchtune")),
-        "HF_TOKEN": SECRET,
+        "HF_TOKEN": SECRET,  # not given to Slurm: the job reads it from the token file (issue 40)
+        "HF_TOKEN_PATH": str(hf_token_file(root)),
         "VENV": sys.prefix,  # the script's Python environment (its default: the checkout's .venv, this one here)
     }
 

@@ -36,10 +36,13 @@ def artifacts() -> Path:
 
 
 @pytest.fixture(scope="session")
-def known_hf_token() -> str:
-    """A recognisable HF_TOKEN in the environment of every kernel and job (tests prove it never lands anywhere)."""
+def known_hf_token(tmp_path_factory) -> str:
+    """A recognisable HF_TOKEN in the environment of every kernel and, through its token file (Slurm is never
+    given it), of every job's ranks (tests prove it never lands anywhere)."""
     import secrets
 
     token = f"hf_cookbookNEVERWRITTEN{secrets.token_hex(8)}"
-    os.environ["HF_TOKEN"] = token
+    path = tmp_path_factory.mktemp("hf-token") / "token"  # outside every test's folder, which is searched for it
+    path.write_text(token)
+    os.environ.update(HF_TOKEN=token, HF_TOKEN_PATH=str(path))
     return token
