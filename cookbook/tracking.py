@@ -5,9 +5,9 @@ exports it as ``COOKBOOK_RUN_NAME`` (with ``COOKBOOK_TRACKER``; ``COOKBOOK_TB_DI
 requeued job keeps its id, a resubmission into the same run folder reads the first one back from
 ``$RUN_DIR/.first_job_id``, so every start logs into the same tracker run. W&B gets it as ``WANDB_RUN_ID``
 with ``WANDB_RESUME=allow``, MLflow as the run ``MLFLOW_RUN_ID`` names (created once, its id kept in the run
-folder). Keys and credentials stay in the environment at run time (``WANDB_API_KEY`` or ``~/.netrc``;
-``MLFLOW_TRACKING_USERNAME/PASSWORD/TOKEN``): nothing secret is written into the script, its arguments or
-its configs. How each framework is told to log lives in its recipe module (torchtune's ``metric_logger``,
+folder). Keys and credentials are read on the node from the trackers' own files (``~/.netrc``,
+``~/.mlflow/credentials``; Slurm is given no secret, see ``cookbook.slurm.client.without_secrets``): nothing
+secret is written into the script, its arguments or its configs. How each framework is told to log lives in its recipe module (torchtune's ``metric_logger``,
 torchtitan's ``metrics.*``, the FSDP script's ``--tracker``); the script recipe's program reads the
 variables above itself.
 """
