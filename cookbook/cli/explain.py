@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from cookbook.cli import UserError
-from cookbook.cli.files import known_gpu, output_file, training_log
+from cookbook.cli.files import given_path, known_gpu, output_file, training_log
 
 if TYPE_CHECKING:
     from cookbook.analysis.goodput import Attempt
@@ -58,7 +58,8 @@ def _explain(args: argparse.Namespace) -> int:
     from cookbook.slurm.client import SlurmError
 
     known_gpu(args.gpu)
-    plot = args.plot and output_file(args.plot, "--plot", plot=True)
+    given_path(args.run, "explain", "log or folder")
+    plot = None if args.plot is None else output_file(args.plot, "--plot", plot=True)
     try:
         ref = resolve_run(args.run, args.log)
     except (FileNotFoundError, ValueError, SlurmError) as e:

@@ -158,6 +158,7 @@ CLI_ROWS: list[tuple[str, list[str], str]] = [
     ("metrics of an empty path", ["metrics", ""], "metrics '': an empty path names no log or folder"),
     ("diagnose an empty path", ["diagnose", " "], "diagnose ' ': an empty path"),
     ("goodput of an empty path", ["goodput", ""], "goodput '': an empty path"),
+    ("explain an empty path", ["explain", ""], "explain '': an empty path names no log or folder"),
     ("outputs of a missing folder", ["outputs", "runs/nope"], "runs/nope: no such folder"),
     ("doctor partition empty", ["doctor", "--partition", ""], "--partition '': an empty name names no partition"),
     ("doctor timeout nan", ["doctor", "--timeout", "nan"], "--timeout nan: not a finite number"),

@@ -117,6 +117,8 @@ CASES: list[tuple[str, str]] = [
     ("metrics {log} --csv {empty}", "--csv '': an empty path names no file"),
     ("goodput {log} --csv g/", "--csv g/: names a folder"),
     ("goodput {log} --plot g.png/", "--plot g.png/: names a folder"),
+    ("explain {log} --plot {empty}", "--plot '': an empty path names no file"),
+    ("explain {log} --plot e.png/", "--plot e.png/: names a folder"),
     ("goodput {log} --price-per-gpu-hour nan", "--price-per-gpu-hour nan: not a finite number"),
     ("profile summary {traces} --plot s.png/", "--plot s.png/: names a folder"),
     ("profile summary {traces} --plot {empty}", "--plot '': an empty path"),
