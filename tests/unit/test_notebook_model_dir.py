@@ -37,7 +37,9 @@ def spec_as_the_notebook_builds_it(name: str):
     fake = SimpleNamespace(
         **{
             **vars(walkthrough),
-            "job_spec": lambda recipe, **kw: built.update(recipe=recipe, **kw) or SimpleNamespace(**kw),
+            "job_spec": lambda recipe, **kw: (
+                built.update(recipe=recipe, **kw) or SimpleNamespace(**kw, describe=lambda: "")
+            ),
         }
     )
     exec(compile(ast.parse(spec_cell), "spec", "exec"), {**ns, "wt": fake})
