@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
+import signal
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -577,14 +578,24 @@ def parse_incidents(text: str) -> list[Incident]:
     return out
 
 
-COSTLESS = ("train-on-gate",)  # logged, but they cost the job nothing: no relaunch, no requeue
+COSTLESS = ("train-on-gate", "requeue-later")  # logged, but they spend no recovery (the later start is the wait)
+
+
+def _recent(incidents: Sequence[Incident], now: float, window_s: float) -> list[float]:
+    return sorted(i.when for i in incidents if now - i.when < window_s and i.action not in COSTLESS)
 
 
 def budget_left(incidents: Sequence[Incident], now: float, per_window: int, window_s: float) -> int:
     """Recoveries the job may still make: at most ``per_window`` within any ``window_s`` seconds (a job that
     meets a bad node every few days is not a job that crash-loops)."""
-    recent = [i for i in incidents if now - i.when < window_s and i.action not in COSTLESS]
-    return max(0, per_window - len(recent))
+    return max(0, per_window - len(_recent(incidents, now, window_s)))
+
+
+def budget_back_in(incidents: Sequence[Incident], now: float, per_window: int, window_s: float) -> float:
+    """Seconds until :func:`budget_left` allows a recovery again (0: it does now; no budget at all: a window)."""
+    recent = _recent(incidents, now, window_s)
+    over = len(recent) - per_window  # the (over+1)-th oldest leaving the window frees one
+    return window_s if per_window <= 0 else 0.0 if over < 0 else recent[over] + window_s - now
 
 
 @dataclass(frozen=True)
@@ -596,7 +607,8 @@ class Recovery:
       ``release`` (every option of the job kept, nothing copied from the environment);
     - ``train-on``: keep the nodes (relaunch after a crash, or simply train after the gate's blame);
     - ``requeue``: the same job requeued as it is (a lost node with nowhere else to go: Slurm places it again);
-    - ``hold``: the budget is spent and a checkpoint resumes it: requeued and held, ``scontrol release`` resumes;
+    - ``requeue-later``: the budget is spent and a checkpoint resumes it: the same job requeued to start by itself
+      once the budget allows a recovery again (``StartTime``), never held for a human;
     - ``stop``: end the job with its status (the budget is spent and there is nothing to resume).
     """
 
@@ -614,13 +626,13 @@ def recovery(
     this step runs there); else the same job requeued without them, only where ``eligible`` (the partition's or
     reservation's usable nodes outside the fault, None: unknown) still holds the job's ``job_nodes``; else train
     on a node that still answers, or requeue as it is when one is lost. A spent ``budget`` never ends a job that
-    can resume: it is held; at the gate it trains on the node."""
+    can resume: it starts again later by itself; at the gate it trains on the node."""
     nodes = tuple(fault)
     if budget <= 0:
         if at_gate and not lost:
             return Recovery("train-on", nodes, why="the recovery budget is spent")
         if resumable:
-            return Recovery("hold", nodes, why="the recovery budget is spent")
+            return Recovery("requeue-later", nodes, why="the recovery budget is spent")
         return Recovery("stop", nodes, why="the recovery budget is spent and there is no checkpoint to resume")
     if batch_host not in nodes and len(spares) >= len(nodes):
         return Recovery("spare", nodes, tuple(spares[: len(nodes)]))
@@ -644,6 +656,19 @@ def crashed_nodes(exits: Mapping[str, Mapping[str, Any]], nodes: Sequence[str]) 
     first = min(died.values())
     culprits = [n for n, at in died.items() if at - first < 1.0]
     return [] if _many(len(culprits), len(nodes)) else sorted(culprits, key=list(nodes).index)
+
+
+SRUN_TASK = re.compile(r"^srun: error: (\S+): tasks? [\d,-]+: (.+?)(?: \(core dumped\))?\s*$")
+SRUN_TEARDOWN = re.compile(r"^srun: (launch/slurm: _step_signal: Terminating|Job step aborted|error: Timed out)")
+_SIGNAL_TEXT = {signal.strsignal(s): s.name for s in signal.Signals if signal.strsignal(s)}
+
+
+def srun_task_signal(line: str) -> tuple[str, str] | None:
+    """``(node, SIGNAL)`` of srun's line for a task a signal ended (``srun: error: n2: task 1: Killed``: a launcher
+    killed outright, which leaves no exits record); None for an exit code or any other line."""
+    m = SRUN_TASK.match(line)
+    name = _SIGNAL_TEXT.get(m.group(2)) if m else None
+    return (m.group(1), name) if m and name else None
 
 
 def parse_job_record(text: str) -> dict[str, str]:

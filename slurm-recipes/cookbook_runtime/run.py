@@ -15,8 +15,8 @@ runtime does the rest, in order, each step one log line:
 6. one launcher per node (``srun``), shielded from USR1/TERM (:mod:`cookbook_runtime.launch`); USR1 or TERM
    reaching this step becomes the stop flag every rank polls (``--requeue``): the ranks save at the next step
    boundary and exit 0;
-7. after the ranks exit: a node at fault (the hang verdict's culprit, a node whose ranks died of a signal
-   while its peers' did not, a node the batch host lost) is recovered from inside the allocation
+7. after the ranks exit: a node at fault (the hang verdict's culprit, a node whose ranks or launcher died of a
+   signal while its peers' did not, a node the batch host lost) is recovered from inside the allocation
    (:func:`recover`); a stop-save -> requeue (:data:`cookbook_runtime.decide.AFTER_EXIT`).
 
 Recovery never leaves the job (:func:`cookbook_runtime.decide.recovery`): a spare of the allocation
@@ -24,9 +24,9 @@ Recovery never leaves the job (:func:`cookbook_runtime.decide.recovery`): a spar
 in this same job from the newest checkpoint; with no spare left, the same job is requeued without the node
 (``scontrol requeuehold``/``update ExcNodeList``/``release``) where the partition still holds it, else it trains
 on. At most ``--max-retries`` recoveries per ``--retry-window`` (``COOKBOOK_MAX_RETRIES`` overrides); a spent
-budget holds a resumable job instead of ending it. Nothing here calls ``sbatch``. ``COOKBOOK_PREFLIGHT=0``
-skips the gate; ``COOKBOOK_REHEARSE`` (``cookbook rehearse``) runs a check in the launcher's place. Standard
-library only.
+budget requeues a resumable job to start by itself when a recovery is allowed again (never held, never ended).
+Nothing here calls ``sbatch``. ``COOKBOOK_PREFLIGHT=0`` skips the gate; ``COOKBOOK_REHEARSE`` (``cookbook
+rehearse``) runs a check in the launcher's place. Standard library only.
 """
 
 from __future__ import annotations
@@ -504,14 +504,15 @@ def watch_signals(job: Job, stop_file: Path) -> None:
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         job.signal = signal.Signals(signum).name.removeprefix("SIG")
-        try:
-            say(f"cookbook: got {job.signal}: every rank saves at its next step boundary")
+        line = f"cookbook: got {job.signal}: every rank saves at its next step boundary"
+        try:  # the flag first: a log that errs must not keep the ranks from saving
             stop_file.touch()
         except Exception as e:  # noqa: BLE001  (a signal handler that raises ends the batch step, unsaved)
-            try:
-                say(f"cookbook: got {job.signal} but could not raise the stop flag {stop_file}: {e}")
-            except Exception:  # noqa: BLE001, S110  (the log itself is gone: nothing left to tell)
-                pass
+            line = f"cookbook: got {job.signal} but could not raise the stop flag {stop_file}: {e}"
+        try:
+            say(line)
+        except Exception:  # noqa: BLE001, S110  (the log itself is gone: nothing left to tell)
+            pass
 
     for sig in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(sig, on_signal)
@@ -613,7 +614,9 @@ def node_fail(job: Job) -> int | None:
     return recover(job, training, "NODE_FAIL in the previous run", lost=True, at_gate=True) if training else None
 
 
-def find_fault(job: Job, watch: NodeWatch, hang_dir: Path, exits: Path) -> tuple[list[str], str, bool, float]:
+def find_fault(
+    job: Job, watch: NodeWatch, hang_dir: Path, exits: Path, srun_said: dict[str, dict[str, Any]]
+) -> tuple[list[str], str, bool, float]:
     """After the ranks ended: ``(nodes at fault, why, lost, when seen)``, in order of certainty: the hang
     verdict's culprit, a node the batch host lost, a node whose ranks died of a signal first."""
     hosts, what = hang_culprit(hang_dir)
@@ -628,11 +631,14 @@ def find_fault(job: Job, watch: NodeWatch, hang_dir: Path, exits: Path) -> tuple
             records[f.stem] = json.loads(f.read_text())
         except (OSError, ValueError):
             continue
+    for node, said in srun_said.items():  # a launcher killed outright wrote nothing: srun saw its task die
+        records.setdefault(node, said)
     crashed = decide.crashed_nodes(records, job.nodes)
     if crashed:
         sigs = sorted({str(s) for x in crashed for s in records[x].get("signals", [])})
         at = min(float(records[x].get("at", 0) or 0) for x in crashed)
-        return crashed, f"its ranks died of {','.join(sigs)}", False, at
+        who = "launcher" if all(records[x].get("by") == "srun" for x in crashed) else "ranks"
+        return crashed, f"its {who} died of {','.join(sigs)}", False, at
     return [], "", False, 0.0
 
 
@@ -672,8 +678,8 @@ def recover(
 
 
 def requeue_or_end(job: Job, what: decide.Recovery, names: str, reason: str, excluded: Sequence[str], left: str) -> int:
-    """No recovery inside this run: the same job requeued (without the nodes, or held), else ended; the batch
-    step's exit status."""
+    """No recovery inside this run: the same job requeued (without the nodes, or to start later by itself), else
+    ended; the batch step's exit status."""
     for sig in (signal.SIGUSR1, signal.SIGTERM):  # the requeue signals this step: finish what was started
         signal.signal(sig, signal.SIG_IGN)
     if what.action == "requeue-excluding":
@@ -686,15 +692,11 @@ def requeue_or_end(job: Job, what: decide.Recovery, names: str, reason: str, exc
         say(f"cookbook: could not exclude {names} ({reason}): {said}; ending job {job.id}")
         job.record(time.time(), "failed")
         return 1
-    if what.action in ("requeue", "hold"):
-        ok, said = slurm.requeue(job.self_id, hold=what.action == "hold")
-        if what.action == "hold":
-            verdict = (f"job {job.id} requeued and held: `scontrol release {job.self_id}` resumes it from its "
-                       "newest checkpoint")  # fmt: skip
-        else:
-            verdict = f"job {job.id} requeued as it is"
+    if what.action in ("requeue", "requeue-later"):
+        ok, said, verdict = requeue_later(job) if what.action == "requeue-later" else (*slurm.requeue(job.self_id), "")
         if ok:
-            say(f"cookbook: not recovering in this run from {names} ({reason}): {what.why}; {verdict}")
+            say(f"cookbook: not recovering in this run from {names} ({reason}): {what.why}; job {job.id} requeued "
+                + (verdict or "as it is"))  # fmt: skip
             job.record(time.time(), "requeued")
             return 0
         say(f"cookbook: could not requeue job {job.id} after {names} ({reason}): {said}; ending it")
@@ -703,6 +705,17 @@ def requeue_or_end(job: Job, what: decide.Recovery, names: str, reason: str, exc
     say(f"cookbook: not recovering from {names} ({reason}): {what.why}; ending job {job.id}")
     job.record(time.time(), "failed")
     return 1
+
+
+def requeue_later(job: Job) -> tuple[bool, str, str]:
+    """The same job requeued to start by itself once the recovery budget allows one again (never held for a
+    human): ``(accepted, Slurm's refusal, when it starts and how to start or cancel it)``."""
+    args = job.args
+    delay = max(60, int(decide.budget_back_in(job.incidents(), time.time(), job.max_retries, args.retry_window)))
+    ok, said = slurm.requeue_updated(job.self_id, f"StartTime=now+{delay}")
+    at = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(time.time() + delay))
+    how = f"`scontrol update JobId={job.self_id} StartTime=now` starts it now, `scancel {job.self_id}` cancels it"
+    return ok, said, f"to start again by itself at {at} (in {delay / 60:.0f} min, once a recovery is allowed): {how}"
 
 
 def set_launch_env(job: Job, hang_dir: Path, exits: Path, telemetry: Path, save_seconds: float, suffix: str) -> None:
@@ -742,19 +755,44 @@ def launch(job: Job, address: str, port: int, nproc: int) -> tuple[int, list[str
     command = launch_command(job, address, port, nproc, extra)
     say(f"cookbook: launching {shlex.join(job.args.launcher[: launcher_words(job.args.launcher)])} on "
         f"{len(job.nodes)} node(s), {nproc} process(es) each")  # fmt: skip
-    ranks = subprocess.Popen(command)
+    ranks = subprocess.Popen(command, stderr=subprocess.PIPE)
+    srun_said: dict[str, dict[str, Any]] = {}
+    relay = relay_stderr(ranks, srun_said)
     every = 0.0 if os.environ.get("COOKBOOK_REHEARSE") else job.args.node_watch_seconds
     watch = NodeWatch(job, ranks, every if len(job.nodes) > 1 else 0.0)
     watch.start()
     status = ranks.wait()  # PEP 475: a signal handled meanwhile does not interrupt the wait
     watch.done.set()
+    relay.join(timeout=5)
     job.launches += 1
     if status < 0:  # srun ended by a signal: the shell's 128 + N, as Slurm and sacct report it
         status = 128 - status
     if os.environ.get("COOKBOOK_REHEARSE") or job.signal:  # a stop asked for is no node's fault
         return status, [], "", False, 0.0
     watch.join(timeout=15)
-    return (status, *find_fault(job, watch, hang_dir, exits))
+    return (status, *find_fault(job, watch, hang_dir, exits, srun_said))
+
+
+def relay_stderr(step: subprocess.Popen[bytes], found: dict[str, dict[str, Any]]) -> threading.Thread:
+    """srun's stderr passed on to the job log line by line; into ``found``, each node whose task srun saw end by
+    a signal before it tore the step down (``srun: error: n2: task 1: Killed``: a launcher killed outright)."""
+
+    def relay() -> None:
+        torn, out = False, sys.stderr.buffer
+        for raw in iter(step.stderr.readline, b"") if step.stderr else ():
+            try:
+                out.write(raw)
+                out.flush()
+            except (OSError, ValueError):  # the log errs: keep reading, or srun blocks on a full pipe
+                pass
+            line = raw.decode(errors="replace")
+            torn = torn or bool(decide.SRUN_TEARDOWN.match(line))
+            if not torn and (task := decide.srun_task_signal(line)):
+                found.setdefault(task[0], {"signals": [task[1]], "at": time.time(), "by": "srun"})
+
+    thread = threading.Thread(target=relay, daemon=True)
+    thread.start()
+    return thread
 
 
 def train(job: Job, address: str, port: int, nproc: int) -> tuple[int, bool]:
@@ -838,20 +876,21 @@ def after_training(job: Job, status: int, saved_file: Path, complete: Path, once
     args = job.args
     if job.timer is not None:
         job.timer.cancel()
-    for sig in (signal.SIGUSR1, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)  # from here on Slurm's signals are its own (a requeue ends this step)
     saved = saved_file.exists()
     what = decide.after_exit(job.signal, status, saved)
+    requeue = what.action == "requeue" and args.requeue
+    for sig in (signal.SIGUSR1, signal.SIGTERM):  # Slurm's signals are its own; a requeue's ends this step: said first
+        signal.signal(sig, signal.SIG_IGN if requeue else signal.SIG_DFL)
     job.record(time.time(), decide.outcome(job.signal, status, saved))
+    ok, said = slurm.requeue(job.self_id) if requeue else (True, "")
+    if requeue:
+        say(f"cookbook: scontrol requeue {job.self_id} " + ("accepted" if ok else f"refused: {said}; the job ends"))
     if what.action == "requeue" and not args.requeue:
         say(f"cookbook: the ranks stopped (status {status}); not requeueing: the job has no --requeue")
-    elif what.say:
+    elif what.say and ok:  # "requeueing job N" only once Slurm took the requeue
         detail = saved_file.read_text().strip() if saved else ""
         say("cookbook: " + what.say.format(job=job.id, status=status, saved=detail))
-    if what.action == "requeue" and args.requeue:
-        ok, said = slurm.requeue(job.self_id)
-        say(f"cookbook: scontrol requeue {job.self_id} " + ("accepted" if ok else f"refused: {said}"))
-    elif status == 0 and once and not saved and job.signal != "TERM":  # trained to its end
+    if not requeue and status == 0 and once and not saved and job.signal != "TERM":  # trained to its end
         complete.write_text(f"job {job.id} finished it at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
     return status
 

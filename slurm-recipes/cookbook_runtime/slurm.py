@@ -113,28 +113,35 @@ def scontrol(*args: str, timeout: float = 30) -> tuple[bool, str]:
     return done.returncode == 0, (done.stdout + done.stderr).strip()
 
 
-def requeue(job: str, hold: bool = False) -> tuple[bool, str]:
-    """``scontrol requeue`` (``requeuehold``: it waits for ``scontrol release``) of this same job."""
-    return scontrol("requeuehold" if hold else "requeue", job)
+def requeue(job: str) -> tuple[bool, str]:
+    """``scontrol requeue`` of this same job."""
+    return scontrol("requeue", job)
 
 
-def requeue_excluding(job: str, excluded: str, tries: int = 20, pause: float = 1.0) -> tuple[bool, str]:
-    """The same job requeued without some nodes: ``requeuehold``, ``update ExcNodeList``, ``release``. Slurm
-    takes the update only once the job is pending again, so it is retried for a few seconds; the caller
-    ignores TERM meanwhile (the requeue signals this batch step). Every option of the job stays as submitted; it
-    may start 10 s later (a start within the second of the requeue meets a revoked credential)."""
-    ok, said = requeue(job, hold=True)
+def requeue_updated(job: str, *updates: str, tries: int = 20, pause: float = 1.0) -> tuple[bool, str]:
+    """The same job requeued with ``updates`` (``ExcNodeList=...``, ``StartTime=now+N``): ``requeuehold``,
+    ``update``, ``release``, each answer checked (accepted only when all three are). Slurm takes the update only
+    once the job is pending again, so it is retried for a few seconds; the caller ignores TERM meanwhile (the
+    requeue signals this batch step). Every option of the job stays as submitted; a release follows whatever
+    the update said (never a job held for a human)."""
+    ok, said = scontrol("requeuehold", job)
     if not ok:
         return False, f"scontrol requeuehold {job}: {said}"
-    for _ in range(tries):  # StartTime: Slurm would hold a requeued job back ~2 min; 10 s lets the nodes settle
-        ok, said = scontrol("update", f"JobId={job}", f"ExcNodeList={excluded}", "StartTime=now+10")
+    for _ in range(tries):
+        ok, said = scontrol("update", f"JobId={job}", *updates)
         if ok:
             break
         time.sleep(pause)
     released, answer = scontrol("release", job)
     if not ok:
-        return False, f"scontrol update ExcNodeList={excluded}: {said} (released: {released or answer})"
+        return False, f"scontrol update {' '.join(updates)}: {said} (released: {released or answer})"
     return released, "" if released else f"scontrol release {job}: {answer}"
+
+
+def requeue_excluding(job: str, excluded: str) -> tuple[bool, str]:
+    """The same job requeued without some nodes (:func:`requeue_updated`). It may start 10 s later (Slurm would
+    hold a requeued job back ~2 min; a start within the second of the requeue meets a revoked credential)."""
+    return requeue_updated(job, f"ExcNodeList={excluded}", "StartTime=now+10")
 
 
 def partition_states(partition: str, reservation: str = "") -> dict[str, NodeState]:

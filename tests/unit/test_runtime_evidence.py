@@ -192,14 +192,93 @@ def test_problem_7_a_slurm_command_that_fails_is_said_once(tmp_path, capsys):
     assert len(said) == 1 and "did not answer (exit 1: slurm_load_jobs error: Socket timed out" in said[0]
 
 
-def test_problem_7_slurms_answer_to_the_requeue_is_said_either_way(tmp_path):
+def test_problem_7_slurms_answer_to_the_requeue_is_said_either_way_and_requeueing_only_once_accepted(tmp_path):
     from batch_step import FakeSlurm
 
     argv = ["--requeue", "--", "torchrun", "-m", "train"]
     ran = FakeSlurm(tmp_path / "yes").run_step(argv, FAKE_SRUN="signal:USR1")
-    assert "cookbook: scontrol requeue 41 accepted" in ran.out, ran.out
+    accepted = ran.out.index("cookbook: scontrol requeue 41 accepted")
+    assert accepted < ran.out.index("cookbook: requeueing job 41 after the stop-save"), ran.out
     ran = FakeSlurm(tmp_path / "no").run_step(argv, FAKE_SRUN="signal:USR1", FAKE_SCONTROL_STATUS="1")
-    assert "cookbook: scontrol requeue 41 refused" in ran.out, ran.out
+    assert "cookbook: scontrol requeue 41 refused" in ran.out and "the job ends" in ran.out, ran.out
+    assert "requeueing job" not in ran.out  # diagnose reads that line as a restart
+
+
+EIO_STEP = """
+import errno, sys
+from cookbook_runtime import run
+said = run.say
+def say(line):  # the job log errs (EIO) for the signal handler's line
+    if line.startswith("cookbook: got "):
+        raise OSError(errno.EIO, "Input/output error")
+    said(line)
+run.say = say
+sys.exit(run.main(sys.argv[1:]))
+"""
+
+
+def test_problem_7_a_log_that_errs_in_the_signal_handler_still_gets_the_training_its_stop_save(tmp_path):
+    """The handler raises the stop flag before it logs: USR1 with a log that fails (EIO) -> the ranks save, the
+    job is requeued, the batch step does not die of its own error."""
+    import sys
+
+    from batch_step import FakeSlurm
+
+    fake = FakeSlurm(tmp_path)
+    argv = ["--requeue", "--", "torchrun", "-m", "train"]
+    ran = fake._ran([sys.executable, "-c", EIO_STEP, *argv], fake.env(FAKE_SRUN="signal:USR1"))
+    assert ran.status == 0 and "Traceback" not in ran.out and "cookbook: got USR1" not in ran.out, ran.out
+    assert "cookbook: requeueing job 41 after the stop-save (cookbook: saved at step 3" in ran.out, ran.out
+
+
+@pytest.mark.parametrize("sig", ["SIGUSR1", "SIGTERM"])
+def test_problem_7_a_run_folder_that_errs_never_makes_the_signal_handler_raise(tmp_path, monkeypatch, capsys, sig):
+    """The stop flag cannot be written (EIO on the run folder): the handler says so, and nothing raises."""
+    import errno
+    import signal
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from cookbook_runtime import run
+
+    def touch(self: Path, *a: object, **k: object) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(Path, "touch", touch)
+    before = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
+    job = SimpleNamespace(signal=None)
+    try:
+        run.watch_signals(job, tmp_path / "STOP")  # type: ignore[arg-type]
+        os.kill(os.getpid(), getattr(signal, sig))
+        time.sleep(0.1)  # the handler runs in the main thread between bytecodes
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    assert job.signal == sig.removeprefix("SIG")
+    said = capsys.readouterr().out
+    assert f"cookbook: got {job.signal} but could not raise the stop flag {tmp_path / 'STOP'}: [Errno 5]" in said
+
+
+def test_problem_7_below_python_3_9_the_runtime_stops_in_one_line():
+    """The nodes' python3 is the first thing a job runs: an older one (Ubuntu 20.04's 3.8) gets one line."""
+    import glob
+    import re
+    import sys
+
+    from batch_step import RUNTIME_ROOT
+
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(RUNTIME_ROOT)}
+    old = "import sys; sys.version_info = (3, 8, 10, 'final', 0); sys.version = '3.8.10 (default)'; "
+    runs = [[sys.executable, "-c", old + "import cookbook_runtime.run"]]
+    real = sorted(
+        glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")) + glob.glob("/usr/bin/python3.8")
+    )
+    runs += [[python, "-m", "cookbook_runtime.run", "--", "torchrun"] for python in real[:1]]  # a real one, if here
+    for argv in runs:
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 1 and not done.stdout and done.stderr.count("\n") == 1, done.stderr
+        assert re.search(r"is Python 3\.8\.\d+; the job runtime needs Python 3\.9 or newer", done.stderr), done.stderr
+        assert "set VENV to an environment built with `make setup`" in done.stderr
 
 
 # ------------------------------------------------------------------ (8) XIDs from before the gate

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -114,12 +115,28 @@ def test_the_budget_counts_recoveries_per_window_not_per_life():
 
 
 @pytest.mark.parametrize("n", SIZES)
-def test_a_spent_budget_never_ends_a_job_that_can_resume(n: int):
+def test_a_spent_budget_never_ends_a_job_that_can_resume_nor_holds_it_for_a_human(n: int):
     bad = [nodes(n + 1)[-2]] if n > 1 else [nodes(2)[1]]
-    held = answer(n, 1, bad, budget=0)
-    assert held.action == "hold"
+    later = answer(n, 1, bad, budget=0)
+    assert later.action == "requeue-later"
+    assert answer(n, 1, bad, budget=0, lost=True).action == "requeue-later"
     assert answer(n, 1, bad, budget=0, resumable=False).action == "stop"
     assert answer(n, 1, bad, budget=0, at_gate=True).action == "train-on"  # at the gate: train on it
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_a_spent_budget_restarts_the_job_once_the_window_allows_a_recovery_again(n: int):
+    """Two recoveries 10 and 1 min ago, 2 an hour: the older leaves the window in 50 min; then a recovery is
+    allowed, and the deferred restart itself spends none (its start is the wait)."""
+    history = [incident(T0 - 600), incident(T0 - 60)]
+    assert decide.budget_left(history, T0, 2, HOUR) == 0
+    assert decide.budget_back_in(history, T0, 2, HOUR) == pytest.approx(50 * 60)
+    history.append(incident(T0, "requeue-later"))
+    assert decide.budget_back_in(history, T0, 2, HOUR) == pytest.approx(50 * 60)
+    assert decide.budget_left(history, T0 + 50 * 60, 2, HOUR) == 1
+    assert decide.budget_back_in(history, T0 + 50 * 60, 2, HOUR) == 0
+    assert decide.budget_back_in(history, T0, 0, HOUR) == HOUR  # no recoveries at all: a window
+    assert answer(n, 1, [nodes(n + 1)[-2]], budget=decide.budget_left(history, T0, 2, HOUR)).action == "requeue-later"
 
 
 def test_a_day_of_faults_at_1000_nodes_each_recovered_by_a_spare():
@@ -193,6 +210,84 @@ def test_a_crashed_node_is_swapped_for_the_spare_and_the_job_trains_on_without_l
     assert row.fault_at <= row.ended_at <= row.when
 
 
+def test_a_launcher_killed_outright_is_named_by_srun_and_swapped_for_the_spare(tmp_path):
+    """#40 item 2: n2's torchrun agent itself SIGKILLed leaves no exits record; srun's "n2: task 1: Killed" before
+    its teardown names the node (n1's task, killed by that teardown, is not blamed)."""
+    fake = FakeSlurm(tmp_path)
+    checkpoint(fake.run_dir)
+    ran = fake.run_step(["--spare-nodes=1", *ARGV], FAKE_SRUN="launcher-killed:n2", SLURM_JOB_NODELIST="n1,n2,n3",
+                        SLURM_JOB_NUM_NODES="3")  # fmt: skip
+    assert ran.status == 0, ran.out
+    assert "srun: error: n2: task 1: Killed" in ran.out  # srun's own lines still reach the job log
+    assert "cookbook: recovery: n2 (its launcher died of SIGKILL) replaced by spare n3 in job 41" in ran.out, ran.out
+    first, second = ran.launches()
+    assert "--nodelist=n1,n2" in first["argv"] and "--nodelist=n1,n3" in second["argv"]
+    assert not ran.argv("sbatch") and not [a for a in ran.argv("scontrol") if a[0].startswith("requeue")]
+
+
+@pytest.mark.parametrize(
+    ("lines", "blamed"),
+    [
+        (["srun: error: n2: task 1: Killed", "srun: launch/slurm: _step_signal: Terminating StepId=41.0",
+          "srun: error: n1: task 0: Killed"], {"n2": ["SIGKILL"]}),
+        (["srun: error: n2: tasks 1-3: Segmentation fault (core dumped)"], {"n2": ["SIGSEGV"]}),
+        (["srun: error: n2: task 1: Exited with exit code 1", "srun: error: n1: task 0: Killed"], {"n1": ["SIGKILL"]}),
+        (["srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
+          "srun: error: n2: task 1: Killed"], {}),
+        (["1: srun: error: n2: task 1: Killed", "srun: error: n2: task 1: Exited with exit code 9"], {}),
+    ],
+)  # fmt: skip
+def test_srun_names_the_nodes_whose_task_a_signal_ended_before_its_teardown(lines: list[str], blamed: dict):
+    from cookbook_runtime import run
+
+    class Step:
+        stderr = __import__("io").BytesIO("".join(line + "\n" for line in lines).encode())
+
+    found: dict = {}
+    run.relay_stderr(Step(), found).join(timeout=5)  # type: ignore[arg-type]
+    assert {node: said["signals"] for node, said in found.items()} == blamed
+
+
+def test_a_node_fail_slurm_already_moved_the_run_off_costs_nothing(tmp_path):
+    """#40 item 3: n2 died in the previous run; Slurm's requeue placed the job on n1,n3: no recovery, no row in
+    recoveries.tsv, the budget untouched, the job trains."""
+    fake = FakeSlurm(tmp_path)
+    checkpoint(fake.run_dir)
+    files.state_dir(fake.run_dir).mkdir(parents=True)
+    (files.state_dir(fake.run_dir) / files.RUNS).write_text(f"41\t0\tn1,n2\t{time.time() - 600:.0f}\t\t\n")
+    ran = fake.run_step(
+        ARGV, SLURM_RESTART_COUNT="1", SLURM_JOB_NODELIST="n1,n3", FAKE_SINFO="n1|allocated|\nn2|down*|"
+    )
+    assert ran.status == 0, ran.out
+    assert "cookbook: node failure: n2 of job 41's previous run is down* (NODE_FAIL)" in ran.out, ran.out
+    assert (
+        "excluding n2 (NODE_FAIL in the previous run) by Slurm's requeue: this run has other nodes [n1,n3]" in ran.out
+    )
+    assert not files.recoveries(fake.run_dir).exists() or not files.recoveries(fake.run_dir).read_text().strip()
+    assert len(ran.launches()) == 1 and not [a for a in ran.argv("scontrol") if a[0].startswith(("requeue", "update"))]
+
+
+def test_a_node_the_gate_blames_at_the_start_is_replaced_by_the_spare_before_training(tmp_path):
+    """#40 item 1: n2's own check fails at the gate, n3 stands by: n1,n3 train in the same job, nothing requeued;
+    a swap before any launch spends no relaunch."""
+    fake = FakeSlurm(tmp_path)
+    argv = ["--spare-nodes=1", "--gate", *ARGV]
+    ran = fake.run_step(
+        argv, FAKE_GATE="ok", FAKE_GATE_FAIL="n2", SLURM_JOB_NODELIST="n1,n2,n3", SLURM_JOB_NUM_NODES="3"
+    )
+    assert ran.status == 0, ran.out
+    assert "cookbook: pre-flight failed on n2: GPU 0: uncorrectable ECC errors" in ran.out, ran.out
+    assert (
+        "cookbook: recovery: n2 (pre-flight: GPU 0: uncorrectable ECC errors) replaced by spare n3 in job 41" in ran.out
+    )
+    assert "job 41: 2 node(s) [n1,n3]" in ran.out
+    (launch,) = ran.launches()
+    assert "--nodelist=n1,n3" in launch["argv"] and "--overlap" not in launch["argv"]
+    assert not ran.argv("sbatch") and not [a for a in ran.argv("scontrol") if a[0].startswith(("requeue", "update"))]
+    (row,) = decide.parse_incidents(files.recoveries(fake.run_dir).read_text())
+    assert (row.nodes, row.action, row.spares) == (("n2",), "spare", ("n3",))
+
+
 def test_no_spare_and_no_room_trains_on_the_node_after_a_crash(tmp_path):
     fake = FakeSlurm(tmp_path)
     checkpoint(fake.run_dir)
@@ -221,17 +316,36 @@ def test_no_spare_requeues_the_same_job_without_the_node_keeping_its_options(tmp
     assert not ran.argv("sbatch") and len(ran.launches()) == 1
 
 
-def test_a_spent_budget_holds_a_resumable_job_and_says_how_to_release_it(tmp_path):
+def test_a_spent_budget_requeues_a_resumable_job_to_start_by_itself_after_the_window(tmp_path):
+    """Never held for a human: requeuehold, StartTime when the budget allows a recovery again, release."""
     fake = FakeSlurm(tmp_path)
     checkpoint(fake.run_dir)
     files.state_dir(fake.run_dir).mkdir(parents=True)
-    import time
-
-    files.recoveries(fake.run_dir).write_text(incident(time.time() - 60).row() + "\n")
+    files.recoveries(fake.run_dir).write_text(incident(time.time() - 600).row() + "\n")
     ran = fake.run_step(["--max-retries=1", *ARGV], FAKE_SRUN="crash:n2")
     assert ran.status == 0, ran.out
-    assert "the recovery budget is spent; job 41 requeued and held: `scontrol release 41` resumes it" in ran.out
-    assert ["requeuehold", "41"] in ran.argv("scontrol")
+    said = re.search(r"the recovery budget is spent; job 41 requeued to start again by itself at .+ \(in (\d+) min, "
+                     r"once a recovery is allowed\): `scontrol update JobId=41 StartTime=now` starts it now, "
+                     r"`scancel 41` cancels it$", ran.out, re.M)  # fmt: skip
+    assert said and 49 <= int(said.group(1)) <= 50, ran.out
+    calls = [a for a in ran.argv("scontrol") if a[0] in ("requeue", "requeuehold", "update", "release")]
+    assert [a[0] for a in calls] == ["requeuehold", "update", "release"], calls
+    assert calls[1][: 1 + 1] == ["update", "JobId=41"] and 2900 <= int(calls[1][2].split("+")[1]) <= 3000, calls
+    rows = decide.parse_incidents(files.recoveries(fake.run_dir).read_text())
+    assert rows[-1].action == "requeue-later" and decide.budget_left(rows, time.time(), 1, HOUR) == 0
+
+
+def test_a_start_time_slurm_refuses_still_releases_the_job_and_says_so(tmp_path, monkeypatch):
+    """Never a job left held: the release follows whatever the update said, and the answer says what failed."""
+    from cookbook_runtime import slurm
+
+    fake = FakeSlurm(tmp_path)
+    monkeypatch.setenv("PATH", fake.env()["PATH"])
+    monkeypatch.setenv("FAKE_UPDATE_STATUS", "1")
+    ok, said = slurm.requeue_updated("41", "StartTime=now+3000", tries=2, pause=0)
+    assert not ok and said.startswith("scontrol update StartTime=now+3000: ") and said.endswith("(released: True)")
+    calls = [json.loads(line)["argv"][0] for line in fake.calls.read_text().splitlines()]
+    assert calls == ["requeuehold", "update", "update", "release"]
 
 
 def test_a_refused_requeue_is_said_not_taken_for_done(tmp_path):
