@@ -6,12 +6,12 @@
 - torchtitan and torchtune LoRA: the non-head node's network is cut (its veth down: a node lost). The batch
   host's watch finds it, the spare takes its place.
 
-The seconds from the fault to the first new step are held against the issue's goals (a crash <= 60 s, a lost
-node <= 3 min) with twice the room, for a loaded 2-core machine: the relaunch is CPU-bound (torch's and the
-framework's imports on 2 nodes), 15 s after a crash on an idle machine (benchmarks/recovery.py, whose breakdown of
-each recovery is in benchmarks/README.md), 22-37 s beside other tests (load ~4); of a lost node's 55-58 s, ~38 are
-the batch host's watch finding it. Measured as this test sees it: from the fault to the poll (every 0.3 s) that
-finds the new step in the log, so never less than the truth.
+The seconds from the fault to the first new step are printed beside the issue's goals (a crash <= 60 s, a lost
+node <= 3 min), not asserted: speed goals live in benchmarks/ (the project's rule; a test on a loaded machine waits
+on progress, never on a clock). benchmarks/recovery.py holds them against the goals on an idle machine and
+benchmarks/README.md has each recovery's breakdown: 15 s after a crash there, 22-37 s beside other tests (load
+~4); of a lost node's 55-58 s, ~38 are the batch host's watch finding it. Measured as this test sees it: from the
+fault to the poll (every 0.3 s) that finds the new step in the log, so never less than the truth.
 
 No sbatch anywhere: one job id from start to end. (The gate's blame with no spare on a 2-node cluster, and a
 requeue of the same job with ExcNodeList: tests/cluster/test_preflight_cluster.py.)
@@ -42,7 +42,6 @@ TITAN_STEP = re.compile(r"step:\s+(\d+)\s+loss:\s+([\d.]+)")
 TUNE_STEP = re.compile(r"Step (\d+) \| loss:([\d.]+)")
 RECOVERED = re.compile(r"cookbook: recovery: (\S+) \((.*?)\) replaced by spare (\S+) in job (\d+)")
 GOALS = {"crash": 60.0, "lost": 180.0}  # seconds from the fault to the first new step (issue #40; the benchmark's)
-LOADED = 2.0  # the room a loaded 2-core machine gets over those goals
 TITAN_STEPS, LORA_STEPS = 9, 8  # a few steps past the recovery: enough to see the loss go on
 TITAN = {"training.steps": str(TITAN_STEPS), "checkpoint.interval": "3", "metrics.log_freq": "1"}
 LORA = {"epochs": "1", "max_steps_per_epoch": str(LORA_STEPS), "save_every_n_steps": "2", "throttle_seconds": "0.3"}
@@ -136,10 +135,9 @@ def _lose(cluster, client: SlurmClient, job, node: str, relaunched: Callable[[ob
         _back_in_service(cluster, client, node)
 
 
-def _within_goal(took: float, fault: str) -> None:
-    """``took`` seconds from the ``fault`` ("crash", "lost") to the first new step: within its goal, with room."""
-    limit = GOALS[fault] * LOADED
-    assert took <= limit, f"{fault}: first new step {took:.1f} s after the fault (goal {GOALS[fault]:.0f} s)"
+def _against_goal(took: float, fault: str) -> None:
+    """Say ``took``, the seconds from the ``fault`` ("crash", "lost") to the first new step, beside its goal."""
+    print(f"{fault}: first new step {took:.1f} s after the fault (goal {GOALS[fault]:.0f} s, benchmarks/recovery.py)")
 
 
 def _check_lost(job, node: str, head: str) -> None:
@@ -198,7 +196,7 @@ def test_torchtitan_a_crashed_node_is_replaced_by_the_spare_in_the_same_job(node
     if resumed in runs[0]:  # the redone step: the same loss as the first time
         assert runs[1][resumed] == pytest.approx(runs[0][resumed], rel=1e-3), runs
     print(f"torchtitan crash: first new step {took:.1f} s after the kill; {max(runs[0]) - resumed + 1} step(s) redone")
-    _within_goal(took, "crash")
+    _against_goal(took, "crash")
 
 
 def test_torchtune_lora_a_crashed_node_is_replaced_by_the_spare_in_the_same_job(nodes3_cluster, tiny_assets, tmp_path):
@@ -225,7 +223,7 @@ def test_torchtune_lora_a_crashed_node_is_replaced_by_the_spare_in_the_same_job(
     if resumed in first:
         assert second[resumed] == pytest.approx(first[resumed], rel=1e-3), (first, second)
     print(f"torchtune LoRA crash: first new step {took:.1f} s after the kill; {max(first) - resumed + 1} redone")
-    _within_goal(took, "crash")
+    _against_goal(took, "crash")
 
 
 def test_torchtitan_a_lost_node_is_found_by_the_batch_host_and_replaced(nodes3_cluster, tiny_assets, tmp_path):
@@ -243,7 +241,7 @@ def test_torchtitan_a_lost_node_is_found_by_the_batch_host_and_replaced(nodes3_c
     _check_lost(job, other, head)
     _check_completed(client, job, TITAN_STEP, TITAN_STEPS)
     print(f"torchtitan lost node: first new step {took:.1f} s after the cut")
-    _within_goal(took, "lost")
+    _against_goal(took, "lost")
 
 
 def test_torchtune_lora_a_lost_node_is_found_by_the_batch_host_and_replaced(nodes3_cluster, tiny_assets, tmp_path):
@@ -266,4 +264,4 @@ def test_torchtune_lora_a_lost_node_is_found_by_the_batch_host_and_replaced(node
     assert (min(second), max(second)) == (redone, LORA_LOST_STEPS), (first, second)
     assert second[redone] == pytest.approx(first[redone], rel=1e-3), (first, second)  # the redone step's loss
     print(f"torchtune LoRA lost node: first new step {took:.1f} s after the cut")
-    _within_goal(took, "lost")
+    _against_goal(took, "lost")
