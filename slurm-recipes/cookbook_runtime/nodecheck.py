@@ -1,19 +1,22 @@
 """The node checks of the pre-flight gate (torch on the nodes; nothing of the cookbook).
 
 ``python3 -m cookbook_runtime.nodecheck check`` runs under torchrun, one process per GPU on every node (on CPU
-one per node, started by srun with ``--master``: no torchrun agent to start), and writes
-``OUT/<node>.<local rank>.json`` twice: once its local checks are done (so a collective that never starts
-still leaves them), then with the collective's result:
+one per node, started by srun with ``--master``: no torchrun agent to start). Each node writes one report,
+``OUT/<node>.json``, once: its local rank 0 gathers its ranks' results from the node's own disk
+(``$TMPDIR/cookbook-gate-*``, where each rank leaves them after its local checks and again after the network
+part, so a network part that never ends still leaves them; on SIGTERM, as srun passes on the end of the
+gate's budget, local rank 0 writes what it has):
 
 - GPUs visible and their count (local rank 0), each rank's GPU by a bf16 matmul timed for at least a second
   after warm-up (clocks ramped), measured against its peers by the verdict and against a clearly-broken
   fraction of the dense peak (:mod:`cookbook_runtime.gpus`), or on CPU a float32 matmul against an absolute floor;
 - the profile's network interface (``NCCL_SOCKET_IFNAME`` syntax) and InfiniBand/EFA device present;
-- the run folder writable, and shared (every node sees the files the others wrote);
+- the run folder writable, and shared (every node sees the files the others wrote: one listing a node);
 - free space on the node-local disk;
-- then an all-reduce across all ranks, with NCCL's ring algorithm (``NCCL_ALGO=Ring`` unless set: a NIC-true
-  figure; on 2 nodes the default algorithm can report more than the NICs carry and hide a dead NIC,
-  NVIDIA/nccl-tests#196, #290), as nccl-tests' bus bandwidth.
+- then the network part, node pair by node pair (:func:`collective`): round 1 pairs every node once, round 2
+  each suspect with a known-good node, each pair's all-reduce bounded by ``--timeout``, with NCCL's ring
+  algorithm (``NCCL_ALGO=Ring`` unless set: a NIC-true figure; on 2 nodes the default algorithm can report more
+  than the NICs carry and hide a dead NIC, NVIDIA/nccl-tests#196, #290), as nccl-tests' bus bandwidth.
 
 :func:`read_reports` turns the files into :class:`cookbook_runtime.decide.NodeReport`; the verdict (who is to
 blame) is :func:`cookbook_runtime.decide.gate_verdict`.
@@ -24,15 +27,19 @@ Test injection: ``COOKBOOK_PREFLIGHT_INJECT=NODE:REASON`` adds a failure on that
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -215,21 +222,17 @@ def collective(args: argparse.Namespace, failures: list[str], measures: dict[str
     limits = GateThresholds(busbw_peer_ratio=args.busbw_peer_ratio, busbw_floor_gbps=args.min_busbw)
     if rank == 0:
         names = _first_round(store, world // nproc, nproc, args.timeout)
-    names = {int(i): x for i, x in json.loads(store.get("joined")).items()}
-    out = Path(args.out)
-    unseen = sorted(n for n in names.values() if not (out / f"{n}.probe").exists())
+    names = {int(i): x for i, x in json.loads(_get(store, "joined", 2 * args.timeout)).items()}
     if local == 0:
-        measures["unseen"] = unseen[:4]  # the verdict names a node that none of its peers see (decide.unshared_node)
-    if unseen and local == 0:
-        failures.append(f"run folder {args.run_dir} is not shared: files of {', '.join(unseen)} not visible here")
+        _shared_check(args, names.values(), failures, measures)
     pairs = measures.setdefault("pairs", [])
     for round_ in (1, 2):
         if rank == 0 and round_ == 2:
             _second_round(store, names, nproc, limits, 2 * args.timeout)
-        partner = int(store.get(f"plan{round_}/{node}"))
+        partner = int(_get(store, f"plan{round_}/{node}", 5 * args.timeout))  # round 2's: 1 pair + 2 x, at most
         # one group a round on every rank, alone when unpaired: torch names a group by the groups made before it
         group = dist.new_group(sorted({rank, partner * nproc + local if partner >= 0 else rank}),
-                               use_local_synchronization=True)  # fmt: skip
+                               timeout=timedelta(seconds=args.timeout), use_local_synchronization=True)  # fmt: skip
         if partner >= 0:
             gbps = _pair_allreduce(args, group)
             pairs.append({"round": round_, "partner": names[partner], "gbps": gbps})
@@ -243,6 +246,20 @@ def collective(args: argparse.Namespace, failures: list[str], measures: dict[str
         measures[BUSBW] = min(measured)
     if args.gpus and nccl_log.exists():
         _nccl_network_check(nccl_log, failures, measures)
+
+
+def _shared_check(
+    args: argparse.Namespace, names: Iterable[str], failures: list[str], measures: dict[str, Any]
+) -> None:
+    """Local rank 0: every node's ``<node>.probe`` seen here (one listing of the folder, not a stat per node)."""
+    try:
+        present = set(os.listdir(args.out))
+    except OSError:
+        present = set()
+    unseen = sorted(n for n in names if f"{n}.probe" not in present)
+    measures["unseen"] = unseen[:4]  # the verdict names a node that none of its peers see (decide.unshared_node)
+    if unseen:
+        failures.append(f"run folder {args.run_dir} is not shared: files of {', '.join(unseen)} not visible here")
 
 
 def _in_a_world(args: argparse.Namespace) -> bool:
@@ -270,7 +287,14 @@ def _join(args: argparse.Namespace, rank: int, world: int, nccl_log: Path) -> An
         os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET", NCCL_DEBUG_FILE=str(nccl_log))
     dist.init_process_group("nccl" if args.gpus else "gloo", store=dist.PrefixStore("world/", tcp), rank=rank,
                             world_size=world, timeout=timeout)  # fmt: skip
+    tcp.set_timeout(timeout)  # gloo's lazy connect of a pair waits on the store: a pair's bound, not 3 x
     return store
+
+
+def _get(store: Any, key: str, seconds: float) -> bytes:
+    """``key`` from the store, waiting up to ``seconds`` for it (the store's own timeout is a pair's)."""
+    store.wait([key], timedelta(seconds=seconds))
+    return bytes(store.get(key))
 
 
 def _nccl_network_check(nccl_log: Path, failures: list[str], measures: dict[str, Any]) -> None:
@@ -357,22 +381,91 @@ def nccl_network(log: str) -> str | None:
     return said[-1].strip() if said else ("Libfabric" if "NET/OFI" in log else None)
 
 
-def _write_report(out: Path, local_rank: int, report: dict[str, Any]) -> None:
-    path = out / f"{node_name()}.{local_rank}.json"
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(report))
-    os.replace(tmp, path)
+def report_path(out: Path, node: str) -> Path:
+    """A node's one report: ``{"node": NODE, "ranks": [each local rank's report]}``."""
+    return out / f"{node}.json"
+
+
+class NodeReports:
+    """This process's report. A local rank > 0 leaves it on the node's own disk (after its local checks, then
+    final); local rank 0 gathers them and writes the node's one report to the shared folder, once: at its end,
+    or on SIGTERM (the gate's budget ran out) with what it has."""
+
+    def __init__(self, out: Path, local_rank: int, nproc: int, report: dict[str, Any]) -> None:
+        self.out, self.local_rank, self.nproc, self.report = out, local_rank, nproc, report
+        key = hashlib.sha1(f"{os.path.abspath(out)} {node_name()}".encode()).hexdigest()[:12]  # no stat
+        self.stage = Path(tempfile.gettempdir()) / f"cookbook-gate-{key}"  # the node's own disk
+        self.lock, self.written, self.network_done = threading.Lock(), False, False
+
+    def keep(self, final: bool = False) -> None:
+        """A local rank > 0: its report, so far, where local rank 0 reads it."""
+        if self.local_rank == 0 or (final and not self.stage.is_dir()):  # rank 0 is through: nobody reads it
+            return
+        self.stage.mkdir(parents=True, exist_ok=True)
+        tmp = self.stage / f".{self.local_rank}.tmp"
+        tmp.write_text(json.dumps({**self.report, "final": final}))
+        os.replace(tmp, self.stage / f"{self.local_rank}.json")
+
+    def finish(self, wait_s: float) -> None:
+        """Once: a local rank > 0 keeps its final report; local rank 0 waits up to ``wait_s`` for its ranks'
+        final reports and writes the node's."""
+        with self.lock:
+            if self.written:
+                return
+            self.written = True
+            if self.local_rank:
+                self.keep(final=True)
+                return
+            node = {"node": node_name(), "ranks": [self.report, *self._gather(wait_s)]}
+            path = report_path(self.out, node_name())
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(node))
+            os.replace(tmp, path)
+
+    def _gather(self, wait_s: float) -> list[dict[str, Any]]:
+        """The node's other ranks' reports (final, or what they had at ``wait_s``: marked unfinished)."""
+        deadline, found = time.monotonic() + wait_s, dict[int, dict[str, Any]]()
+        while True:
+            for k in range(1, self.nproc):
+                if not found.get(k, {}).get("final"):
+                    with contextlib.suppress(OSError, ValueError):
+                        found[k] = json.loads((self.stage / f"{k}.json").read_text())
+            if all(found.get(k, {}).get("final") for k in range(1, self.nproc)) or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        shutil.rmtree(self.stage, ignore_errors=True)
+        for k, r in found.items():
+            if not r.pop("final", False) and "collective_error" not in r and "measures" in r:
+                r["collective_error"] = f"local rank {k} of {node_name()} did not finish its checks in time"
+        return [found[k] for k in sorted(found)]
+
+    def on_term(self) -> None:
+        """SIGTERM (srun passes on the end of the gate's budget) writes what this process has and exits: a thread
+        that waits for it, as the main thread may be inside a collective that holds it."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # before torch starts threads: they inherit it
+
+        def wait() -> None:
+            signal.sigwait({signal.SIGTERM})
+            if not self.network_done and "measures" in self.report:
+                self.report.setdefault("collective_error", "stopped by SIGTERM (the gate's budget ran out)")
+            self.finish(wait_s=0.0)
+            os._exit(0)
+
+        threading.Thread(target=wait, name="gate-sigterm", daemon=True).start()
 
 
 def check(args: argparse.Namespace) -> int:
-    """One process's checks; its report is written after the local checks and again after the collective."""
+    """One process's checks; its node's local rank 0 writes the node's one report (:class:`NodeReports`)."""
     started = time.time()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if local_rank == 0:  # the node's one writer there (its probe, its report)
+        out.mkdir(parents=True, exist_ok=True)
     failures: list[str] = []
     measures: dict[str, Any] = {}
     report: dict[str, Any] = {"node": node_name(), "local_rank": local_rank, "failures": failures}
+    reports = NodeReports(out, local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")), report)
+    reports.on_term()
     try:
         import torch  # noqa: F401  (timed apart: a cold import from shared storage is no node fault)
 
@@ -380,7 +473,7 @@ def check(args: argparse.Namespace) -> int:
         failures, measures2 = local_checks(args, local_rank, out)
         measures.update(measures2)
         report.update(failures=failures, measures=measures, seconds=round(time.time() - started, 1))
-        _write_report(out, local_rank, report)
+        reports.keep()
         if not args.local_only:
             os.environ.setdefault("NCCL_ALGO", "Ring")  # a NIC-true bus bandwidth (nccl-tests#196, #290)
             collective(args, failures, measures)
@@ -390,13 +483,14 @@ def check(args: argparse.Namespace) -> int:
             report["collective_error"] = what
         else:
             failures.append(f"pre-flight check crashed: {what}")
-    finally:
+    reports.network_done = True
+    report.update(failures=failures, measures=measures, seconds=round(time.time() - started, 1))
+    reports.finish(wait_s=0.0 if args.local_only else args.timeout)
+    if "torch" in sys.modules:  # after the report: a broken communicator's teardown may hang
         import torch.distributed as dist
 
         if dist.is_initialized():
             dist.destroy_process_group()
-    report.update(failures=failures, measures=measures, seconds=round(time.time() - started, 1))
-    _write_report(out, local_rank, report)
     return 0  # never fail the step: srun would stop the other nodes' checks
 
 
@@ -407,12 +501,10 @@ def read_reports(out: Path, nodes: Sequence[str], procs: int) -> tuple[dict[str,
     pairs: dict[tuple[int, str, str, int], float | None] = {}
     order = {x: i for i, x in enumerate(nodes)}
     for node in nodes:
-        found = []
-        for rank in range(procs):
-            try:
-                found.append(json.loads((out / f"{node}.{rank}.json").read_text()))
-            except (OSError, ValueError):
-                continue
+        try:
+            found = list(json.loads(report_path(out, node).read_text())["ranks"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
         if not found:
             continue
         failures = [f for r in found for f in r.get("failures", [])]

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,8 +30,17 @@ MODULE = [sys.executable, "-m", "cookbook_runtime.nodecheck"]
 
 
 def _report(out: Path, node: str, rank: int, failures: list[str], **measures: object) -> None:
+    """Local rank ``rank``'s report (a new one, or in place of its earlier one) in its node's one file, as the
+    gate's local rank 0 writes it."""
     report = {"node": node, "local_rank": rank, "failures": failures, "measures": measures, "seconds": 3.2}
-    (out / f"{node}.{rank}.json").write_text(json.dumps(report))
+    path = preflight.report_path(out, node)
+    ranks = [r for r in (json.loads(path.read_text())["ranks"] if path.exists() else []) if r["local_rank"] != rank]
+    path.write_text(json.dumps({"node": node, "ranks": sorted([*ranks, report], key=lambda r: r["local_rank"])}))
+
+
+def _ranks(out: Path, node: str) -> list[dict]:
+    """The reports of ``node``'s local ranks, from its one file."""
+    return list(json.loads(preflight.report_path(out, node).read_text())["ranks"])
 
 
 def _judge(out: Path, nodes: str, procs: int = 1) -> tuple[GateVerdict, str]:
@@ -94,33 +104,66 @@ def test_the_gate_reads_nccls_own_network_line(log: str, net: str | None):
     assert preflight.nccl_network(log) == net
 
 
+STALL = "import time, torch.distributed as d; d.all_reduce = lambda *a, **k: time.sleep(3600); "  # never answers
+
+
+def _three_nodes(out: Path, port: int, timeout: float, stalled: str = "") -> list[subprocess.Popen]:
+    """The gate's check on three CPU "nodes" (one process each, as srun starts them); the ``stalled`` node's
+    all-reduce never answers (a hung NIC or GPU), everything else of it is the real check."""
+    args = [f"--out={out}", f"--master=127.0.0.1:{port}", "--allreduce-mb=1", f"--timeout={timeout:g}",
+            "--matmul-seconds=0.05", "--min-busbw=0.0001"]  # fmt: skip
+    procs = []
+    for i in range(3):
+        node = f"n{i + 1}"
+        run = f"{STALL if node == stalled else ''}from cookbook_runtime.nodecheck import main; main({['check', *args]})"
+        env = {**os.environ, "SLURMD_NODENAME": node, "SLURM_PROCID": str(i), "SLURM_NTASKS": "3",
+               "OMP_NUM_THREADS": "1"}  # fmt: skip
+        procs.append(subprocess.Popen([sys.executable, "-c", run], env=env))
+    return procs
+
+
 @pytest.mark.slow
 def test_three_cpu_processes_pair_in_two_rounds_and_the_odd_node_meets_a_good_one(tmp_path: Path):
     """The network part for real (gloo, one process per node as srun starts them): round 1 pairs n1-n2, round 2
     the odd n3 with a node of a pair that passed; every report holds its pairs and the judge blames nobody."""
     out, port = tmp_path / "pf", 29000 + os.getpid() % 1000
-    cmd = [*MODULE, "check", f"--out={out}", f"--master=127.0.0.1:{port}", "--allreduce-mb=1", "--timeout=60",
-           "--matmul-seconds=0.05", "--min-busbw=0.0001"]  # fmt: skip
-    procs = [
-        subprocess.Popen(
-            cmd,
-            env={
-                **os.environ,
-                "SLURMD_NODENAME": f"n{i + 1}",
-                "SLURM_PROCID": str(i),
-                "SLURM_NTASKS": "3",
-                "OMP_NUM_THREADS": "1",
-            },
-        )  # fmt: skip
-        for i in range(3)
-    ]
+    procs = _three_nodes(out, port, 60.0)
     assert [p.wait(timeout=240) for p in procs] == [0, 0, 0]
-    pairs = {x: json.loads((out / f"{x}.0.json").read_text())["measures"]["pairs"] for x in ("n1", "n2", "n3")}
+    pairs = {x: _ranks(out, x)[0]["measures"]["pairs"] for x in ("n1", "n2", "n3")}
     assert [(p["round"], p["partner"]) for p in pairs["n2"]] == [(1, "n1")], pairs
     assert [(p["round"], p["partner"]) for p in pairs["n3"]] in ([(2, "n1")], [(2, "n2")]), pairs
     assert all(p["gbps"] and p["gbps"] > 0 for ps in pairs.values() for p in ps), pairs
     verdict, said = _judge(out, "n1 n2 n3")
     assert not verdict.blame and not verdict.unattributed and said.count("pre-flight ok") == 3, said
+
+
+@pytest.mark.slow
+def test_a_pair_that_never_answers_is_cut_at_the_timeout_and_its_node_named(tmp_path: Path):
+    """Issue #41 (audit): n2's all-reduce with n1 never answers. n1's pair gives up after the gate's 5 s
+    timeout (cf74e12's groups had torch's default, 30 min for gloo), round 2 pairs n1 with n3, both are through
+    within seconds, and n2 -- stopped by SIGTERM as the gate's budget ends -- is named by the verdict."""
+    out = tmp_path / "pf"
+    n1, n2, n3 = _three_nodes(out, 29000 + (os.getpid() + 500) % 1000, 5.0, stalled="n2")
+    try:
+        began = time.monotonic()
+        assert [n1.wait(timeout=150), n3.wait(timeout=60)] == [0, 0]
+        took = time.monotonic() - began
+        assert n2.poll() is None  # still in its all-reduce
+        n2.terminate()
+        assert n2.wait(timeout=30) == 0
+    finally:
+        for p in (n1, n2, n3):
+            p.kill()
+    pairs = {x: [(p["round"], p["partner"], p["gbps"]) for p in _ranks(out, x)[0]["measures"]["pairs"]]
+             for x in ("n1", "n3")}  # fmt: skip
+    assert pairs["n1"][0] == (1, "n2", None) and pairs["n1"][1][:2] == (2, "n3") and pairs["n1"][1][2], (
+        pairs, _ranks(out, "n3")
+    )  # fmt: skip
+    assert "SIGTERM" in _ranks(out, "n2")[0]["collective_error"]  # what n2 had when stopped: written
+    verdict, said = _judge(out, "n1 n2 n3")
+    assert verdict.exclude == ["n2"], said
+    assert "pre-flight failed on n2: link bandwidth with n1: the all-reduce failed (n1 passed with n3)" in said
+    print(f"n1 through in {took:.0f} s with a 5 s pair timeout")
 
 
 @pytest.mark.parametrize(
@@ -140,11 +183,11 @@ def test_check_runs_as_one_cpu_process_and_the_injection_fails_only_its_node(tmp
     env = {**os.environ, "COOKBOOK_PREFLIGHT_INJECT": "thisnode:bad DIMM", "SLURMD_NODENAME": "thisnode"}
     cmd = [*MODULE, "check", f"--out={out}", "--matmul-min-tflops=0.0001", "--min-free-gb=0.01"]
     subprocess.run(cmd, env=env, check=True, timeout=120)
-    report = json.loads((out / "thisnode.0.json").read_text())
+    [report] = _ranks(out, "thisnode")
     assert report["failures"] == ["bad DIMM (injected by COOKBOOK_PREFLIGHT_INJECT)"]
     assert report["measures"]["matmul_tflops"] > 0.0001 and report["measures"]["run_dir"] == "writable"
     subprocess.run(cmd, env={**env, "SLURMD_NODENAME": "othernode"}, check=True, timeout=120)
-    assert json.loads((out / "othernode.0.json").read_text())["failures"] == []
+    assert _ranks(out, "othernode")[0]["failures"] == []
 
 
 def _flags(argv: list[str]) -> dict[str, float]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from batch_step import FakeSlurm
 
-from cookbook_runtime import files, hang
+from cookbook_runtime import files, hang, nodecheck
 
 TRAIN = """
 import os
@@ -31,18 +31,29 @@ def tree(folder: Path) -> set[str]:
 
 @pytest.mark.slow
 def test_a_start_writes_files_per_node_not_per_rank(tmp_path: Path):
-    """2 nodes x 4 ranks: runs.tsv, and per node its telemetry and its ranks' output; no stack file without a hang
-    (cf74e12 wrote 29: a stack file and torchrun's stdout/stderr per rank)."""
+    """2 nodes x 4 ranks, the gate included (its real checks and pair rounds, gloo): runs.tsv and the gate's
+    passes, and per node its telemetry, its ranks' output, the gate's probe and its one report; no stack file
+    without a hang (cf74e12 wrote 29 files without the gate: a stack file and torchrun's stdout/stderr per rank;
+    37f8b60's gate wrote one report per rank, twice)."""
     slurm = FakeSlurm(tmp_path)
     train = tmp_path / "train.py"
     train.write_text(textwrap.dedent(TRAIN))
     before = tree(slurm.run_dir) if slurm.run_dir.exists() else set()
-    ran = slurm.run_step(["--nproc-per-node=4", "--", "torchrun", str(train)], FAKE_SRUN="nodes", OMP_NUM_THREADS="1")
-    assert ran.status == 0, ran.out
+    (node_tmp := tmp_path / "node-tmp").mkdir()  # the nodes' own disk (every fake node is this machine)
+    argv = ["--gate", "--nproc-per-node=4", "--gate-allreduce-mb=1", f"--port={29300 + os.getpid() % 300}", "--",
+            "torchrun", str(train)]  # fmt: skip
+    ran = slurm.run_step(argv, FAKE_SRUN="nodes", FAKE_GATE="real", OMP_NUM_THREADS="1", TMPDIR=str(node_tmp))
+    assert ran.status == 0 and "pre-flight ok on n2" in ran.out, ran.out
     written = tree(slurm.run_dir) - before
     nodes, ranks = 2, 8
-    assert len(written) <= 2 * nodes + 1 < ranks, sorted(written)
+    assert len(written) <= 4 * nodes + 2 < 2 + 3 * nodes + ranks, sorted(written)
     assert not any("stack_rank" in f or "nccl_trace" in f for f in written), sorted(written)
+    gate = files.gate_dir(slurm.run_dir, "41", 0)
+    for node in ("n1", "n2"):  # local rank 0 gathered its 3 peers' reports, each with its pair's figure
+        reports = json.loads(nodecheck.report_path(gate, node).read_text())["ranks"]
+        assert [r["local_rank"] for r in reports] == [0, 1, 2, 3], reports
+        assert all(p["gbps"] for r in reports for p in r["measures"]["pairs"]), reports
+    assert not list(node_tmp.glob("cookbook-gate-*"))  # the ranks' hand-over on the node's disk: removed
     logs = files.rank_logs_dir(slurm.run_dir, "41", 0)
     for node, first in (("n1", 0), ("n2", 4)):  # every rank's output is kept, in its node's one file
         text = (logs / f"{node}.log").read_text()
