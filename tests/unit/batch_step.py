@@ -13,10 +13,11 @@
   ``save`` (rank 0's stop-save), ``signal:USR1``/``signal:TERM`` (Slurm signals the batch step; the ranks see
   the stop flag and save), ``hang`` (rank 1 on n2 stalls: the hang watch's trigger and dumps), ``crash:NODE``
   (NODE's ranks die of SIGKILL at the first launch, as its launcher records it; later launches train),
+  ``launcher-killed:NODE`` (NODE's launcher itself SIGKILLed at the first launch: no record, srun's lines),
   ``nodes`` (the launch line run here for real, once per node side by side, ``SLURMD_NODENAME`` the node's name:
   the real launcher, torchrun and ranks; ``FAKE_NODE_PREFIX``: tab-separated words before each node's command, a
-  timer); ``FAKE_GATE=ok``: every node's gate check reports a pass, ``real``: the
-  real gate, run as ``nodes`` runs the launch.
+  timer); ``FAKE_GATE=ok``: every node's gate check reports a pass (``FAKE_GATE_FAIL=n2``: n2's own
+  check fails), ``real``: the real gate, run as ``nodes`` runs the launch.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ if "cookbook_runtime.nodecheck" in args:  # the gate: no report (FAKE_GATE=ok: e
         out = Path(args[args.index("--out") + 1])
         listed = [a.split("=", 1)[1] for a in args if a.startswith("--nodelist=")]
         for node in (listed[0] if listed else os.environ["SLURM_JOB_NODELIST"]).split(","):
-            report = {{"node": node, "local_rank": 0, "failures": [], "measures": {{}}, "seconds": 1.0}}
+            failures = ["GPU 0: uncorrectable ECC errors"] if node in os.environ.get("FAKE_GATE_FAIL", "") else []
+            report = {{"node": node, "local_rank": 0, "failures": failures, "measures": {{}}, "seconds": 1.0}}
             (out / f"{{node}}.json").write_text(json.dumps({{"node": node, "ranks": [report]}}))
     if os.environ.get("FAKE_GATE") != "real":
         sys.exit(0)
@@ -136,6 +138,12 @@ elif action.startswith("crash:"):
         record = {{"node": action.split(":")[1], "signals": ["SIGKILL"], "at": time.time()}}
         Path(exits, action.split(":")[1] + ".json").write_text(json.dumps(record))
         sys.exit(1)
+elif action.startswith("launcher-killed:") and os.environ["COOKBOOK_EXITS_DIR"].endswith(".0"):
+    node = action.split(":")[1]  # its launcher SIGKILLed: no exits record; srun's lines, then its teardown's
+    print(f"srun: error: {{node}}: task 1: Killed", file=sys.stderr)
+    print("srun: launch/slurm: _step_signal: Terminating StepId=41.0", file=sys.stderr)
+    print("srun: error: n1: task 0: Killed", file=sys.stderr)
+    sys.exit(137)
 elif action == "killed":
     os.kill(os.getpid(), signal.SIGKILL)
 elif action.startswith("exit:"):
