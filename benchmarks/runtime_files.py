@@ -11,8 +11,9 @@ process tree here with its own ``SLURMD_NODENAME``, started side by side.
 2 x 2 and 2 x 4 under ``strace -f -e trace=%file``: the files the start left in RUN_DIR (an audit before/after),
 the create calls (``open*`` with ``O_CREAT``, ``mkdir``) and the stat calls (``*stat*``, ``access``) on paths in
 RUN_DIR, and the stats of ``HANG`` and of the gate's ``<node>.probe`` files. Each count is fitted as ``a + b x nodes
-+ c x ranks`` over the three starts and extrapolated to 1,000 nodes x 8 ranks (the probes' stats grow as nodes x
-ranks: every gate rank looks for every node's; the fit cannot see that, the README counts them apart).
++ c x ranks`` over the three starts and extrapolated to 1,000 nodes x 8 ranks (before c30d63d the probes' stats grew
+as nodes x ranks, every gate rank looking for every node's, which the fit cannot see: the README counts them apart;
+since, local rank 0 lists the folder once a node and the count is 0).
 ``--runtime`` runs another copy of the runtime (``git archive``'s) for a before/after.
 
 ``gate``: ``--gate-jobs`` jobs, each started twice in one RUN_DIR (2 nodes x ``--gate-procs`` processes):
