@@ -7,9 +7,9 @@ requeued job keeps its id, a resubmission into the same run folder reads the fir
 with ``WANDB_RESUME=allow``, MLflow as the run ``MLFLOW_RUN_ID`` names (created once, its id kept in the run
 folder). Keys and credentials are read on the node from the trackers' own files (``~/.netrc``,
 ``~/.mlflow/credentials``; Slurm is given no secret, see ``cookbook.slurm.client.without_secrets``): nothing
-secret is written into the script, its arguments or its configs. How each framework is told to log lives in its recipe module (torchtune's ``metric_logger``,
-torchtitan's ``metrics.*``, the FSDP script's ``--tracker``); the script recipe's program reads the
-variables above itself.
+secret is written into the script, its arguments or its configs. How each framework is told to log lives in
+its recipe module (torchtune's ``metric_logger``, torchtitan's ``metrics.*``, the FSDP script's ``--tracker``);
+the script recipe's program reads the variables above itself.
 """
 
 from __future__ import annotations
