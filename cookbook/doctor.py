@@ -99,7 +99,8 @@ def check_token() -> Check:
         "hf token",
         "warn",
         "not found (needed for gated models such as meta-llama/*)",
-        "export HF_TOKEN=... or run `hf auth login`; request access on the model's Hub page",
+        "run `hf auth login` (its token file is what jobs on the nodes read; an exported HF_TOKEN serves this "
+        "login node only); request access on the model's Hub page",
     )
 
 
