@@ -67,13 +67,7 @@ def _explain(args: argparse.Namespace) -> int:
     if not ref.log.exists():
         raise UserError(f"{ref.log} does not exist")
     training_log(ref.log)
-    for option in ("nodes", "gpus_per_node", "node_gpus"):
-        value = getattr(args, option)
-        if value is not None and value < 1:
-            raise UserError(f"--{option.replace('_', '-')} must be >= 1")
-    for path in [args.baseline, *(args.traces or [])]:
-        if path and not Path(path).exists():
-            raise UserError(f"{path} does not exist")
+    _check_options(args)
     script = Path(args.run) / "job.sbatch" if Path(args.run).is_dir() else None
     on_gpus = bool(ref.gpus_per_node or args.gpus_per_node or args.gpu)
     hosts = args.hosts.split(",") if args.hosts else job_hosts(ref.log, ref.job_id)
@@ -108,6 +102,19 @@ def _explain(args: argparse.Namespace) -> int:
         explain_plot(report).savefig(plot, dpi=100)
         print(f"plot: {plot}")
     return 0
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """The counts at least 1, the baseline log and the traces existing: one line each, else nothing."""
+    from pathlib import Path
+
+    for option in ("nodes", "gpus_per_node", "node_gpus"):
+        value = getattr(args, option)
+        if value is not None and value < 1:
+            raise UserError(f"--{option.replace('_', '-')} must be >= 1")
+    for path in [args.baseline, *(args.traces or [])]:
+        if path and not Path(path).exists():
+            raise UserError(f"{path} does not exist")
 
 
 def _attempts(job_id: str | None) -> list[Attempt]:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # pandas is imported by the handlers only: fast `cookbook --h
     import pandas as pd
 
     from cookbook.metrics import Finding
+    from cookbook.slurm.client import SlurmClient
 
 _SHOW = (
     "step",
@@ -259,18 +260,22 @@ def _watch(args: argparse.Namespace) -> int:
     follower.poll()
     print(f"job {args.job_id} ended {info.state} (exit {info.exit_code or '?'}), {len(follower.df)} steps logged")
     if Path(out).exists():
-        print_log_diagnosis(Path(out))
-        from cookbook.analysis.hang import hang_report
-
-        for line in hang_report(out):  # a hang: which rank and host never joined the collective, its stack
-            print(line)
-        from cookbook.analysis.stragglers import job_hosts, straggler_lines
-
-        hosts = job_hosts(out, args.job_id, client, nodelist=info.nodes or None)
-        for line in straggler_lines(str(out), hosts):
-            print(line)
-        _node_lines(out, [])
+        _ended_report(out, args.job_id, client, info.nodes or None)
     return 0 if info.state == "COMPLETED" else 1
+
+
+def _ended_report(out: str | Path, job_id: str, client: SlurmClient, nodelist: str | None) -> None:
+    """What an ended job's log says: the diagnosis, a hang's culprit, the stragglers, each node's GPUs."""
+    from cookbook.analysis.hang import hang_report
+    from cookbook.analysis.stragglers import job_hosts, straggler_lines
+
+    print_log_diagnosis(Path(out))
+    for line in hang_report(out):  # a hang: which rank and host never joined the collective, its stack
+        print(line)
+    hosts = job_hosts(out, job_id, client, nodelist=nodelist)
+    for line in straggler_lines(str(out), hosts):
+        print(line)
+    _node_lines(out, [])
 
 
 NODE_LINES_EVERY_S = 60.0

@@ -192,7 +192,7 @@ def test_watch_names_the_straggler_and_its_host(tmp_path, capsys, monkeypatch):
     log = tmp_path / "slow-80.out"
     log.write_bytes((LOGS / "torchtitan_slow_rank.log").read_bytes())
     monkeypatch.setattr(client_module, "SlurmClient", lambda *a, **k: FakeSlurm(log))
-    assert cli_main(["watch", "80", "--interval", "0"]) == 0
+    assert cli_main(["watch", "80", "--interval", "0.1"]) == 0
     out = capsys.readouterr().out
     assert "job 80 ended COMPLETED" in out
     assert "straggler: rank 3 on n2 GPU 1 is slow in 100% of 11 steps" in out  # 4 ranks on 2 hosts: ranks 2, 3 on n2
