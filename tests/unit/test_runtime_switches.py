@@ -74,8 +74,10 @@ def test_the_scripts_are_short_and_slurm_recipes_small():
     # probe.py: the node facts the gate, the rehearsal and the probe now share) and torchtitan's triton stand-in
     # (recipes/titan_import.py, 110 lines), less the rehearsal's own copies of those readers (-26)
     # +71 for #40/#41's recovery fixes: srun's word for a launcher killed outright, the spent budget's later start
-    # (requeuehold/StartTime/release), the requeue said only once accepted
-    assert sum(len(p.read_text().splitlines()) for p in files) <= 10502
+    # (requeuehold/StartTime/release), the requeue said only once accepted; +88 for #41 items 3 and 6's gate fixes
+    # (each pair's group under the gate's timeout, one report a node gathered by local rank 0, a TERM writer for what
+    # the gate has) and the shortcut line's regex that goodput reads
+    assert sum(len(p.read_text().splitlines()) for p in files) <= 10590
     digests = [hashlib.sha256(p.read_bytes()).hexdigest() for p in files]
     assert len(set(digests)) == len(digests)
 
