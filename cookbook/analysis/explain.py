@@ -300,6 +300,9 @@ def check_recoveries(
         "spare": "a spare took its place: check the node (`sinfo -R`, `scontrol show node`) before it serves "
         "again; more --spare-nodes if faults recur",
         "requeue-excluding": "the job was requeued without the node: check it before it serves again",
+        "requeue-later": "the recovery budget was spent, so the job was requeued to start by itself once the window "
+        "allows a recovery again (`scontrol update JobId=JOB StartTime=now` starts it at once): check the node, and "
+        "raise COOKBOOK_MAX_RETRIES (recoveries per hour) if such faults are routine here",
     }
     return [
         Evidence("node_fault", 0.0, c.line("node"), fixes.get(c.incident.action, "check the node"), fault=True)

@@ -306,3 +306,17 @@ def test_the_ledger_shows_each_starts_gate_whole_or_own_checks_only(tmp_path):
     assert [local for _, local in gates] == [False, True], first.out + again.out
     ledger = Ledger({}, {}, 0.0, [], 0, 0, [], gates=gates)
     assert re.search(r"pre-flight gate per start: \d+ s \(full\), \d+ s \(own checks only\)", ledger.render())
+
+
+def test_explain_has_a_fix_for_every_recovery_action_the_runtime_records():
+    """Each action ``decide.recovery`` can record gets its own advice in ``explain``, not the fallback."""
+    import inspect
+
+    from cookbook.analysis import explain
+    from cookbook_runtime import decide
+
+    actions = set(re.findall(r'Recovery\("([\w-]+)"', inspect.getsource(decide.recovery)))
+    assert {"spare", "requeue-excluding", "requeue-later"} <= actions, actions
+    source = inspect.getsource(explain.check_recoveries)
+    for action in actions - {"train-on", "train-on-gate", "stop", "requeue"}:
+        assert f'"{action}":' in source, action
