@@ -11,8 +11,10 @@ tracker the others do not cover:
   same MLflow run, named <job name>-<first job id>;
 - the FSDP script on one node with MLflow;
 - torchtitan's llama3 recipe (the cookbook's trainer) on one node with MLflow (torchtitan has no MLflow logger).
-Known W&B and MLflow secrets are in the submission's environment: they appear in no file the jobs wrote, no
-log, and no process's argument list (sampled while the jobs run).
+Known W&B and MLflow secrets are in the submission's environment: Slurm never gets them (the client drops
+`spec.SECRET_NAMES` from every Slurm command; the trackers read their keys from their own files on the nodes), so
+they are in no environment Slurm keeps of the live jobs, no file the jobs wrote, no log, and no process's argument
+list (both sampled while the jobs run).
 """
 
 from __future__ import annotations
@@ -143,9 +145,16 @@ def _tiny_builtin_overrides() -> dict[str, str]:
     return {**out, **steps, "batch_size": "2"}
 
 
-def _argv_hits() -> list[str]:
-    """Command lines of every process on the machine (the nodes are namespaces of it) holding a secret."""
+def _argv_hits(state: Path) -> list[str]:
+    """Command lines of every process on the machine (the nodes are namespaces of it) and environments Slurm keeps of
+    live jobs (``state``: the controller's StateSaveLocation, ``hash.N/job.ID/environment``) holding a secret."""
     hits = []
+    for env in state.rglob("environment"):
+        try:
+            text = env.read_bytes().decode(errors="replace")
+        except OSError:
+            continue  # the job ended meanwhile
+        hits += [f"{env}: a secret in Slurm's record of the job" for v in SECRETS.values() if v in text]
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -156,7 +165,7 @@ def _argv_hits() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def runs(slurm, tiny_assets, tmp_path_factory):
+def runs(slurm, local_cluster, tiny_assets, tmp_path_factory):
     root = tmp_path_factory.mktemp("byo")
     (root / "train.py").write_text(TRAIN_PY)
     (root / "my_titan.py").write_text(TITAN_MODULE)
@@ -186,9 +195,11 @@ def runs(slurm, tiny_assets, tmp_path_factory):
     # the script's job is requeued (a node failure, an admin) once it has checkpointed step 3
     script = jobs["script"]
     argv_hits: list[str] = []
+    state = local_cluster.cfg.root / "state"
+    assert any(state.rglob("environment")), "the controller keeps live jobs' environments here"
 
     def checkpointed() -> bool:
-        argv_hits.extend(_argv_hits())
+        argv_hits.extend(_argv_hits(state))
         return script.log.is_file() and "step 3 loss" in script.log.read_text()
 
     _wait_for(checkpointed, 300, "the script job's step 3")
@@ -197,7 +208,7 @@ def runs(slurm, tiny_assets, tmp_path_factory):
     end = time.monotonic() + 600
     while not all(client.state(j.job_id).done for j in jobs.values()):
         assert time.monotonic() < end, "timed out waiting for the jobs"
-        argv_hits.extend(_argv_hits())
+        argv_hits.extend(_argv_hits(state))
         time.sleep(1)
     for job in jobs.values():
         info = client.state(job.job_id)
