@@ -755,44 +755,54 @@ def launch(job: Job, address: str, port: int, nproc: int) -> tuple[int, list[str
     command = launch_command(job, address, port, nproc, extra)
     say(f"cookbook: launching {shlex.join(job.args.launcher[: launcher_words(job.args.launcher)])} on "
         f"{len(job.nodes)} node(s), {nproc} process(es) each")  # fmt: skip
-    ranks = subprocess.Popen(command, stderr=subprocess.PIPE)
-    srun_said: dict[str, dict[str, Any]] = {}
-    relay = relay_stderr(ranks, srun_said)
+    log, start = own_log()
+    ranks = subprocess.Popen(command)  # srun writes to the job log itself: its lines keep their order
     every = 0.0 if os.environ.get("COOKBOOK_REHEARSE") else job.args.node_watch_seconds
     watch = NodeWatch(job, ranks, every if len(job.nodes) > 1 else 0.0)
     watch.start()
     status = ranks.wait()  # PEP 475: a signal handled meanwhile does not interrupt the wait
     watch.done.set()
-    relay.join(timeout=5)
     job.launches += 1
     if status < 0:  # srun ended by a signal: the shell's 128 + N, as Slurm and sacct report it
         status = 128 - status
     if os.environ.get("COOKBOOK_REHEARSE") or job.signal:  # a stop asked for is no node's fault
         return status, [], "", False, 0.0
     watch.join(timeout=15)
-    return (status, *find_fault(job, watch, hang_dir, exits, srun_said))
+    return (status, *find_fault(job, watch, hang_dir, exits, srun_killed(log, start)))
 
 
-def relay_stderr(step: subprocess.Popen[bytes], found: dict[str, dict[str, Any]]) -> threading.Thread:
-    """srun's stderr passed on to the job log line by line; into ``found``, each node whose task srun saw end by
-    a signal before it tore the step down (``srun: error: n2: task 1: Killed``: a launcher killed outright)."""
+SRUN_TAIL_BYTES = 8 << 20  # how much of the log's end srun_killed reads
 
-    def relay() -> None:
-        torn, out = False, sys.stderr.buffer
-        for raw in iter(step.stderr.readline, b"") if step.stderr else ():
-            try:
-                out.write(raw)
-                out.flush()
-            except (OSError, ValueError):  # the log errs: keep reading, or srun blocks on a full pipe
-                pass
-            line = raw.decode(errors="replace")
-            torn = torn or bool(decide.SRUN_TEARDOWN.match(line))
-            if not torn and (task := decide.srun_task_signal(line)):
-                found.setdefault(task[0], {"signals": [task[1]], "at": time.time(), "by": "srun"})
 
-    thread = threading.Thread(target=relay, daemon=True)
-    thread.start()
-    return thread
+def own_log() -> tuple[Path | None, int]:
+    """The file this batch step's stderr is (the job log Slurm opened, where srun writes its own lines too) and
+    its size now; ``(None, 0)`` when stderr is no regular file."""
+    try:
+        path = Path(os.readlink("/proc/self/fd/2"))
+        return (path, path.stat().st_size) if path.is_file() else (None, 0)
+    except OSError:
+        return None, 0
+
+
+def srun_killed(log: Path | None, start: int) -> dict[str, dict[str, Any]]:
+    """Each node whose task srun saw end by a signal before it tore the step down (``srun: error: n2: task 1:
+    Killed``: a launcher killed outright, which leaves no exits record), from what the step added to the log;
+    first by construction (the teardown ended the others), so its ``at`` is 0."""
+    found: dict[str, dict[str, Any]] = {}
+    if log is None:
+        return found
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(start, f.seek(0, os.SEEK_END) - SRUN_TAIL_BYTES))  # srun's last words, not a long run's log
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return found
+    for line in text.splitlines():
+        if decide.SRUN_TEARDOWN.match(line):
+            break
+        if task := decide.srun_task_signal(line):
+            found.setdefault(task[0], {"signals": [task[1]], "at": 0.0, "by": "srun"})
+    return found
 
 
 def train(job: Job, address: str, port: int, nproc: int) -> tuple[int, bool]:

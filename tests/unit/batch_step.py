@@ -242,9 +242,12 @@ class FakeSlurm:
 
     def _ran(self, cmd: list[str], env: dict[str, str]) -> Ran:
         self.calls.unlink(missing_ok=True)
-        r = subprocess.run(cmd, env=env, cwd=self.folder, capture_output=True, text=True, timeout=120)
+        log = self.folder / "job.out"  # as Slurm runs a batch step: stdout and stderr appended to one file
+        log.unlink(missing_ok=True)
+        with open(log, "ab") as out:
+            r = subprocess.run(cmd, env=env, cwd=self.folder, stdout=out, stderr=out, timeout=120)
         calls = [json.loads(line) for line in self.calls.read_text().splitlines()] if self.calls.exists() else []
-        return Ran(r.returncode, r.stdout + r.stderr, calls)
+        return Ran(r.returncode, log.read_text(errors="replace"), calls)
 
     def run_step(self, argv: list[str], **env: str) -> Ran:
         """``python3 -m cookbook_runtime.run ARGV`` as the batch step."""

@@ -93,8 +93,10 @@ def cookbook(*args: str, env: dict | None = None, cwd: Path | None = None) -> su
 
 
 def _isolated(tmp_path: Path, **extra: str) -> dict:
-    """HF_HOME in tmp (no real token file), the test token in HF_TOKEN."""
-    return {"HF_HOME": str(tmp_path / "hf"), "HF_TOKEN": SECRET, "HF_HUB_DISABLE_TELEMETRY": "1", **extra}
+    """HF_HOME in tmp (no real token file, nor another test's HF_TOKEN_PATH), the test token in HF_TOKEN."""
+    hf = tmp_path / "hf"
+    return {"HF_HOME": str(hf), "HF_TOKEN_PATH": str(hf / "token"), "HF_TOKEN": SECRET,
+            "HF_HUB_DISABLE_TELEMETRY": "1", **extra}  # fmt: skip
 
 
 def test_offline_unreachable_hub_gives_clear_message(tmp_path):

@@ -237,15 +237,20 @@ def test_a_launcher_killed_outright_is_named_by_srun_and_swapped_for_the_spare(t
         (["1: srun: error: n2: task 1: Killed", "srun: error: n2: task 1: Exited with exit code 9"], {}),
     ],
 )  # fmt: skip
-def test_srun_names_the_nodes_whose_task_a_signal_ended_before_its_teardown(lines: list[str], blamed: dict):
+def test_srun_names_the_nodes_whose_task_a_signal_ended_before_its_teardown(
+    lines: list[str], blamed: dict, tmp_path: Path
+):
+    """What the step added to the job log (srun writes its own lines there; nothing is relayed, so no line of
+    the training's is cut by another): an earlier launch's lines are not read again."""
     from cookbook_runtime import run
 
-    class Step:
-        stderr = __import__("io").BytesIO("".join(line + "\n" for line in lines).encode())
-
-    found: dict = {}
-    run.relay_stderr(Step(), found).join(timeout=5)  # type: ignore[arg-type]
+    log = tmp_path / "job.out"
+    earlier = "srun: error: n3: task 2: Killed\nsrun: launch/slurm: _step_signal: Terminating StepId=41.0\n"
+    log.write_text(earlier + "".join(line + "\n" for line in lines))
+    found = run.srun_killed(log, len(earlier))
     assert {node: said["signals"] for node, said in found.items()} == blamed
+    assert all(said["at"] == 0.0 for said in found.values())  # first by construction: the teardown came after
+    assert run.srun_killed(None, 0) == {} and run.srun_killed(tmp_path / "gone", 0) == {}
 
 
 def test_a_node_fail_slurm_already_moved_the_run_off_costs_nothing(tmp_path):

@@ -76,8 +76,9 @@ def test_the_scripts_are_short_and_slurm_recipes_small():
     # +71 for #40/#41's recovery fixes: srun's word for a launcher killed outright, the spent budget's later start
     # (requeuehold/StartTime/release), the requeue said only once accepted; +88 for #41 items 3 and 6's gate fixes
     # (each pair's group under the gate's timeout, one report a node gathered by local rank 0, a TERM writer for what
-    # the gate has) and the shortcut line's regex that goodput reads
-    assert sum(len(p.read_text().splitlines()) for p in files) <= 10590
+    # the gate has) and the shortcut line's regex that goodput reads; +9 for srun's lines read back from the job
+    # log rather than relayed (a relay reordered the training's lines)
+    assert sum(len(p.read_text().splitlines()) for p in files) <= 10599
     digests = [hashlib.sha256(p.read_bytes()).hexdigest() for p in files]
     assert len(set(digests)) == len(digests)
 
