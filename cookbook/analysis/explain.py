@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     import pandas as pd
 
     from cookbook.analysis.goodput import Attempt
@@ -138,15 +140,18 @@ def check_nccl(text: str, nodes: int | None, expects_fabric: bool) -> list[Evide
     return out
 
 
-def check_stalls(steps: pd.DataFrame) -> list[Evidence]:
+def check_stalls(steps: pd.DataFrame, saves: Sequence[Sequence[tuple[datetime, float]]] = ()) -> list[Evidence]:
     """Data-loader stalls: steps far above the median step. Step times are taken within one start of the job
-    (``start``, :mod:`cookbook.analysis.starts`): the gap of a requeue is no step, nor is a start's start-up."""
+    (``start``, :mod:`cookbook.analysis.starts`): the gap of a requeue is no step, nor is a start's start-up,
+    nor a step whose time holds a checkpoint save (``saves``: each start's, from
+    :func:`cookbook.analysis.goodput.saves_by_start`; the goodput ledger counts that time as checkpointing)."""
     if "time" not in steps or steps["time"].isna().all():
         return []
     from cookbook.analysis.starts import after_startup, step_seconds
 
     s = steps.sort_values(["start", "step"] if "start" in steps else "step", kind="stable")
-    dt = step_seconds(s)[after_startup(s, 2)].dropna()  # each start's first two steps: warm-up, compilation
+    steady = after_startup(s, 2) & ~_holds_a_save(s, saves)  # each start's first two steps: warm-up, compilation
+    dt = step_seconds(s)[steady].dropna()
     med = dt.median()
     spikes = dt[dt > STALL_FACTOR * med]
     if len(dt) < 3 or med <= 0 or len(spikes) == 0:
@@ -162,6 +167,29 @@ def check_stalls(steps: pd.DataFrame) -> list[Evidence]:
             "(--cpus-per-task), pre-tokenize/pack the dataset onto local or shared fast storage",
         )
     ]
+
+
+def _holds_a_save(steps: pd.DataFrame, saves: Sequence[Sequence[tuple[datetime, float]]]) -> pd.Series:
+    """For each row of ``steps`` (sorted by start and step): whether a save of its start finished between the
+    previous step line of that start and its own."""
+    import numpy as np
+    import pandas as pd
+
+    from cookbook.analysis.starts import start_of
+
+    held = pd.Series(False, index=steps.index)
+    t = pd.to_datetime(steps["time"])
+    start = start_of(steps)
+    for i, logged in enumerate(saves):
+        rows = start == i
+        if not logged or not rows.any():
+            continue
+        at = np.sort(pd.to_datetime([when for when, _ in logged]).to_numpy())
+        end, begin = t[rows].to_numpy(), t[rows].shift(1).to_numpy()
+        after_end = np.searchsorted(at, end, side="right")  # saves finished by this step line
+        before = np.where(pd.isna(begin), 0, np.searchsorted(at, begin, side="right"))
+        held[rows] = ((after_end - before) > 0) & ~pd.isna(end)
+    return held
 
 
 def check_gpus_per_node(gpus_per_node: int | None, node_gpus: int | None) -> list[Evidence]:
@@ -362,6 +390,7 @@ def explain_log(
     attempts: Sequence[Attempt] = (),
 ) -> Explanation:
     """Explain a run's efficiency from its log (plus whatever else is known about it)."""
+    from cookbook.analysis.goodput import saves_by_start
     from cookbook.analysis.starts import parse_starts
     from cookbook.metrics import parse_log
 
@@ -379,7 +408,7 @@ def explain_log(
     script_text = Path(script).read_text() if script and Path(script).exists() else None
     evidence = [
         *check_nccl(text, nodes, expects_fabric),
-        *check_stalls(train),
+        *check_stalls(train, saves_by_start(text)),
         *check_gpus_per_node(gpus_per_node, node_gpus),
         *check_cpu_binding(script_text, procs_per_node),
         *check_checkpointing(text, recipe, gpu, nodes, gpus_per_node, checkpointing),

@@ -196,6 +196,19 @@ def _gate_events(seg: Segment) -> None:
         seg.gate_local = GATE_SHORTCUT.search(seg.text) is not None
 
 
+def saves_by_start(text: str) -> list[list[tuple[datetime, float]]]:
+    """The checkpoint saves each start of the batch script logged, as (finished at, seconds), in the order of
+    :func:`cookbook.analysis.starts.split_starts`: a step whose time holds one is a save, not a steady step."""
+    from cookbook.analysis.starts import split_starts
+
+    out = []
+    for job_id, part in split_starts(_ANSI.sub("", text)):
+        seg = Segment(job_id, part)
+        _titan_events(seg)
+        out.append(seg.saves)
+    return out
+
+
 def log_segments(log: str | Path) -> list[Segment]:
     """The log split at each start of the batch script (:func:`cookbook.analysis.starts.split_starts`), with
     step end times and framework events."""

@@ -39,10 +39,17 @@ def _ts(t: datetime) -> str:
 
 
 def _start(
-    t: datetime, steps: range, resume_from: int | None, stall: dict[int, float], late: float
+    t: datetime,
+    steps: range,
+    resume_from: int | None,
+    stall: dict[int, float],
+    late: float,
+    saves: dict[int, float] | None = None,
 ) -> tuple[list[str], datetime]:
-    """One start of the batch script as the runtime and torchtitan print it; returns its lines and the
-    time of its last step line."""
+    """One start of the batch script as the runtime and torchtitan print it, with a periodic checkpoint save
+    of ``saves[step]`` seconds after those steps (torchtitan 0.3.0's lines); returns its lines and the time of
+    its last step line."""
+    saves = saves or {}
     lines = ["HF token: absent", f"job {JOB}: 2 node(s) [n[1-2]], rendezvous 10.77.0.1:29500, run dir {RUN}"]
     if resume_from is not None:
         lines.append(f"resuming from {RUN}/checkpoint/step-{resume_from}")
@@ -65,6 +72,13 @@ def _start(
         for rank in range(2):
             lag = timedelta(seconds=late if rank == 1 else 0.0)
             lines.append(STEP.format(rank=rank, ts=_ts(t + lag), step=step, loss=8.0 - 0.1 * step, tps=int(8192 / dt)))
+        if step in saves:
+            for rank in range(2):
+                lines.append(TITAN.format(rank=rank, ts=_ts(t), msg="Saving the checkpoint."))
+            t += timedelta(seconds=saves[step])
+            for rank in range(2):
+                msg = f"Finished saving the checkpoint in {saves[step]:.2f} seconds."
+                lines.append(TITAN.format(rank=rank, ts=_ts(t), msg=msg))
     return lines, t
 
 
@@ -174,3 +188,27 @@ def test_the_start_line_is_the_one_the_runtime_writes(tmp_path):
     ran = FakeSlurm(tmp_path).run_step(argv, COOKBOOK_PREFLIGHT="0", SLURM_GPUS_ON_NODE="8")
     found = START.search(ran.out)
     assert found and found.groups() == ("41", "2", "n1,n2"), ran.out
+
+
+def _one_start(tmp_path: Path, stall: dict[int, float], saves: dict[int, float]) -> Path:
+    lines, _ = _start(T0, range(1, 11), None, stall, 0.003, saves)
+    log = tmp_path / f"save-{JOB}.out"
+    log.write_text("\n".join(lines) + "\n")
+    return log
+
+
+def test_a_step_that_holds_a_checkpoint_save_is_no_stall(tmp_path):
+    # a 3 s save after step 5 on ~1 s steps: step 6's time is mostly the save, which goodput counts as checkpointing
+    log = _one_start(tmp_path, stall={}, saves={5: 3.0})
+    df = parse_starts(log)
+    assert check_stalls(df) != [], "without the saves, step 6 looks like a stall"
+    report = explain_log(log)
+    assert "dataloader_stall" not in report.causes, report.render()
+
+
+def test_a_stall_beside_a_checkpoint_save_is_still_found(tmp_path):
+    log = _one_start(tmp_path, stall={8: 5.0}, saves={5: 3.0})
+    report = explain_log(log)
+    assert report.causes[0] == "dataloader_stall", report.render()
+    finding = report.evidence[0].finding
+    assert finding.startswith("1 of 7 steps") and "longest 5.00 s" in finding, finding
