@@ -6,7 +6,8 @@ traces) and returns :class:`Evidence` with an estimated cost (share of throughpu
 - NCCL on TCP sockets (``NCCL INFO ... NET/Socket``, ``Using network Socket``) where the profile has
   InfiniBand/EFA, and the fabric plugin not loaded (``NET/Plugin : No plugin found``);
 - fewer GPUs per node than the node has; every rank of a node bound to one CPU core;
-- data-loader stalls: step-time spikes within a start of the job (a requeue's gap is no step);
+- data-loader stalls: step-time spikes within a start of the job (a requeue's gap is no step, nor a
+  checkpoint save's time);
 - activation checkpointing heavier than needed (the planner says a lighter mode fits);
 - a straggler rank (rank-tagged logs, or profiler traces: the rank the others wait for);
 - scaling efficiency against the 1-node run of the same recipe;
