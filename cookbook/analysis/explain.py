@@ -151,7 +151,8 @@ def check_stalls(steps: pd.DataFrame, saves: Sequence[Sequence[tuple[datetime, f
     from cookbook.analysis.starts import after_startup, step_seconds
 
     s = steps.sort_values(["start", "step"] if "start" in steps else "step", kind="stable")
-    steady = after_startup(s, 2) & ~_holds_a_save(s, saves)  # each start's first two steps: warm-up, compilation
+    # not each start's first two steps (warm-up, compilation), nor a step that waited for a save
+    steady = after_startup(s, 2) & ~_holds_a_save(s, saves)
     dt = step_seconds(s)[steady].dropna()
     med = dt.median()
     spikes = dt[dt > STALL_FACTOR * med]
